@@ -1,0 +1,126 @@
+// The interface every backend implements (native cpu/cuda, wrappers over nccl/gloo/mpi, plugins).
+// Layer: public API for backend authors. The core validates arguments and numbers ops before a
+// backend sees them; a backend only executes an OpDesc and reports completion through a Work.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commx/options.h"
+#include "commx/store.h"
+#include "commx/tensor.h"
+#include "commx/types.h"
+#include "commx/work.h"
+
+namespace commx {
+
+enum class OpType : uint8_t {
+  kAllReduce,
+  kReduce,
+  kBroadcast,
+  kAllGather,        // outputs: list of size() tensors, input: one
+  kAllGatherSingle,  // output: one tensor of size()*input.count
+  kAllGatherV,       // outputs: list whose counts may differ per rank
+  kReduceScatter,    // inputs: list of size() tensors, output: one
+  kReduceScatterSingle,
+  kReduceScatterV,  // inputs: list whose counts may differ per rank
+  kAllToAll,        // inputs/outputs: lists of size() tensors
+  kAllToAllSingle,
+  kAllToAllVSingle,  // input_splits/output_splits in elements
+  kGather,           // outputs (root only): list of size() tensors
+  kGatherSingle,
+  kScatter,  // inputs (root only): list of size() tensors
+  kBarrier,
+  kSend,
+  kRecv,
+  kBatchP2P,  // p2p: sends and receives issued together
+  kAllToAllVDynamic,  // GPU only: split counts live in device memory
+};
+inline constexpr int kNumOpTypes = 20;
+const char* op_type_name(OpType t);
+
+struct P2POp {
+  bool is_send = true;
+  Tensor tensor;
+  int peer = -1;
+};
+
+// One op as the backend receives it. Unused fields stay empty.
+struct OpDesc {
+  OpType type = OpType::kBarrier;
+  uint64_t seq = 0;  // per-comm sequence number, from 1
+  Tensor input;
+  Tensor output;  // equals input for in-place single-tensor ops (all_reduce, broadcast, reduce)
+  std::vector<Tensor> inputs;
+  std::vector<Tensor> outputs;
+  std::vector<int64_t> input_splits;
+  std::vector<int64_t> output_splits;
+  ReduceOp op;
+  int root = -1;  // also the peer of send/recv
+  std::vector<P2POp> p2p;
+  Timeout timeout{0};
+  Hints hints;
+  const char* name() const { return op_type_name(type); }
+};
+
+// What a backend is given at creation.
+struct BackendContext {
+  std::string comm_name;
+  int rank = 0;
+  int size = 1;
+  Device device;
+  std::shared_ptr<Store> store;  // already prefixed for this comm; keys are private to it
+  CommOptions options;           // timeout resolved
+  // Ranks of this comm in the world comm it was split from (identity for a world comm).
+  std::vector<int> world_ranks;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // Collective over all ranks of the comm; may throw.
+  virtual void init(const BackendContext& ctx) = 0;
+  // Executes or enqueues `op`. With async_op=false a host backend completes before returning and
+  // a device backend enqueues on the caller's stream; both return a Work for uniformity.
+  virtual Work run(const OpDesc& op, bool async_op) = 0;
+  // Whether this backend can run `type` on `dtype` with reduction `kind`; the core turns a false
+  // into a clear Unsupported error before the op reaches run().
+  virtual bool supports(OpType type, DataType dtype, ReduceKind kind) const = 0;
+  // Non-blocking: fail every pending op with Aborted and make later ops fail fast.
+  virtual void abort() = 0;
+  // Releases resources; after finalize no op may be issued.
+  virtual void finalize() {}
+  // Which devices this backend accepts tensors on.
+  virtual bool accepts_device(const Device& d) const = 0;
+};
+
+// "[comm 'name' rank r/n] op #seq: " -- every error about an op starts so.
+std::string op_context(const std::string& comm_name, int rank, int size, const OpDesc& op);
+inline std::string op_context(const BackendContext& ctx, const OpDesc& op) {
+  return op_context(ctx.comm_name, ctx.rank, ctx.size, op);
+}
+
+using BackendFactory = std::function<std::unique_ptr<Backend>()>;
+
+// Backends register themselves by name (static registration or a plugin's entry point).
+void register_backend(const std::string& name, BackendFactory factory);
+bool has_backend(const std::string& name);
+std::vector<std::string> registered_backends();
+// Finds a registered factory, else loads the plugin named by COMMX_BACKEND_LIB_PATH_<NAME>
+// (or lib commx_backend_<name>.so in COMMX_PLUGIN_DIR); throws Unsupported with what was tried.
+std::unique_ptr<Backend> create_backend(const std::string& name);
+
+// Plugin ABI: a backend library exports these two C symbols.
+//   uint32_t commx_plugin_abi_version();        returns kBackendAbiVersion it was built with
+//   void commx_plugin_register();                calls register_backend(...)
+inline constexpr uint32_t kBackendAbiVersion = 1;
+
+}  // namespace commx
+
+#define COMMX_DEFINE_PLUGIN(REGISTER_FN)                                                  \
+  extern "C" uint32_t commx_plugin_abi_version() { return ::commx::kBackendAbiVersion; } \
+  extern "C" void commx_plugin_register() { REGISTER_FN(); }

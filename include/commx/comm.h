@@ -1,0 +1,123 @@
+// Comm: a communicator bound to one device, shaped after torchcomms' TorchComm.
+// Layer: public API. Validates arguments, numbers ops, runs hooks and the flight recorder, then
+// hands each op to the backend chosen by name.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commx/backend.h"
+#include "commx/options.h"
+#include "commx/tensor.h"
+#include "commx/work.h"
+
+namespace commx {
+
+class Comm;
+class CommImpl;
+
+// Send/recv issued together (torchcomms' batch_op_create()).
+class BatchOp {
+ public:
+  explicit BatchOp(Comm* comm) : comm_(comm) {}
+  BatchOp& send(const Tensor& t, int dst);
+  BatchOp& recv(const Tensor& t, int src);
+  Work issue(bool async_op = false, const OpOptions& opts = {});
+
+ private:
+  Comm* comm_;
+  std::vector<P2POp> ops_;
+};
+
+struct OpInfo {
+  OpType type;
+  uint64_t seq;
+  DataType dtype;
+  int64_t count;
+  int root;
+};
+using PreHook = std::function<void(const Comm&, const OpInfo&)>;
+using PostHook = std::function<void(const Comm&, const OpInfo&, const Work&)>;
+using AbortHook = std::function<void(const Comm&)>;
+
+class Comm : public std::enable_shared_from_this<Comm> {
+ public:
+  // Eager and collective over all ranks: every rank calls it with the same backend and name.
+  static std::shared_ptr<Comm> create(const std::string& backend, Device device,
+                                      const std::string& name, CommOptions options = {});
+  ~Comm();
+
+  int rank() const;
+  int size() const;
+  const std::string& name() const;
+  Device device() const;
+  std::string backend_name() const;
+  Timeout timeout() const;
+  const std::shared_ptr<Store>& store() const;
+
+  // In place: `t` holds the input and receives the result.
+  Work all_reduce(const Tensor& t, ReduceOp op, bool async_op = false, const OpOptions& o = {});
+  Work reduce(const Tensor& t, int root, ReduceOp op, bool async_op = false, const OpOptions& o = {});
+  Work broadcast(const Tensor& t, int root, bool async_op = false, const OpOptions& o = {});
+  Work all_gather(const std::vector<Tensor>& outputs, const Tensor& input, bool async_op = false,
+                  const OpOptions& o = {});
+  Work all_gather_single(const Tensor& output, const Tensor& input, bool async_op = false,
+                         const OpOptions& o = {});
+  Work all_gather_v(const std::vector<Tensor>& outputs, const Tensor& input, bool async_op = false,
+                    const OpOptions& o = {});
+  Work reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
+                      bool async_op = false, const OpOptions& o = {});
+  Work reduce_scatter_single(const Tensor& output, const Tensor& input, ReduceOp op,
+                             bool async_op = false, const OpOptions& o = {});
+  Work reduce_scatter_v(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
+                        bool async_op = false, const OpOptions& o = {});
+  Work all_to_all(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                  bool async_op = false, const OpOptions& o = {});
+  Work all_to_all_single(const Tensor& output, const Tensor& input, bool async_op = false,
+                         const OpOptions& o = {});
+  // Splits are element counts per rank (torchcomms passes uint64 host splits).
+  Work all_to_all_v_single(const Tensor& output, const Tensor& input,
+                           const std::vector<int64_t>& output_splits,
+                           const std::vector<int64_t>& input_splits, bool async_op = false,
+                           const OpOptions& o = {});
+  // `outputs` is read on the root only (others pass an empty list).
+  Work gather(const std::vector<Tensor>& outputs, const Tensor& input, int root,
+              bool async_op = false, const OpOptions& o = {});
+  Work gather_single(const Tensor& output, const Tensor& input, int root, bool async_op = false,
+                     const OpOptions& o = {});
+  // `inputs` is read on the root only.
+  Work scatter(const Tensor& output, const std::vector<Tensor>& inputs, int root,
+               bool async_op = false, const OpOptions& o = {});
+  Work barrier(bool async_op = false, const OpOptions& o = {});
+  Work send(const Tensor& t, int dst, bool async_op = false, const OpOptions& o = {});
+  Work recv(const Tensor& t, int src, bool async_op = false, const OpOptions& o = {});
+  BatchOp batch_op_create() { return BatchOp(this); }
+  Work batch_p2p(const std::vector<P2POp>& ops, bool async_op = false, const OpOptions& o = {});
+
+  // Collective over the listed ranks (indices in this comm, the new rank is the position in the
+  // list). An empty list returns null; a caller absent from a non-empty list is an error.
+  std::shared_ptr<Comm> split(const std::vector<int>& ranks, const std::string& name,
+                              CommOptions options = {});
+
+  // Non-blocking: fails pending work with Aborted; later ops throw Aborted.
+  void abort();
+  bool is_aborted() const;
+  void finalize();
+
+  void register_pre_hook(PreHook h);
+  void register_post_hook(PostHook h);
+  void register_abort_hook(AbortHook h);
+
+  Backend& unsafe_get_backend();
+  CommImpl& impl() { return *impl_; }
+
+ private:
+  Comm() = default;
+  Work issue(OpDesc op, bool async_op, const OpOptions& o);
+  std::unique_ptr<CommImpl> impl_;
+  friend class CommImpl;
+};
+
+}  // namespace commx

@@ -1,0 +1,45 @@
+// Work: the handle of an issued op. Backends implement WorkState; users hold Work.
+// Layer: public API.
+#pragma once
+
+#include <chrono>
+#include <exception>
+#include <memory>
+
+namespace commx {
+
+enum class WorkStatus { kNotStarted, kInProgress, kCompleted, kTimedOut, kError };
+const char* work_status_name(WorkStatus s);
+
+// What a backend implements for each op it issues.
+class WorkState {
+ public:
+  virtual ~WorkState() = default;
+  // Non-blocking: has the op finished (successfully or not)?
+  virtual bool is_completed() = 0;
+  virtual WorkStatus status() = 0;
+  // Blocks the calling thread until the op ends; throws the op's error if it failed.
+  virtual void wait_blocking() = 0;
+  // GPU: makes the caller's current stream wait for the op; CPU: same as wait_blocking.
+  virtual void wait() { wait_blocking(); }
+  // The error of a failed op, else null.
+  virtual std::exception_ptr error() = 0;
+};
+
+class Work {
+ public:
+  Work() = default;
+  explicit Work(std::shared_ptr<WorkState> s) : state_(std::move(s)) {}
+
+  void wait() const { if (state_) state_->wait(); }
+  void wait_blocking() const { if (state_) state_->wait_blocking(); }
+  bool is_completed() const { return !state_ || state_->is_completed(); }
+  WorkStatus status() const { return state_ ? state_->status() : WorkStatus::kCompleted; }
+  std::exception_ptr error() const { return state_ ? state_->error() : nullptr; }
+  const std::shared_ptr<WorkState>& state() const { return state_; }
+
+ private:
+  std::shared_ptr<WorkState> state_;
+};
+
+}  // namespace commx

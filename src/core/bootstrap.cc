@@ -1,0 +1,72 @@
+// Finds or hosts the rendezvous store from launcher variables.
+// Layer: core (bootstrap).
+#include "core/bootstrap.h"
+
+#include <unistd.h>
+
+#include <mutex>
+
+#include "commx/error.h"
+
+namespace commx {
+namespace {
+
+// A store server hosted by this process lives as long as the process.
+std::unique_ptr<TCPStoreServer>& hosted_server() {
+  static std::unique_ptr<TCPStoreServer> s;
+  return s;
+}
+
+std::shared_ptr<Store> tcp_store_from_env(const RankInfo& ri, Timeout timeout) {
+  std::string host = *env_str("MASTER_ADDR");
+  auto port_str = env_str("MASTER_PORT");
+  if (!port_str)
+    throw Error(ErrorCode::kInvalidArgument, "MASTER_ADDR is set but MASTER_PORT is not");
+  auto port = static_cast<uint16_t>(env_int("MASTER_PORT", 0));
+  bool hosted_elsewhere = env_bool("COMMX_STORE_HOSTED", false) ||
+                          env_bool("TORCHELASTIC_USE_AGENT_STORE", false);
+  if (ri.rank == 0 && !hosted_elsewhere) {
+    static std::mutex m;
+    std::lock_guard<std::mutex> g(m);
+    if (!hosted_server()) {
+      try {
+        hosted_server() = start_tcp_store_server(host == "localhost" ? "127.0.0.1" : "0.0.0.0", port);
+      } catch (const Error&) {
+        // Someone already listens on the port (a launcher's store): join it as a client.
+      }
+    }
+  }
+  TCPStoreOptions o;
+  o.port = port;
+  o.timeout = timeout;
+  return make_tcp_store(host, o);
+}
+
+}  // namespace
+
+std::shared_ptr<Store> store_from_env(const RankInfo& ri, Timeout timeout) {
+  std::shared_ptr<Store> store;
+  if (env_str("MASTER_ADDR")) {
+    store = tcp_store_from_env(ri, timeout);
+  } else if (auto path = env_str("COMMX_STORE_FILE")) {
+    store = make_file_store(*path, ri.size);
+  } else if (auto job = env_first({"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "PMI_JOBID",
+                                   "SLURM_JOB_ID"})) {
+    // mpirun without MASTER_ADDR: ranks of one host meet in a file named after the job.
+    std::string tmp = env_str("TMPDIR").value_or("/tmp");
+    std::string safe;
+    for (char c : *job) safe += (isalnum(static_cast<unsigned char>(c)) ? c : '_');
+    store = make_file_store(tmp + "/commx-store-" + safe + "-" + std::to_string(getuid()), ri.size);
+  } else if (ri.size == 1) {
+    store = make_hash_store();
+  } else {
+    throw Error(ErrorCode::kInvalidArgument,
+                "rank " + std::to_string(ri.rank) + " of " + std::to_string(ri.size) +
+                    ": no rendezvous store; set MASTER_ADDR/MASTER_PORT or COMMX_STORE_FILE, run "
+                    "under commx-run/torchrun/mpirun, or pass CommOptions::store");
+  }
+  store->set_timeout(timeout);
+  return store;
+}
+
+}  // namespace commx

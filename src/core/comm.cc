@@ -1,0 +1,405 @@
+// Comm: creation (eager, collective), op issue (validate, number, hooks), split and abort.
+// Layer: core. Backends are found by name through the registry.
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <mutex>
+
+#include "commx/comm.h"
+#include "commx/error.h"
+#include "core/bootstrap.h"
+#include "core/comm_impl.h"
+#include "core/env.h"
+
+namespace commx {
+namespace {
+
+// How many comms of each name this process created: makes store keys unique when a name is
+// reused (every rank creates comms in the same order, so the counters agree).
+uint64_t next_instance(const std::string& key) {
+  static std::mutex m;
+  static std::map<std::string, uint64_t> counts;
+  std::lock_guard<std::mutex> g(m);
+  return counts[key]++;
+}
+
+Timeout resolve_timeout(const CommOptions& o) {
+  if (o.timeout) return *o.timeout;
+  double secs = env_double("COMMX_TIMEOUT_SECONDS", -1);
+  if (secs > 0) return Timeout(static_cast<int64_t>(secs * 1000));
+  return kDefaultTimeout;
+}
+
+OpInfo info_of(const OpDesc& op) {
+  OpInfo i{op.type, op.seq, op.input.dtype, op.input.count, op.root};
+  if (op.input.count == 0 && !op.outputs.empty()) {
+    i.dtype = op.outputs[0].dtype;
+  } else if (op.input.count == 0) {
+    i.dtype = op.output.dtype;
+    i.count = op.output.count;
+  }
+  return i;
+}
+
+}  // namespace
+
+std::string CommImpl::op_context(const OpDesc& op) const {
+  return commx::op_context(name, rank, size, op);
+}
+
+std::shared_ptr<Comm> Comm::create(const std::string& backend, Device device, const std::string& name,
+                                   CommOptions options) {
+  auto comm = std::shared_ptr<Comm>(new Comm());
+  comm->impl_ = std::make_unique<CommImpl>();
+  CommImpl& c = *comm->impl_;
+  c.name = name;
+  c.backend_name = backend;
+  c.device = device;
+  c.timeout = resolve_timeout(options);
+  c.abort_process = options.abort_process_on_timeout_or_error.value_or(
+      env_bool("COMMX_ABORT_ON_ERROR", false));
+
+  RankInfo ri;
+  if (options.rank && options.size) {
+    ri.rank = *options.rank;
+    ri.size = *options.size;
+    ri.source = "options";
+  } else if (auto env = rank_from_env()) {
+    ri = *env;
+  }
+  if (ri.size < 1 || ri.rank < 0 || ri.rank >= ri.size)
+    throw Error(ErrorCode::kInvalidArgument, "comm '" + name + "': rank " + std::to_string(ri.rank) +
+                                                 " is not in [0, " + std::to_string(ri.size) + ")");
+  c.rank = ri.rank;
+  c.size = ri.size;
+  c.base_store = options.store ? options.store : store_from_env(ri, c.timeout);
+  c.store_prefix = "commx/" + name + "/" + std::to_string(next_instance("world/" + name));
+  c.world_ranks.resize(c.size);
+  for (int i = 0; i < c.size; ++i) c.world_ranks[i] = i;
+  options.timeout = c.timeout;
+  c.options = options;
+
+  c.backend = create_backend(backend);
+  if (!c.backend->accepts_device(device))
+    throw Error(ErrorCode::kInvalidArgument, "comm '" + name + "' rank " + std::to_string(c.rank) +
+                                                 ": backend '" + backend + "' cannot run on device " + device.str());
+  c.store = make_prefix_store(c.store_prefix, c.base_store);
+  BackendContext ctx{name, c.rank, c.size, device, c.store, options, c.world_ranks};
+  c.backend->init(ctx);
+  return comm;
+}
+
+Comm::~Comm() {
+  if (impl_ && impl_->backend && !impl_->finalized.load()) {
+    try {
+      impl_->backend->finalize();
+    } catch (const std::exception& e) {
+      std::cerr << "commx: comm '" << impl_->name << "' finalize failed: " << e.what() << "\n";
+    }
+  }
+}
+
+int Comm::rank() const { return impl_->rank; }
+int Comm::size() const { return impl_->size; }
+const std::string& Comm::name() const { return impl_->name; }
+Device Comm::device() const { return impl_->device; }
+std::string Comm::backend_name() const { return impl_->backend_name; }
+Timeout Comm::timeout() const { return impl_->timeout; }
+const std::shared_ptr<Store>& Comm::store() const { return impl_->store; }
+Backend& Comm::unsafe_get_backend() { return *impl_->backend; }
+
+Work Comm::issue(OpDesc op, bool async_op, const OpOptions& o) {
+  CommImpl& c = *impl_;
+  op.seq = c.seq.fetch_add(1) + 1;
+  if (c.aborted.load())
+    throw Error(ErrorCode::kAborted, c.op_context(op) + "the comm was aborted");
+  if (c.finalized.load())
+    throw Error(ErrorCode::kInvalidArgument, c.op_context(op) + "the comm was finalized");
+  op.timeout = o.timeout.value_or(c.timeout);
+  op.hints = o.hints;
+  validate_op(c, op);
+  OpInfo info = info_of(op);
+  {
+    std::lock_guard<std::mutex> g(c.hooks_mu);
+    for (auto& h : c.pre_hooks) h(*this, info);
+  }
+  Work w;
+  try {
+    w = c.backend->run(op, async_op);
+  } catch (const Error& e) {
+    if ((e.code() == ErrorCode::kTimeout || e.code() == ErrorCode::kPeerFailure) && c.abort_process) {
+      std::cerr << "commx: " << e.what() << " (aborting the process: abort_process_on_timeout_or_error)\n";
+      abort();
+      std::abort();
+    }
+    throw;
+  }
+  {
+    std::lock_guard<std::mutex> g(c.hooks_mu);
+    for (auto& h : c.post_hooks) h(*this, info, w);
+  }
+  return w;
+}
+
+Work Comm::all_reduce(const Tensor& t, ReduceOp op, bool async_op, const OpOptions& o) {
+  OpDesc d;
+  d.type = OpType::kAllReduce;
+  d.input = d.output = t;
+  d.op = op;
+  return issue(std::move(d), async_op, o);
+}
+
+Work Comm::reduce(const Tensor& t, int root, ReduceOp op, bool async_op, const OpOptions& o) {
+  OpDesc d;
+  d.type = OpType::kReduce;
+  d.input = d.output = t;
+  d.root = root;
+  d.op = op;
+  return issue(std::move(d), async_op, o);
+}
+
+Work Comm::broadcast(const Tensor& t, int root, bool async_op, const OpOptions& o) {
+  OpDesc d;
+  d.type = OpType::kBroadcast;
+  d.input = d.output = t;
+  d.root = root;
+  return issue(std::move(d), async_op, o);
+}
+
+Work Comm::all_gather(const std::vector<Tensor>& outputs, const Tensor& input, bool async_op,
+                      const OpOptions& o) {
+  OpDesc d;
+  d.type = OpType::kAllGather;
+  d.input = input;
+  d.outputs = outputs;
+  return issue(std::move(d), async_op, o);
+}
+
+Work Comm::all_gather_single(const Tensor& output, const Tensor& input, bool async_op, const OpOptions& o) {
+  OpDesc d;
+  d.type = OpType::kAllGatherSingle;
+  d.input = input;
+  d.output = output;
+  return issue(std::move(d), async_op, o);
+}
+
+Work Comm::all_gather_v(const std::vector<Tensor>& outputs, const Tensor& input, bool async_op,
+                        const OpOptions& o) {
+  OpDesc d;
+  d.type = OpType::kAllGatherV;
+  d.input = input;
+  d.outputs = outputs;
+  return issue(std::move(d), async_op, o);
+}
+
+Work Comm::reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
+                          bool async_op, const OpOptions& o) {
+  OpDesc d;
+  d.type = OpType::kReduceScatter;
+  d.output = output;
+  d.inputs = inputs;
+  d.op = op;
+  return issue(std::move(d), async_op, o);
+}
+
+Work Comm::reduce_scatter_single(const Tensor& output, const Tensor& input, ReduceOp op, bool async_op,
+                                 const OpOptions& o) {
+  OpDesc d;
+  d.type = OpType::kReduceScatterSingle;
+  d.output = output;
+  d.input = input;
+  d.op = op;
+  return issue(std::move(d), async_op, o);
+}
+
+Work Comm::reduce_scatter_v(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
+                            bool async_op, const OpOptions& o) {
+  OpDesc d;
+  d.type = OpType::kReduceScatterV;
+  d.output = output;
+  d.inputs = inputs;
+  d.op = op;
+  return issue(std::move(d), async_op, o);
+}
+
+Work Comm::all_to_all(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs, bool async_op,
+                      const OpOptions& o) {
+  OpDesc d;
+  d.type = OpType::kAllToAll;
+  d.outputs = outputs;
+  d.inputs = inputs;
+  return issue(std::move(d), async_op, o);
+}
+
+Work Comm::all_to_all_single(const Tensor& output, const Tensor& input, bool async_op, const OpOptions& o) {
+  OpDesc d;
+  d.type = OpType::kAllToAllSingle;
+  d.output = output;
+  d.input = input;
+  return issue(std::move(d), async_op, o);
+}
+
+Work Comm::all_to_all_v_single(const Tensor& output, const Tensor& input,
+                               const std::vector<int64_t>& output_splits,
+                               const std::vector<int64_t>& input_splits, bool async_op, const OpOptions& o) {
+  OpDesc d;
+  d.type = OpType::kAllToAllVSingle;
+  d.output = output;
+  d.input = input;
+  d.output_splits = output_splits;
+  d.input_splits = input_splits;
+  return issue(std::move(d), async_op, o);
+}
+
+Work Comm::gather(const std::vector<Tensor>& outputs, const Tensor& input, int root, bool async_op,
+                  const OpOptions& o) {
+  OpDesc d;
+  d.type = OpType::kGather;
+  d.outputs = outputs;
+  d.input = input;
+  d.root = root;
+  return issue(std::move(d), async_op, o);
+}
+
+Work Comm::gather_single(const Tensor& output, const Tensor& input, int root, bool async_op,
+                         const OpOptions& o) {
+  OpDesc d;
+  d.type = OpType::kGatherSingle;
+  d.output = output;
+  d.input = input;
+  d.root = root;
+  return issue(std::move(d), async_op, o);
+}
+
+Work Comm::scatter(const Tensor& output, const std::vector<Tensor>& inputs, int root, bool async_op,
+                   const OpOptions& o) {
+  OpDesc d;
+  d.type = OpType::kScatter;
+  d.output = output;
+  d.inputs = inputs;
+  d.root = root;
+  return issue(std::move(d), async_op, o);
+}
+
+Work Comm::barrier(bool async_op, const OpOptions& o) {
+  OpDesc d;
+  d.type = OpType::kBarrier;
+  return issue(std::move(d), async_op, o);
+}
+
+Work Comm::send(const Tensor& t, int dst, bool async_op, const OpOptions& o) {
+  OpDesc d;
+  d.type = OpType::kSend;
+  d.input = d.output = t;
+  d.root = dst;
+  return issue(std::move(d), async_op, o);
+}
+
+Work Comm::recv(const Tensor& t, int src, bool async_op, const OpOptions& o) {
+  OpDesc d;
+  d.type = OpType::kRecv;
+  d.input = d.output = t;
+  d.root = src;
+  return issue(std::move(d), async_op, o);
+}
+
+Work Comm::batch_p2p(const std::vector<P2POp>& ops, bool async_op, const OpOptions& o) {
+  OpDesc d;
+  d.type = OpType::kBatchP2P;
+  d.p2p = ops;
+  if (!ops.empty()) d.input = ops[0].tensor;
+  return issue(std::move(d), async_op, o);
+}
+
+BatchOp& BatchOp::send(const Tensor& t, int dst) {
+  ops_.push_back(P2POp{true, t, dst});
+  return *this;
+}
+BatchOp& BatchOp::recv(const Tensor& t, int src) {
+  ops_.push_back(P2POp{false, t, src});
+  return *this;
+}
+Work BatchOp::issue(bool async_op, const OpOptions& opts) {
+  Work w = comm_->batch_p2p(ops_, async_op, opts);
+  ops_.clear();
+  return w;
+}
+
+std::shared_ptr<Comm> Comm::split(const std::vector<int>& ranks, const std::string& name, CommOptions options) {
+  CommImpl& c = *impl_;
+  uint64_t instance = c.split_count++;
+  if (ranks.empty()) return nullptr;
+  int new_rank = -1;
+  std::string key;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= c.size)
+      throw Error(ErrorCode::kInvalidArgument, "[comm '" + c.name + "' rank " + std::to_string(c.rank) +
+                                                   "] split: rank " + std::to_string(ranks[i]) + " is out of range");
+    for (size_t j = 0; j < i; ++j)
+      if (ranks[j] == ranks[i])
+        throw Error(ErrorCode::kInvalidArgument, "[comm '" + c.name + "' rank " + std::to_string(c.rank) +
+                                                     "] split: rank " + std::to_string(ranks[i]) + " is listed twice");
+    if (ranks[i] == c.rank) new_rank = static_cast<int>(i);
+    key += (i ? "," : "") + std::to_string(ranks[i]);
+  }
+  if (new_rank < 0)
+    throw Error(ErrorCode::kInvalidArgument, "[comm '" + c.name + "' rank " + std::to_string(c.rank) +
+                                                 "] split '" + name + "': this rank is not in the list [" + key + "]");
+  auto comm = std::shared_ptr<Comm>(new Comm());
+  comm->impl_ = std::make_unique<CommImpl>();
+  CommImpl& n = *comm->impl_;
+  n.name = name;
+  n.backend_name = c.backend_name;
+  n.device = c.device;
+  n.timeout = options.timeout.value_or(c.timeout);
+  n.abort_process = options.abort_process_on_timeout_or_error.value_or(c.abort_process);
+  n.rank = new_rank;
+  n.size = static_cast<int>(ranks.size());
+  n.base_store = c.base_store;
+  // The split's keys live under the parent's prefix, the split number and the member list, so
+  // disjoint groups splitting with the same name never meet.
+  n.store_prefix = c.store_prefix + "/split" + std::to_string(instance) + "/" + name + "/" + key;
+  n.store = make_prefix_store(n.store_prefix, n.base_store);
+  for (int r : ranks) n.world_ranks.push_back(c.world_ranks[r]);
+  options.timeout = n.timeout;
+  if (options.hints.empty()) options.hints = c.options.hints;
+  n.options = options;
+  n.backend = create_backend(n.backend_name);
+  BackendContext ctx{name, n.rank, n.size, n.device, n.store, options, n.world_ranks};
+  n.backend->init(ctx);
+  return comm;
+}
+
+void Comm::abort() {
+  CommImpl& c = *impl_;
+  if (c.aborted.exchange(true)) return;
+  c.backend->abort();
+  std::vector<AbortHook> hooks;
+  {
+    std::lock_guard<std::mutex> g(c.hooks_mu);
+    hooks = c.abort_hooks;
+  }
+  for (auto& h : hooks) h(*this);
+}
+
+bool Comm::is_aborted() const { return impl_->aborted.load(); }
+
+void Comm::finalize() {
+  if (impl_->finalized.exchange(true)) return;
+  impl_->backend->finalize();
+}
+
+void Comm::register_pre_hook(PreHook h) {
+  std::lock_guard<std::mutex> g(impl_->hooks_mu);
+  impl_->pre_hooks.push_back(std::move(h));
+}
+void Comm::register_post_hook(PostHook h) {
+  std::lock_guard<std::mutex> g(impl_->hooks_mu);
+  impl_->post_hooks.push_back(std::move(h));
+}
+void Comm::register_abort_hook(AbortHook h) {
+  std::lock_guard<std::mutex> g(impl_->hooks_mu);
+  impl_->abort_hooks.push_back(std::move(h));
+}
+
+}  // namespace commx

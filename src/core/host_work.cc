@@ -1,0 +1,136 @@
+// HostWork and OrderedExecutor (see host_work.h).
+// Layer: core.
+#include "core/host_work.h"
+
+#include "commx/error.h"
+
+namespace commx {
+
+bool HostWork::is_completed() {
+  std::lock_guard<std::mutex> g(mu_);
+  return status_ == WorkStatus::kCompleted || status_ == WorkStatus::kTimedOut ||
+         status_ == WorkStatus::kError;
+}
+
+WorkStatus HostWork::status() {
+  std::lock_guard<std::mutex> g(mu_);
+  return status_;
+}
+
+void HostWork::wait_blocking() {
+  std::unique_lock<std::mutex> g(mu_);
+  // Every op enforces its own deadline, so this wait ends when the op does.
+  cv_.wait(g, [&] {
+    return status_ == WorkStatus::kCompleted || status_ == WorkStatus::kTimedOut ||
+           status_ == WorkStatus::kError;
+  });
+  if (error_) std::rethrow_exception(error_);
+}
+
+std::exception_ptr HostWork::error() {
+  std::lock_guard<std::mutex> g(mu_);
+  return error_;
+}
+
+void HostWork::set_started() {
+  std::lock_guard<std::mutex> g(mu_);
+  if (status_ == WorkStatus::kNotStarted) status_ = WorkStatus::kInProgress;
+}
+
+void HostWork::set_completed() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    status_ = WorkStatus::kCompleted;
+  }
+  cv_.notify_all();
+}
+
+void HostWork::set_failed(std::exception_ptr e) {
+  WorkStatus s = WorkStatus::kError;
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& err) {
+    if (err.code() == ErrorCode::kTimeout) s = WorkStatus::kTimedOut;
+  } catch (...) {
+  }
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    status_ = s;
+    error_ = e;
+  }
+  cv_.notify_all();
+}
+
+OrderedExecutor::~OrderedExecutor() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+Work OrderedExecutor::submit(std::function<void()> fn, bool async_op) {
+  auto work = std::make_shared<HostWork>();
+  if (!async_op) {
+    drain();
+    work->set_started();
+    try {
+      fn();
+    } catch (...) {
+      work->set_failed(std::current_exception());
+      throw;
+    }
+    work->set_completed();
+    return Work(work);
+  }
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    queue_.push_back(Task{std::move(fn), work});
+    if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
+  }
+  cv_.notify_one();
+  return Work(work);
+}
+
+void OrderedExecutor::drain() {
+  std::unique_lock<std::mutex> g(mu_);
+  idle_cv_.wait(g, [&] { return queue_.empty() && !running_task_; });
+}
+
+void OrderedExecutor::fail_pending(std::exception_ptr e) {
+  std::deque<Task> dropped;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    dropped.swap(queue_);
+  }
+  for (auto& t : dropped) t.work->set_failed(e);
+  idle_cv_.notify_all();
+}
+
+void OrderedExecutor::worker_loop() {
+  std::unique_lock<std::mutex> g(mu_);
+  while (true) {
+    cv_.wait(g, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) {
+      if (stop_) return;
+      continue;
+    }
+    Task t = std::move(queue_.front());
+    queue_.pop_front();
+    running_task_ = true;
+    g.unlock();
+    t.work->set_started();
+    try {
+      t.fn();
+      t.work->set_completed();
+    } catch (...) {
+      t.work->set_failed(std::current_exception());
+    }
+    g.lock();
+    running_task_ = false;
+    if (queue_.empty()) idle_cv_.notify_all();
+  }
+}
+
+}  // namespace commx

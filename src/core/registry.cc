@@ -1,0 +1,106 @@
+// Backend registry: self-registration by name, and plugin loading with dlopen.
+// Layer: core. Knows no backend by name: backends register themselves.
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <mutex>
+
+#include "commx/backend.h"
+#include "commx/error.h"
+#include "core/env.h"
+
+namespace commx {
+namespace {
+
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::string, BackendFactory>& registry() {
+  static std::map<std::string, BackendFactory> r;
+  return r;
+}
+
+std::optional<BackendFactory> find_factory(const std::string& name) {
+  std::lock_guard<std::mutex> g(registry_mutex());
+  auto it = registry().find(name);
+  if (it == registry().end()) return std::nullopt;
+  return it->second;
+}
+
+// The folder holding libcommx itself: in-tree plugins are installed beside it.
+std::string own_library_dir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&own_library_dir), &info) == 0 || info.dli_fname == nullptr)
+    return ".";
+  std::string path = info.dli_fname;
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+// Loads one plugin file; returns an explanation on failure (empty on success).
+std::string load_plugin(const std::string& path) {
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  if (handle == nullptr) return std::string(dlerror());
+  using VersionFn = uint32_t (*)();
+  using RegisterFn = void (*)();
+  auto version = reinterpret_cast<VersionFn>(dlsym(handle, "commx_plugin_abi_version"));
+  auto reg = reinterpret_cast<RegisterFn>(dlsym(handle, "commx_plugin_register"));
+  if (version == nullptr || reg == nullptr) {
+    dlclose(handle);
+    return path + " does not export commx_plugin_abi_version/commx_plugin_register";
+  }
+  if (version() != kBackendAbiVersion) {
+    std::string msg = path + " was built for backend ABI " + std::to_string(version()) +
+                      ", this libcommx has ABI " + std::to_string(kBackendAbiVersion);
+    dlclose(handle);
+    return msg;
+  }
+  reg();  // the handle stays open for the life of the process
+  return "";
+}
+
+}  // namespace
+
+void register_backend(const std::string& name, BackendFactory factory) {
+  std::lock_guard<std::mutex> g(registry_mutex());
+  registry()[name] = std::move(factory);
+}
+
+bool has_backend(const std::string& name) { return find_factory(name).has_value(); }
+
+std::vector<std::string> registered_backends() {
+  std::lock_guard<std::mutex> g(registry_mutex());
+  std::vector<std::string> names;
+  for (auto& [n, f] : registry()) names.push_back(n);
+  return names;
+}
+
+std::unique_ptr<Backend> create_backend(const std::string& name) {
+  if (auto f = find_factory(name)) return (*f)();
+  std::string upper = name;
+  std::transform(upper.begin(), upper.end(), upper.begin(),
+                 [](unsigned char c) { return std::toupper(c); });
+  std::vector<std::string> candidates;
+  if (auto p = env_str(("COMMX_BACKEND_LIB_PATH_" + upper).c_str())) candidates.push_back(*p);
+  std::string file = "libcommx_backend_" + name + ".so";
+  if (auto dir = env_str("COMMX_PLUGIN_DIR")) candidates.push_back(*dir + "/" + file);
+  candidates.push_back(own_library_dir() + "/" + file);
+  std::string tried;
+  for (const auto& path : candidates) {
+    std::string why = load_plugin(path);
+    if (why.empty()) {
+      if (auto f = find_factory(name)) return (*f)();
+      why = path + " loaded but registered no backend named '" + name + "'";
+    }
+    tried += "\n  " + why;
+  }
+  std::string known;
+  for (auto& n : registered_backends()) known += (known.empty() ? "" : ", ") + n;
+  throw Error(ErrorCode::kUnsupported, "no backend named '" + name + "' (registered: " + known +
+                                           "); plugins tried:" + tried);
+}
+
+}  // namespace commx

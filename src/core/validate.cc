@@ -1,0 +1,202 @@
+// Argument checks every op passes before a backend sees it, so each backend gets the same
+// clear errors for bad input. Layer: core.
+#include <numeric>
+#include <string>
+
+#include "commx/error.h"
+#include "core/comm_impl.h"
+
+namespace commx {
+namespace {
+
+struct Checker {
+  const CommImpl& c;
+  const OpDesc& op;
+
+  [[noreturn]] void fail(ErrorCode code, const std::string& what) const {
+    throw Error(code, c.op_context(op) + what);
+  }
+  void expect(bool ok, const std::string& what) const {
+    if (!ok) fail(ErrorCode::kInvalidArgument, what);
+  }
+
+  void tensor(const Tensor& t, const std::string& role) const {
+    if (t.count < 0) fail(ErrorCode::kInvalidArgument, role + " has negative count " + std::to_string(t.count));
+    if (t.count > 0 && t.data == nullptr) fail(ErrorCode::kInvalidArgument, role + " has a null data pointer");
+    if (t.device.type != c.device.type || !c.backend->accepts_device(t.device))
+      fail(ErrorCode::kInvalidArgument, role + " is on device " + t.device.str() + " but the comm is bound to " +
+                                            c.device.str() + " (backend " + c.backend_name + ")");
+  }
+  void same_dtype(const Tensor& a, const Tensor& b, const std::string& role) const {
+    if (a.dtype != b.dtype)
+      fail(ErrorCode::kInvalidArgument, role + " has dtype " + dtype_name(b.dtype) + " but the input has " +
+                                            dtype_name(a.dtype));
+  }
+  void list(const std::vector<Tensor>& ts, const Tensor& ref, const std::string& role, bool same_count) const {
+    if (static_cast<int>(ts.size()) != c.size)
+      fail(ErrorCode::kInvalidArgument, role + " has " + std::to_string(ts.size()) + " tensors, expected one per rank (" +
+                                            std::to_string(c.size) + ")");
+    for (size_t i = 0; i < ts.size(); ++i) {
+      std::string r = role + "[" + std::to_string(i) + "]";
+      tensor(ts[i], r);
+      same_dtype(ref, ts[i], r);
+      if (same_count && ts[i].count != ref.count)
+        fail(ErrorCode::kInvalidArgument, r + " has " + std::to_string(ts[i].count) + " elements, expected " +
+                                              std::to_string(ref.count));
+    }
+  }
+  void rank_arg(int r, const std::string& role) const {
+    if (r < 0 || r >= c.size)
+      fail(ErrorCode::kInvalidArgument, role + " " + std::to_string(r) + " is out of range [0, " +
+                                            std::to_string(c.size) + ")");
+  }
+  void splits(const std::vector<int64_t>& s, const Tensor& t, const std::string& role) const {
+    if (static_cast<int>(s.size()) != c.size)
+      fail(ErrorCode::kInvalidArgument, role + " has " + std::to_string(s.size()) + " entries, expected " +
+                                            std::to_string(c.size));
+    int64_t sum = 0;
+    for (int64_t v : s) {
+      if (v < 0) fail(ErrorCode::kInvalidArgument, role + " has a negative split " + std::to_string(v));
+      sum += v;
+    }
+    if (sum > t.count)
+      fail(ErrorCode::kInvalidArgument, role + " add up to " + std::to_string(sum) + " elements but the tensor has " +
+                                            std::to_string(t.count));
+  }
+  void reduction(DataType t) const {
+    if (!reduce_supported_on_host(op.op.kind, t))
+      fail(ErrorCode::kUnsupported, std::string("reduce op ") + reduce_kind_name(op.op.kind) + " is not defined for " +
+                                        dtype_name(t));
+  }
+};
+
+bool is_reduction(OpType t) {
+  return t == OpType::kAllReduce || t == OpType::kReduce || t == OpType::kReduceScatter ||
+         t == OpType::kReduceScatterSingle || t == OpType::kReduceScatterV;
+}
+
+}  // namespace
+
+void validate_op(const CommImpl& c, const OpDesc& op) {
+  Checker k{c, op};
+  const int n = c.size;
+  const Tensor& in = op.input;
+  const Tensor& out = op.output;
+  switch (op.type) {
+    case OpType::kAllReduce:
+    case OpType::kBroadcast:
+    case OpType::kReduce:
+      k.tensor(in, "tensor");
+      if (op.type != OpType::kAllReduce) k.rank_arg(op.root, "root");
+      break;
+    case OpType::kAllGather:
+    case OpType::kAllGatherV:
+      k.tensor(in, "input");
+      k.list(op.outputs, in, "output list", op.type == OpType::kAllGather);
+      if (op.type == OpType::kAllGatherV)
+        k.expect(op.outputs[c.rank].count == in.count,
+                 "output list[" + std::to_string(c.rank) + "] has " + std::to_string(op.outputs[c.rank].count) +
+                     " elements but this rank's input has " + std::to_string(in.count));
+      break;
+    case OpType::kAllGatherSingle:
+      k.tensor(in, "input");
+      k.tensor(out, "output");
+      k.same_dtype(in, out, "output");
+      k.expect(out.count == in.count * n, "output has " + std::to_string(out.count) +
+                                              " elements, expected size*input = " + std::to_string(in.count * n));
+      break;
+    case OpType::kReduceScatter:
+    case OpType::kReduceScatterV:
+      k.tensor(out, "output");
+      k.list(op.inputs, out, "input list", op.type == OpType::kReduceScatter);
+      if (op.type == OpType::kReduceScatterV)
+        k.expect(op.inputs[c.rank].count == out.count,
+                 "input list[" + std::to_string(c.rank) + "] has " + std::to_string(op.inputs[c.rank].count) +
+                     " elements but this rank's output has " + std::to_string(out.count));
+      break;
+    case OpType::kReduceScatterSingle:
+      k.tensor(in, "input");
+      k.tensor(out, "output");
+      k.same_dtype(in, out, "output");
+      k.expect(in.count == out.count * n, "input has " + std::to_string(in.count) +
+                                              " elements, expected size*output = " + std::to_string(out.count * n));
+      break;
+    case OpType::kAllToAll:
+      k.expect(!op.inputs.empty(), "input list is empty");
+      k.list(op.inputs, op.inputs[0], "input list", false);
+      k.list(op.outputs, op.inputs[0], "output list", false);
+      for (int r = 0; r < n; ++r)
+        k.expect(op.inputs[r].count == op.outputs[r].count,
+                 "input list[" + std::to_string(r) + "] has " + std::to_string(op.inputs[r].count) +
+                     " elements but output list[" + std::to_string(r) + "] has " +
+                     std::to_string(op.outputs[r].count));
+      break;
+    case OpType::kAllToAllSingle:
+      k.tensor(in, "input");
+      k.tensor(out, "output");
+      k.same_dtype(in, out, "output");
+      k.expect(in.count == out.count, "input has " + std::to_string(in.count) + " elements but output has " +
+                                          std::to_string(out.count));
+      k.expect(in.count % n == 0, "input has " + std::to_string(in.count) +
+                                      " elements, not divisible by the comm size " + std::to_string(n));
+      break;
+    case OpType::kAllToAllVSingle:
+      k.tensor(in, "input");
+      k.tensor(out, "output");
+      k.same_dtype(in, out, "output");
+      k.splits(op.input_splits, in, "input splits");
+      k.splits(op.output_splits, out, "output splits");
+      break;
+    case OpType::kGather:
+      k.tensor(in, "input");
+      k.rank_arg(op.root, "root");
+      if (c.rank == op.root) k.list(op.outputs, in, "output list", true);
+      break;
+    case OpType::kGatherSingle:
+      k.tensor(in, "input");
+      k.rank_arg(op.root, "root");
+      if (c.rank == op.root) {
+        k.tensor(out, "output");
+        k.same_dtype(in, out, "output");
+        k.expect(out.count == in.count * n, "output has " + std::to_string(out.count) +
+                                                " elements, expected size*input = " + std::to_string(in.count * n));
+      }
+      break;
+    case OpType::kScatter:
+      k.tensor(out, "output");
+      k.rank_arg(op.root, "root");
+      if (c.rank == op.root) k.list(op.inputs, out, "input list", true);
+      break;
+    case OpType::kBarrier:
+      break;
+    case OpType::kSend:
+    case OpType::kRecv:
+      k.tensor(in, "tensor");
+      k.rank_arg(op.root, op.type == OpType::kSend ? "destination rank" : "source rank");
+      k.expect(op.root != c.rank, std::string(op.type == OpType::kSend ? "destination" : "source") +
+                                      " is this rank itself");
+      break;
+    case OpType::kBatchP2P:
+      for (size_t i = 0; i < op.p2p.size(); ++i) {
+        std::string role = std::string(op.p2p[i].is_send ? "send" : "recv") + " #" + std::to_string(i);
+        k.tensor(op.p2p[i].tensor, role);
+        k.rank_arg(op.p2p[i].peer, role + " peer");
+        k.expect(op.p2p[i].peer != c.rank, role + " peer is this rank itself");
+      }
+      break;
+    case OpType::kAllToAllVDynamic:
+      k.fail(ErrorCode::kUnsupported, "all_to_all_v_dynamic is not available through this entry point");
+  }
+  DataType dt = in.data || in.count ? in.dtype : out.dtype;
+  if (op.type == OpType::kReduceScatter || op.type == OpType::kReduceScatterV || op.type == OpType::kScatter)
+    dt = out.dtype;
+  if (op.type == OpType::kAllToAll) dt = op.inputs[0].dtype;
+  if (is_reduction(op.type)) k.reduction(dt);
+  if (!c.backend->supports(op.type, dt, op.op.kind)) {
+    std::string what = std::string(op.name()) + " on " + dtype_name(dt);
+    if (is_reduction(op.type)) what += std::string(" with ") + reduce_kind_name(op.op.kind);
+    k.fail(ErrorCode::kUnsupported, "backend '" + c.backend_name + "' does not support " + what);
+  }
+}
+
+}  // namespace commx

@@ -1,0 +1,123 @@
+// HashStore: an in-process store (threads as ranks, single-rank jobs, tests).
+// Layer: store.
+#include <condition_variable>
+#include <map>
+#include <mutex>
+
+#include "commx/error.h"
+#include "commx/store.h"
+
+namespace commx {
+namespace {
+
+class HashStore : public Store {
+ public:
+  void set(const std::string& key, const Bytes& value) override {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      kv_[key] = value;
+    }
+    cv_.notify_all();
+  }
+  Bytes get(const std::string& key) override {
+    wait({key}, timeout());
+    std::lock_guard<std::mutex> g(mu_);
+    return kv_.at(key);
+  }
+  int64_t add(const std::string& key, int64_t delta) override {
+    int64_t v;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      auto it = kv_.find(key);
+      int64_t cur = 0;
+      if (it != kv_.end()) cur = std::stoll(std::string(it->second.begin(), it->second.end()));
+      v = cur + delta;
+      std::string s = std::to_string(v);
+      kv_[key] = Bytes(s.begin(), s.end());
+    }
+    cv_.notify_all();
+    return v;
+  }
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override {
+    Bytes result;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      auto it = kv_.find(key);
+      if (it == kv_.end()) {
+        if (!expected.empty()) return expected;
+        kv_[key] = desired;
+        result = desired;
+      } else if (it->second == expected) {
+        it->second = desired;
+        result = desired;
+      } else {
+        return it->second;
+      }
+    }
+    cv_.notify_all();
+    return result;
+  }
+  bool check(const std::vector<std::string>& keys) override {
+    std::lock_guard<std::mutex> g(mu_);
+    return all_present(keys);
+  }
+  void wait(const std::vector<std::string>& keys, Timeout timeout) override {
+    std::unique_lock<std::mutex> g(mu_);
+    if (!cv_.wait_for(g, timeout, [&] { return all_present(keys); })) {
+      std::string names;
+      for (auto& k : keys)
+        if (!kv_.count(k)) names += (names.empty() ? "" : ", ") + k;
+      throw Error(ErrorCode::kTimeout, "store wait timed out after " + std::to_string(timeout.count()) +
+                                           " ms for keys: " + names);
+    }
+  }
+  bool delete_key(const std::string& key) override {
+    std::lock_guard<std::mutex> g(mu_);
+    return kv_.erase(key) > 0;
+  }
+  int64_t num_keys() override {
+    std::lock_guard<std::mutex> g(mu_);
+    return static_cast<int64_t>(kv_.size());
+  }
+  void append(const std::string& key, const Bytes& value) override {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      auto& v = kv_[key];
+      v.insert(v.end(), value.begin(), value.end());
+    }
+    cv_.notify_all();
+  }
+  std::vector<Bytes> multi_get(const std::vector<std::string>& keys) override {
+    wait(keys, timeout());
+    std::lock_guard<std::mutex> g(mu_);
+    std::vector<Bytes> out;
+    for (auto& k : keys) out.push_back(kv_.at(k));
+    return out;
+  }
+  void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override {
+    if (keys.size() != values.size())
+      throw Error(ErrorCode::kInvalidArgument, "multi_set: " + std::to_string(keys.size()) + " keys but " +
+                                                   std::to_string(values.size()) + " values");
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      for (size_t i = 0; i < keys.size(); ++i) kv_[keys[i]] = values[i];
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  bool all_present(const std::vector<std::string>& keys) const {
+    for (auto& k : keys)
+      if (!kv_.count(k)) return false;
+    return true;
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, Bytes> kv_;
+};
+
+}  // namespace
+
+std::shared_ptr<Store> make_hash_store() { return std::make_shared<HashStore>(); }
+
+}  // namespace commx
