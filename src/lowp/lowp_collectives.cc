@@ -1,0 +1,254 @@
+// Low-precision collectives (FP8 on the wire, FP32 accumulation) over Transport::exchange().
+// Layer: algorithms (low-precision). See lowp_collectives.h for the schedule of each op.
+#include "lowp/lowp_collectives.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "commx/error.h"
+
+namespace commx::lowp {
+
+namespace {
+
+constexpr size_t kAlign = 64;
+size_t round_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+// Phases of an op draw distinct stochastic-rounding streams.
+uint64_t stream_of(const LowpContext& c, int phase) {
+  return (c.sr_stream * 4 + static_cast<uint64_t>(phase)) * 65536 + static_cast<uint64_t>(c.rank);
+}
+
+[[noreturn]] void fail(const LowpContext& c, const std::string& what) {
+  throw Error(ErrorCode::kInvalidArgument, c.ctx + what);
+}
+
+void check_tensor(const LowpContext& c, const Tensor& t, const char* what) {
+  if (!codec_supports(t.dtype))
+    throw Error(ErrorCode::kUnsupported, c.ctx + "low precision needs f32, bf16 or f16 " + what +
+                                             ", not " + dtype_name(t.dtype));
+  if (!t.device.is_cpu())
+    fail(c, std::string("low-precision host path got a ") + what + " on " + t.device.str());
+  if (t.count < 0) fail(c, std::string(what) + " has a negative count");
+  if (t.count > 0 && t.data == nullptr) fail(c, std::string(what) + " has a null data pointer");
+}
+
+void check_list(const LowpContext& c, std::span<const Tensor> list, const Tensor& ref,
+                const char* what) {
+  if (static_cast<int>(list.size()) != c.size)
+    fail(c, std::string(what) + " has " + std::to_string(list.size()) + " tensors, expected " +
+                std::to_string(c.size));
+  for (size_t i = 0; i < list.size(); ++i) {
+    check_tensor(c, list[i], what);
+    if (list[i].dtype != ref.dtype)
+      fail(c, std::string(what) + "[" + std::to_string(i) + "] is " + dtype_name(list[i].dtype) +
+                  ", expected " + dtype_name(ref.dtype));
+  }
+}
+
+void exchange(const LowpContext& c, const std::vector<SendReq>& s, const std::vector<RecvReq>& r) {
+  if (s.empty() && r.empty()) return;
+  c.transport.exchange(s, r, c.deadline);
+}
+
+// Slices of n elements, block-aligned, as even as whole blocks allow.
+struct Slices {
+  std::vector<int64_t> off, len;
+  Slices(int64_t n, int64_t block, int size) : off(size), len(size) {
+    const int64_t nb = num_blocks(n, block);
+    for (int r = 0; r < size; ++r) {
+      int64_t b0 = nb * r / size, b1 = nb * (r + 1) / size;
+      off[r] = std::min(n, b0 * block);
+      len[r] = std::min(n, b1 * block) - off[r];
+    }
+  }
+};
+
+const void* at(const Tensor& t, int64_t elem) {
+  return static_cast<const char*>(t.data) + elem * static_cast<int64_t>(dtype_size(t.dtype));
+}
+void* at_mut(const Tensor& t, int64_t elem) {
+  return static_cast<char*>(t.data) + elem * static_cast<int64_t>(dtype_size(t.dtype));
+}
+
+// Direct reduce-scatter of `n` elements: `slice_src(p)` is this rank's contribution for rank p,
+// of `len(p)` elements. Leaves the FP32 sum (divided by size for AVG) of this rank's slice in acc.
+template <typename SrcFn, typename LenFn>
+void reduce_to_owner(const LowpContext& c, SrcFn slice_src, LenFn len, DataType dtype,
+                     ReduceKind kind, std::vector<float>& acc) {
+  const Fp8Codec& codec = c.codec;
+  const int64_t mine = len(c.rank);
+  std::vector<size_t> soff(c.size + 1, 0);
+  for (int p = 0; p < c.size; ++p)
+    soff[p + 1] = soff[p] + (p == c.rank ? 0 : round_up(codec.encoded_bytes(len(p))));
+  const size_t rstride = round_up(codec.encoded_bytes(mine));
+  std::vector<uint8_t> sendbuf(soff[c.size]), recvbuf(rstride * c.size);
+
+  std::vector<SendReq> sends;
+  std::vector<RecvReq> recvs;
+  for (int p = 0; p < c.size; ++p) {
+    if (p == c.rank) continue;
+    if (len(p) > 0) {
+      codec.encode(slice_src(p), dtype, len(p), sendbuf.data() + soff[p], c.stats,
+                   stream_of(c, 0), 0);
+      sends.push_back({p, sendbuf.data() + soff[p], codec.encoded_bytes(len(p))});
+    }
+    if (mine > 0) recvs.push_back({p, recvbuf.data() + rstride * p, codec.encoded_bytes(mine)});
+  }
+  exchange(c, sends, recvs);
+
+  acc.assign(static_cast<size_t>(mine), 0.0f);
+  if (mine == 0) return;
+  std::vector<float> own(static_cast<size_t>(mine));
+  for (int p = 0; p < c.size; ++p) {  // fixed order: rank 0, 1, ...
+    if (p == c.rank) {
+      to_float(slice_src(p), dtype, mine, own.data());
+      for (int64_t i = 0; i < mine; ++i) acc[i] = acc[i] + own[i];
+    } else {
+      codec.accumulate(acc.data(), recvbuf.data() + rstride * p, mine);
+    }
+  }
+  if (kind == ReduceKind::kAvg) {
+    const float d = static_cast<float>(c.size);
+    for (float& v : acc) v = v / d;
+  }
+}
+
+}  // namespace
+
+void lowp_all_reduce(const LowpContext& c, const Tensor& in, const Tensor& out, ReduceKind kind) {
+  check_tensor(c, in, "input");
+  check_tensor(c, out, "output");
+  if (in.count != out.count || in.dtype != out.dtype)
+    fail(c, "all_reduce input and output differ in count or dtype");
+  if (kind != ReduceKind::kSum && kind != ReduceKind::kAvg)
+    throw Error(ErrorCode::kUnsupported, c.ctx + "low-precision all_reduce supports SUM and AVG, not " +
+                                             reduce_kind_name(kind));
+  const int64_t n = in.count;
+  if (n == 0) return;
+  const Fp8Codec& codec = c.codec;
+  Slices sl(n, codec.config().block, c.size);
+
+  std::vector<float> acc;
+  reduce_to_owner(
+      c, [&](int p) { return at(in, sl.off[p]); }, [&](int p) { return sl.len[p]; }, in.dtype,
+      kind, acc);
+
+  // Re-quantize the reduced slice once; all ranks (this one included) decode these bytes.
+  std::vector<size_t> goff(c.size + 1, 0);
+  for (int p = 0; p < c.size; ++p) goff[p + 1] = goff[p] + round_up(codec.encoded_bytes(sl.len[p]));
+  std::vector<uint8_t> gbuf(goff[c.size]);
+  const int64_t mine = sl.len[c.rank];
+  uint8_t* my_enc = gbuf.data() + goff[c.rank];
+  if (mine > 0)
+    codec.encode(acc.data(), DataType::kFloat32, mine, my_enc, c.stats, stream_of(c, 1),
+                 sl.off[c.rank]);
+
+  std::vector<SendReq> sends;
+  std::vector<RecvReq> recvs;
+  for (int p = 0; p < c.size; ++p) {
+    if (p == c.rank) continue;
+    if (mine > 0) sends.push_back({p, my_enc, codec.encoded_bytes(mine)});
+    if (sl.len[p] > 0) recvs.push_back({p, gbuf.data() + goff[p], codec.encoded_bytes(sl.len[p])});
+  }
+  exchange(c, sends, recvs);
+  for (int p = 0; p < c.size; ++p)
+    if (sl.len[p] > 0) codec.decode(gbuf.data() + goff[p], sl.len[p], at_mut(out, sl.off[p]), out.dtype);
+}
+
+void lowp_reduce_scatter(const LowpContext& c, std::span<const Tensor> ins, const Tensor& out,
+                         ReduceKind kind) {
+  check_tensor(c, out, "output");
+  check_list(c, ins, out, "inputs");
+  for (int p = 0; p < c.size; ++p)
+    if (ins[p].count != out.count)
+      fail(c, "reduce_scatter inputs[" + std::to_string(p) + "] has " +
+                  std::to_string(ins[p].count) + " elements, output has " +
+                  std::to_string(out.count));
+  if (kind != ReduceKind::kSum && kind != ReduceKind::kAvg)
+    throw Error(ErrorCode::kUnsupported, c.ctx +
+                                             "low-precision reduce_scatter supports SUM and AVG, not " +
+                                             reduce_kind_name(kind));
+  if (out.count == 0) return;
+  std::vector<float> acc;
+  reduce_to_owner(
+      c, [&](int p) { return static_cast<const void*>(ins[p].data); },
+      [&](int) { return out.count; }, out.dtype, kind, acc);
+  from_float(acc.data(), out.count, out.data, out.dtype);
+}
+
+void lowp_all_gather(const LowpContext& c, const Tensor& in, std::span<const Tensor> outs) {
+  check_tensor(c, in, "input");
+  check_list(c, outs, in, "outputs");
+  for (int p = 0; p < c.size; ++p)
+    if (outs[p].count != in.count)
+      fail(c, "all_gather outputs[" + std::to_string(p) + "] has " +
+                  std::to_string(outs[p].count) + " elements, input has " +
+                  std::to_string(in.count));
+  const int64_t n = in.count;
+  if (n == 0) return;
+  const Fp8Codec& codec = c.codec;
+  const size_t stride = round_up(codec.encoded_bytes(n));
+  const size_t bytes = codec.encoded_bytes(n);
+  std::vector<uint8_t> buf(stride * c.size);
+  uint8_t* mine = buf.data() + stride * c.rank;
+  codec.encode(in.data, in.dtype, n, mine, c.stats, stream_of(c, 2), 0);
+  std::vector<SendReq> sends;
+  std::vector<RecvReq> recvs;
+  for (int p = 0; p < c.size; ++p) {
+    if (p == c.rank) continue;
+    sends.push_back({p, mine, bytes});
+    recvs.push_back({p, buf.data() + stride * p, bytes});
+  }
+  exchange(c, sends, recvs);
+  for (int p = 0; p < c.size; ++p) codec.decode(buf.data() + stride * p, n, outs[p].data, outs[p].dtype);
+}
+
+void lowp_all_to_all(const LowpContext& c, std::span<const Tensor> ins,
+                     std::span<const Tensor> outs) {
+  if (ins.empty()) fail(c, "all_to_all has no inputs");
+  check_list(c, ins, ins[0], "inputs");
+  check_list(c, outs, ins[0], "outputs");
+  if (outs[c.rank].count != ins[c.rank].count)
+    fail(c, "all_to_all inputs[" + std::to_string(c.rank) + "] has " +
+                std::to_string(ins[c.rank].count) + " elements but outputs[" +
+                std::to_string(c.rank) + "] has " + std::to_string(outs[c.rank].count));
+  const Fp8Codec& codec = c.codec;
+  // Each message starts with its element count so that a disagreement is reported clearly.
+  constexpr size_t kHeader = 8;
+  std::vector<size_t> soff(c.size + 1, 0), roff(c.size + 1, 0);
+  for (int p = 0; p < c.size; ++p) {
+    bool self = p == c.rank;
+    soff[p + 1] = soff[p] + (self ? 0 : round_up(kHeader + codec.encoded_bytes(ins[p].count)));
+    roff[p + 1] = roff[p] + (self ? 0 : round_up(kHeader + codec.encoded_bytes(outs[p].count)));
+  }
+  std::vector<uint8_t> sbuf(soff[c.size]), rbuf(roff[c.size]);
+  std::vector<SendReq> sends;
+  std::vector<RecvReq> recvs;
+  for (int p = 0; p < c.size; ++p) {
+    if (p == c.rank) continue;
+    int64_t cnt = ins[p].count;
+    std::memcpy(sbuf.data() + soff[p], &cnt, kHeader);
+    if (cnt > 0)
+      codec.encode(ins[p].data, ins[p].dtype, cnt, sbuf.data() + soff[p] + kHeader, c.stats,
+                   stream_of(c, 3), 0);
+    sends.push_back({p, sbuf.data() + soff[p], kHeader + codec.encoded_bytes(cnt)});
+    recvs.push_back({p, rbuf.data() + roff[p], kHeader + codec.encoded_bytes(outs[p].count)});
+  }
+  exchange(c, sends, recvs);
+  if (ins[c.rank].count > 0 && outs[c.rank].data != ins[c.rank].data)
+    std::memcpy(outs[c.rank].data, ins[c.rank].data, ins[c.rank].nbytes());
+  for (int p = 0; p < c.size; ++p) {
+    if (p == c.rank) continue;
+    int64_t cnt;
+    std::memcpy(&cnt, rbuf.data() + roff[p], kHeader);
+    if (cnt != outs[p].count)
+      fail(c, "all_to_all: rank " + std::to_string(p) + " sent " + std::to_string(cnt) +
+                  " elements but outputs[" + std::to_string(p) + "] has " +
+                  std::to_string(outs[p].count));
+    if (cnt > 0) codec.decode(rbuf.data() + roff[p] + kHeader, cnt, outs[p].data, outs[p].dtype);
+  }
+}
+
+}  // namespace commx::lowp
