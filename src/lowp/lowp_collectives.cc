@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "commx/error.h"
+#include "commx/numeric.h"
 
 namespace commx::lowp {
 
@@ -17,7 +18,7 @@ size_t round_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
 // Phases of an op draw distinct stochastic-rounding streams.
 uint64_t stream_of(const LowpContext& c, int phase) {
-  return (c.sr_stream * 4 + static_cast<uint64_t>(phase)) * 65536 + static_cast<uint64_t>(c.rank);
+  return (c.sr_stream * 8 + static_cast<uint64_t>(phase)) * 65536 + static_cast<uint64_t>(c.rank);
 }
 
 [[noreturn]] void fail(const LowpContext& c, const std::string& what) {
@@ -136,25 +137,52 @@ void lowp_all_reduce(const LowpContext& c, const Tensor& in, const Tensor& out, 
       kind, acc);
 
   // Re-quantize the reduced slice once; all ranks (this one included) decode these bytes.
+  // Two-term: the residual s - D(Q(s)) follows as a second encoded chunk (0 where D(Q(s)) is not
+  // finite, so that Inf stays Inf).
+  const int terms = c.two_term_gather ? 2 : 1;
+  auto gbytes = [&](int p) { return terms * codec.encoded_bytes(sl.len[p]); };
   std::vector<size_t> goff(c.size + 1, 0);
-  for (int p = 0; p < c.size; ++p) goff[p + 1] = goff[p] + round_up(codec.encoded_bytes(sl.len[p]));
+  for (int p = 0; p < c.size; ++p) goff[p + 1] = goff[p] + round_up(gbytes(p));
   std::vector<uint8_t> gbuf(goff[c.size]);
   const int64_t mine = sl.len[c.rank];
   uint8_t* my_enc = gbuf.data() + goff[c.rank];
-  if (mine > 0)
+  if (mine > 0) {
     codec.encode(acc.data(), DataType::kFloat32, mine, my_enc, c.stats, stream_of(c, 1),
                  sl.off[c.rank]);
+    if (terms == 2) {
+      std::vector<float> d(static_cast<size_t>(mine));
+      codec.decode(my_enc, mine, d.data(), DataType::kFloat32);
+      for (int64_t i = 0; i < mine; ++i) {
+        bool finite = (float_bits(d[i]) & 0x7f800000u) != 0x7f800000u;
+        d[i] = finite ? acc[i] - d[i] : 0.0f;
+      }
+      codec.encode(d.data(), DataType::kFloat32, mine, my_enc + codec.encoded_bytes(mine),
+                   c.stats, stream_of(c, 4), sl.off[c.rank]);
+    }
+  }
 
   std::vector<SendReq> sends;
   std::vector<RecvReq> recvs;
   for (int p = 0; p < c.size; ++p) {
     if (p == c.rank) continue;
-    if (mine > 0) sends.push_back({p, my_enc, codec.encoded_bytes(mine)});
-    if (sl.len[p] > 0) recvs.push_back({p, gbuf.data() + goff[p], codec.encoded_bytes(sl.len[p])});
+    if (mine > 0) sends.push_back({p, my_enc, gbytes(c.rank)});
+    if (sl.len[p] > 0) recvs.push_back({p, gbuf.data() + goff[p], gbytes(p)});
   }
   exchange(c, sends, recvs);
-  for (int p = 0; p < c.size; ++p)
-    if (sl.len[p] > 0) codec.decode(gbuf.data() + goff[p], sl.len[p], at_mut(out, sl.off[p]), out.dtype);
+  std::vector<float> d;
+  for (int p = 0; p < c.size; ++p) {
+    const int64_t m = sl.len[p];
+    if (m == 0) continue;
+    const uint8_t* e = gbuf.data() + goff[p];
+    if (terms == 1) {
+      codec.decode(e, m, at_mut(out, sl.off[p]), out.dtype);
+    } else {
+      d.resize(static_cast<size_t>(m));
+      codec.decode(e, m, d.data(), DataType::kFloat32);
+      codec.accumulate(d.data(), e + codec.encoded_bytes(m), m);
+      from_float(d.data(), m, at_mut(out, sl.off[p]), out.dtype);
+    }
+  }
 }
 
 void lowp_reduce_scatter(const LowpContext& c, std::span<const Tensor> ins, const Tensor& out,

@@ -7,6 +7,7 @@
 //                   its own slice exactly), AVG divides once, the reduced slice is re-quantized
 //                   once, all-gather of the encoded slices, decode. Every rank (the owner
 //                   included) decodes the same bytes: results are bit-identical on all ranks.
+//                   With two_term_gather the slice travels as Q(s) and Q(s - D(Q(s))).
 //   reduce_scatter  the first half of the above; the FP32 result is rounded to the output dtype.
 //   all_gather      each rank encodes its input once; everyone, itself included, decodes it.
 //   all_to_all      each chunk is encoded for its destination; a rank's own chunk is copied.
@@ -33,6 +34,10 @@ struct LowpContext {
   CodecStats* stats = nullptr;  // optional: counters of this rank's encodes are added
   uint64_t sr_stream = 0;       // stochastic rounding: distinct per op (e.g. the op's seq)
   std::string ctx;              // error prefix: op_context(...) of the caller
+  // all_reduce only: gather the reduced slices as two FP8 terms (value + residual, 2 bytes per
+  // element) instead of one, which removes nearly all of the re-quantization error at the cost
+  // of doubling the all-gather half's traffic (see docs/low_precision.md).
+  bool two_term_gather = false;
 };
 
 // `in` and `out` have the same count and dtype (f32/bf16/f16); in == out (in place) is allowed.

@@ -54,6 +54,12 @@ bool rounding_or_throw(const std::string& what, const std::string& v) {
   bad(what, v, "nearest or stochastic");
 }
 
+bool gather_or_throw(const std::string& what, const std::string& v) {
+  if (v == "fp8") return false;
+  if (v == "fp8x2") return true;
+  bad(what, v, "fp8 or fp8x2");
+}
+
 void check_block(const std::string& what, int64_t b) {
   if (b < 16 || b > kMaxBlock || b % 16 != 0)
     bad(what, std::to_string(b), "a multiple of 16 in [16, " + std::to_string(kMaxBlock) + "]");
@@ -97,6 +103,8 @@ LowpSettings resolve_lowp_settings(const Hints& hints) {
     s.codec.stochastic = rounding_or_throw("comm hint low_precision_rounding", *v);
   if (auto v = hint("low_precision_seed"))
     s.codec.seed = static_cast<uint64_t>(int_or_throw("comm hint low_precision_seed", *v));
+  if (auto v = hint("low_precision_gather"))
+    s.two_term_gather = gather_or_throw("comm hint low_precision_gather", *v);
 
   // Environment overrides (RCCL_LOW_PRECISION_ENABLE is the seed-compatible alias).
   if (auto v = env_first({"COMMX_LOW_PRECISION_ENABLE", "RCCL_LOW_PRECISION_ENABLE"})) {
@@ -122,6 +130,8 @@ LowpSettings resolve_lowp_settings(const Hints& hints) {
   if (auto v = env_str("COMMX_LOW_PRECISION_SEED"))
     s.codec.seed =
         static_cast<uint64_t>(int_or_throw("environment variable COMMX_LOW_PRECISION_SEED", *v));
+  if (auto v = env_str("COMMX_LOW_PRECISION_GATHER"))
+    s.two_term_gather = gather_or_throw("environment variable COMMX_LOW_PRECISION_GATHER", *v);
   return s;
 }
 
@@ -157,9 +167,9 @@ bool lowp_eligible(OpType t, DataType dtype, ReduceOp op, std::string* why) {
   return true;
 }
 
-std::optional<CodecConfig> lowp_choice(const LowpSettings& s, OpType t, DataType dtype,
-                                       ReduceOp op, int64_t bytes, const Hints& op_hints,
-                                       const std::string& ctx) {
+std::optional<LowpPlan> lowp_choice(const LowpSettings& s, OpType t, DataType dtype,
+                                    ReduceOp op, int64_t bytes, const Hints& op_hints,
+                                    const std::string& ctx) {
   auto it = op_hints.find("low_precision");
   if (it != op_hints.end() && it->second != "auto") {
     auto m = parse_mode(it->second);
@@ -172,13 +182,13 @@ std::optional<CodecConfig> lowp_choice(const LowpSettings& s, OpType t, DataType
     if (!lowp_eligible(t, dtype, op, &why))
       throw Error(ErrorCode::kUnsupported, ctx + "op hint low_precision='" + it->second +
                                                "' cannot be honoured: " + why);
-    CodecConfig cfg = s.codec;
-    if (m->format) cfg.format = *m->format;
-    return cfg;
+    LowpPlan plan{s.codec, s.two_term_gather};
+    if (m->format) plan.codec.format = *m->format;
+    return plan;
   }
   if (!s.enabled || bytes < s.min_bytes || !lowp_eligible(t, dtype, op)) return std::nullopt;
   if (!s.per_collective[static_cast<int>(*lowp_collective_of(t))]) return std::nullopt;
-  return s.codec;
+  return LowpPlan{s.codec, s.two_term_gather};
 }
 
 }  // namespace commx::lowp

@@ -29,10 +29,18 @@ struct LowpSettings {
   bool per_collective[kNumLowpCollectives] = {true, true, true, true};
   int64_t min_bytes = kDefaultMinBytes;
   CodecConfig codec;  // format, block, rounding, seed
+  bool two_term_gather = false;  // all_reduce: gather value + residual (LowpContext)
+};
+
+// What an op runs with when it runs in low precision.
+struct LowpPlan {
+  CodecConfig codec;
+  bool two_term_gather = false;
 };
 
 // Reads the comm hints (`low_precision`, `low_precision_min_bytes`, `low_precision_block`,
-// `low_precision_rounding`, `low_precision_seed`) and then the environment, which overrides.
+// `low_precision_rounding`, `low_precision_seed`,
+// `low_precision_gather`) and then the environment, which overrides.
 // Throws InvalidArgument naming the hint or variable whose value is bad.
 LowpSettings resolve_lowp_settings(const Hints& comm_hints);
 
@@ -47,8 +55,8 @@ bool lowp_eligible(OpType t, DataType dtype, ReduceOp op, std::string* why = nul
 // The codec to use for this op, or nullopt for the normal path. `bytes` is a size every rank
 // agrees on (count of the op's per-rank input times the dtype size). An op hint that forces FP8
 // on an ineligible op throws Unsupported, prefixed by `ctx` (op_context of the caller).
-std::optional<CodecConfig> lowp_choice(const LowpSettings& s, OpType t, DataType dtype,
-                                       ReduceOp op, int64_t bytes, const Hints& op_hints,
-                                       const std::string& ctx = "");
+std::optional<LowpPlan> lowp_choice(const LowpSettings& s, OpType t, DataType dtype,
+                                    ReduceOp op, int64_t bytes, const Hints& op_hints,
+                                    const std::string& ctx = "");
 
 }  // namespace commx::lowp

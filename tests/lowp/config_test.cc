@@ -28,7 +28,8 @@ class EnvGuard {
           "COMMX_LOW_PRECISION_ENABLE_ALLREDUCE", "COMMX_LOW_PRECISION_ENABLE_ALLGATHER",
           "COMMX_LOW_PRECISION_ENABLE_REDUCESCATTER", "COMMX_LOW_PRECISION_ENABLE_ALLTOALL",
           "COMMX_LOW_PRECISION_MIN_BYTES", "COMMX_LOW_PRECISION_BLOCK",
-          "COMMX_LOW_PRECISION_ROUNDING", "COMMX_LOW_PRECISION_SEED"})
+          "COMMX_LOW_PRECISION_ROUNDING", "COMMX_LOW_PRECISION_SEED",
+          "COMMX_LOW_PRECISION_GATHER"})
       unsetenv(k);
   }
 };
@@ -56,7 +57,7 @@ TEST(LowpConfig, EnvEnablesAndRcclAliasWorks) {
     EXPECT_TRUE(s.enabled) << var;
     auto c = lowp_choice(s, OpType::kAllReduce, kF32, ReduceOp::SUM, kBig, {});
     ASSERT_TRUE(c) << var;
-    EXPECT_EQ(c->format, Fp8Format::kE4M3);
+    EXPECT_EQ(c->codec.format, Fp8Format::kE4M3);
     // Below the threshold: the normal path.
     EXPECT_FALSE(lowp_choice(s, OpType::kAllReduce, kF32, ReduceOp::SUM, 1024, {}));
   }
@@ -72,7 +73,8 @@ TEST(LowpConfig, CommHintsAndEnvOverride) {
           {"low_precision_min_bytes", "4096"},
           {"low_precision_block", "128"},
           {"low_precision_rounding", "stochastic"},
-          {"low_precision_seed", "42"}};
+          {"low_precision_seed", "42"},
+          {"low_precision_gather", "fp8x2"}};
   LowpSettings s = resolve_lowp_settings(h);
   EXPECT_TRUE(s.enabled);
   EXPECT_EQ(s.codec.format, Fp8Format::kE5M2);
@@ -80,12 +82,19 @@ TEST(LowpConfig, CommHintsAndEnvOverride) {
   EXPECT_EQ(s.codec.block, 128);
   EXPECT_TRUE(s.codec.stochastic);
   EXPECT_EQ(s.codec.seed, 42u);
+  EXPECT_TRUE(s.two_term_gather);
+  auto plan = lowp_choice(s, OpType::kAllReduce, kF32, ReduceOp::SUM, kBig, {});
+  ASSERT_TRUE(plan);
+  EXPECT_TRUE(plan->two_term_gather);
+  EXPECT_EQ(plan->codec.block, 128);
   env.set("COMMX_LOW_PRECISION_ENABLE", "off");
   env.set("COMMX_LOW_PRECISION_BLOCK", "512");
   env.set("COMMX_LOW_PRECISION_MIN_BYTES", "0");
   env.set("COMMX_LOW_PRECISION_FORMAT", "e4m3");
   env.set("COMMX_LOW_PRECISION_ROUNDING", "nearest");
+  env.set("COMMX_LOW_PRECISION_GATHER", "fp8");
   s = resolve_lowp_settings(h);
+  EXPECT_FALSE(s.two_term_gather);
   EXPECT_FALSE(s.enabled);
   EXPECT_EQ(s.codec.block, 512);
   EXPECT_EQ(s.min_bytes, 0);
@@ -131,7 +140,7 @@ TEST(LowpConfig, OpHintPrecedence) {
   LowpSettings s = resolve_lowp_settings({});  // off
   auto c = lowp_choice(s, OpType::kAllReduce, kF32, ReduceOp::SUM, 16, {{"low_precision", "fp8e5m2"}});
   ASSERT_TRUE(c);  // forced, below the threshold too
-  EXPECT_EQ(c->format, Fp8Format::kE5M2);
+  EXPECT_EQ(c->codec.format, Fp8Format::kE5M2);
   env.set("COMMX_LOW_PRECISION_ENABLE", "1");
   s = resolve_lowp_settings({});
   EXPECT_FALSE(lowp_choice(s, OpType::kAllReduce, kF32, ReduceOp::SUM, kBig, {{"low_precision", "off"}}));
@@ -156,6 +165,7 @@ TEST(LowpConfig, BadValuesAreClearErrors) {
     EXPECT_THROW(resolve_lowp_settings({{"low_precision_block", "100"}}), Error);
     EXPECT_THROW(resolve_lowp_settings({{"low_precision_min_bytes", "lots"}}), Error);
     EXPECT_THROW(resolve_lowp_settings({{"low_precision_rounding", "up"}}), Error);
+    EXPECT_THROW(resolve_lowp_settings({{"low_precision_gather", "fp16"}}), Error);
     EXPECT_THROW(lowp_choice(LowpSettings{}, OpType::kAllReduce, kF32, ReduceOp::SUM, 1,
                              {{"low_precision", "maybe"}}),
                  Error);
