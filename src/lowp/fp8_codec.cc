@@ -1,6 +1,7 @@
 // CPU reference implementation of the block-scaled FP8 codec (see fp8_codec.h for the format).
 // Loops are written branch-free per element so the compiler vectorises them; built with
-// -ffp-contract=off so that no multiply-add is fused (the GPU kernels round each step alike).
+// -ffp-contract=off so that no multiply-add is fused (the GPU kernels round each step alike);
+// -fno-trapping-math only lets it if-convert the selects (no result changes).
 // Layer: algorithms (low-precision codec).
 #include "lowp/fp8_codec.h"
 
@@ -28,6 +29,13 @@ bool codec_supports(DataType t) {
 }
 
 namespace {
+
+// x86-64: an AVX2 clone of the hot functions, picked at load time (FMA stays off: see above).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define COMMX_LOWP_CLONES __attribute__((target_clones("avx2", "default"), flatten))
+#else
+#define COMMX_LOWP_CLONES
+#endif
 
 constexpr uint32_t kAbsMask = 0x7fffffffu;
 constexpr uint32_t kInfBits = 0x7f800000u;
@@ -63,10 +71,31 @@ const Fp8Traits& traits(Fp8Format f) {
   return f == Fp8Format::kE4M3 ? e4 : e5;
 }
 
+// Branch-free float -> bf16 / f16 (round to nearest even), the same bits as numeric.h.
+inline uint16_t f32_to_bf16_fast(float f) {
+  uint32_t u = f2u(f);
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  uint32_t q = (u >> 16) | 0x40u;  // quiet NaN
+  return static_cast<uint16_t>((u & kAbsMask) > kInfBits ? q : r);
+}
+inline uint16_t f32_to_f16_fast(float f) {
+  uint32_t u = f2u(f);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  uint32_t a = u & kAbsMask;
+  uint32_t sub = f2u(u2f(a) + 0.5f) - 0x3f000000u;  // ulp of 0.5 is 2^-24, f16's quantum
+  uint32_t nor = (a + 0xfffu + ((a >> 13) & 1u) - (112u << 23)) >> 13;
+  uint32_t c = a < 0x38800000u ? sub : nor;
+  c = a >= 0x477ff000u ? 0x7c00u : c;
+  c = a > kInfBits ? 0x7e00u : c;
+  return static_cast<uint16_t>(sign | c);
+}
+
 // Encodes one block of m floats: writes its scale and m codes.
-void encode_block(const float* x, int64_t m, float* scale_out, uint8_t* codes,
-                  const CodecConfig& cfg, const Fp8Traits& t, CodecStats* st, uint64_t stream,
-                  int64_t offset) {
+template <bool kE5>
+void encode_block(const float* __restrict x, int64_t m, float* scale_out,
+                  uint8_t* __restrict codes, const CodecConfig& cfg, CodecStats* st,
+                  uint64_t stream, int64_t offset) {
+  constexpr Fp8Traits t = kE5 ? e5m2_traits() : e4m3_traits();
   uint32_t amax = 0;
   for (int64_t i = 0; i < m; ++i) {
     uint32_t a = f2u(x[i]) & kAbsMask;
@@ -118,9 +147,9 @@ void encode_block(const float* x, int64_t m, float* scale_out, uint8_t* codes,
     uint64_t under = 0, sat = 0;
     for (int64_t i = 0; i < m; ++i) {
       uint32_t a = f2u(x[i]) & kAbsMask;
-      under += (a != 0 && a < kInfBits && (codes[i] & 0x7fu) == 0) ? 1 : 0;
-      float q = x[i] * inv;
-      sat += (a < kInfBits && (q > t.sat_mid || q < -t.sat_mid)) ? 1 : 0;
+      under += static_cast<uint64_t>((a != 0) & (a < kInfBits) & ((codes[i] & 0x7fu) == 0));
+      uint32_t qa = f2u(x[i] * inv) & kAbsMask;
+      sat += static_cast<uint64_t>((a < kInfBits) & (qa > f2u(t.sat_mid)));
     }
     st->underflow += under;
     st->saturated += sat;
@@ -181,12 +210,12 @@ void from_float(const float* src, int64_t n, void* dst, DataType dtype) {
       return;
     case DataType::kBFloat16: {
       uint16_t* d = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(src[i]);
+      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16_fast(src[i]);
       return;
     }
     case DataType::kFloat16: {
       uint16_t* d = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) d[i] = float_to_f16(src[i]);
+      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16_fast(src[i]);
       return;
     }
     default:
@@ -203,7 +232,7 @@ Fp8Codec::Fp8Codec(const CodecConfig& cfg) : cfg_(cfg) {
                     std::to_string(kMaxBlock) + "]");
 }
 
-void Fp8Codec::encode(const void* src, DataType dtype, int64_t n, uint8_t* dst, CodecStats* stats,
+COMMX_LOWP_CLONES void Fp8Codec::encode(const void* src, DataType dtype, int64_t n, uint8_t* dst, CodecStats* stats,
                       uint64_t sr_stream, int64_t sr_offset) const {
   if (!codec_supports(dtype))
     throw Error(ErrorCode::kUnsupported,
@@ -212,7 +241,7 @@ void Fp8Codec::encode(const void* src, DataType dtype, int64_t n, uint8_t* dst, 
   const int64_t nb = num_blocks(n, b);
   float* scales = reinterpret_cast<float*>(dst);  // 4-byte aligned when dst is (callers ensure)
   uint8_t* codes = dst + nb * 4;
-  const Fp8Traits& t = traits(cfg_.format);
+  const bool e5 = cfg_.format == Fp8Format::kE5M2;
   alignas(64) float tmp[kMaxBlock];
   const size_t esz = dtype_size(dtype);
   for (int64_t k = 0; k < nb; ++k) {
@@ -227,12 +256,15 @@ void Fp8Codec::encode(const void* src, DataType dtype, int64_t n, uint8_t* dst, 
       x = tmp;
     }
     float scale;
-    encode_block(x, m, &scale, codes + off, cfg_, t, stats, sr_stream, sr_offset + off);
+    if (e5)
+      encode_block<true>(x, m, &scale, codes + off, cfg_, stats, sr_stream, sr_offset + off);
+    else
+      encode_block<false>(x, m, &scale, codes + off, cfg_, stats, sr_stream, sr_offset + off);
     std::memcpy(&scales[k], &scale, 4);
   }
 }
 
-void Fp8Codec::decode(const uint8_t* enc, int64_t n, void* dst, DataType dtype) const {
+COMMX_LOWP_CLONES void Fp8Codec::decode(const uint8_t* enc, int64_t n, void* dst, DataType dtype) const {
   if (!codec_supports(dtype))
     throw Error(ErrorCode::kUnsupported,
                 std::string("low-precision codec: unsupported dtype ") + dtype_name(dtype));
@@ -258,7 +290,7 @@ void Fp8Codec::decode(const uint8_t* enc, int64_t n, void* dst, DataType dtype) 
   }
 }
 
-void Fp8Codec::accumulate(float* acc, const uint8_t* enc, int64_t n) const {
+COMMX_LOWP_CLONES void Fp8Codec::accumulate(float* acc, const uint8_t* enc, int64_t n) const {
   const int64_t b = cfg_.block;
   const int64_t nb = num_blocks(n, b);
   const uint8_t* codes = enc + nb * 4;
