@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #if defined(__CUDACC__)
 #define COMMX_HD __host__ __device__ __forceinline__
@@ -17,6 +18,10 @@ namespace commx::lowp {
 COMMX_HD uint32_t f2u(float f) {
 #if defined(__CUDA_ARCH__)
   return __float_as_uint(f);
+#elif defined(__CUDACC__)
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
 #else
   return __builtin_bit_cast(uint32_t, f);
 #endif
@@ -24,6 +29,10 @@ COMMX_HD uint32_t f2u(float f) {
 COMMX_HD float u2f(uint32_t u) {
 #if defined(__CUDA_ARCH__)
   return __uint_as_float(u);
+#elif defined(__CUDACC__)
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
 #else
   return __builtin_bit_cast(float, u);
 #endif
