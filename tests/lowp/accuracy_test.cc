@@ -24,7 +24,7 @@ namespace {
 constexpr int64_t kN = 1 << 16;  // elements per rank
 
 struct Row {
-  double commx, native;
+  double commx, native, native_unscaled;
 };
 
 float fp8_round(float x, Fp8Format f) {
@@ -35,7 +35,9 @@ float fp8_round(float x, Fp8Format f) {
 // Native FP8: one per-tensor scale chosen with hindsight (the largest magnitude of any input or
 // partial sum maps to the format's max: the most favourable scale for native), inputs cast to
 // FP8, partial sums accumulated in rank order and each rounded to FP8 (a ring's reduce steps).
-std::vector<double> native_fp8_sum(const std::vector<std::vector<double>>& in, Fp8Format f) {
+// `unscaled`: a plain cast (scale 1), what a user casting to torch.float8_e4m3fn gets.
+std::vector<double> native_fp8_sum(const std::vector<std::vector<double>>& in, Fp8Format f,
+                                   bool unscaled = false) {
   const float fmax = f == Fp8Format::kE4M3 ? 448.0f : 57344.0f;
   double amax = 0;
   std::vector<double> part(in[0].size(), 0.0);
@@ -44,7 +46,7 @@ std::vector<double> native_fp8_sum(const std::vector<std::vector<double>>& in, F
       part[i] += v[i];
       amax = std::max({amax, std::fabs(v[i]), std::fabs(part[i])});
     }
-  const float s = static_cast<float>(amax / fmax);
+  const float s = unscaled ? 1.0f : static_cast<float>(amax / fmax);
   std::vector<double> out(in[0].size());
   for (size_t i = 0; i < out.size(); ++i) {
     float p = fp8_round(static_cast<float>(in[0][i]) / s, f);
@@ -75,7 +77,8 @@ Row measure(Dist d, int size, Fp8Format f, DataType dt, int64_t block = kDefault
     lowp_all_reduce(c, io[r].tensor(), io[r].tensor(), ReduceKind::kSum);
   });
   for (int r = 1; r < size; ++r) EXPECT_TRUE(io[r].same_bits(io[0])) << "rank " << r;
-  return {rel_l2(io[0], ref), rel_l2(native_fp8_sum(vals, f), ref)};
+  return {rel_l2(io[0], ref), rel_l2(native_fp8_sum(vals, f), ref),
+          rel_l2(native_fp8_sum(vals, f, true), ref)};
 }
 
 const Dist kDists[] = {Dist::kNormal, Dist::kUniform, Dist::kStudentT, Dist::kCauchyClipped,
@@ -84,14 +87,15 @@ const Dist kDists[] = {Dist::kNormal, Dist::kUniform, Dist::kStudentT, Dist::kCa
 }  // namespace
 
 TEST(LowpAccuracy, E4M3UnderBoundAndBelowNativeFp8) {
-  std::printf("%-16s %5s %11s %11s %12s %6s %6s\n", "data", "ranks", "commx_fp8", "commx_fp8x2",
-              "native_fp8", "ratio", "ratio2");
+  std::printf("%-16s %5s %11s %11s %12s %6s %6s %14s\n", "data", "ranks", "commx_fp8",
+              "commx_fp8x2", "native_fp8", "ratio", "ratio2", "native_unscaled");
   for (Dist d : kDists) {
     for (int size : {2, 4, 8}) {
       Row r = measure(d, size, Fp8Format::kE4M3, DataType::kFloat32);
       Row r2 = measure(d, size, Fp8Format::kE4M3, DataType::kFloat32, kDefaultBlock, true);
-      std::printf("%-16s %5d %11.3e %11.3e %12.3e %6.2f %6.2f\n", dist_name(d), size, r.commx,
-                  r2.commx, r.native, r.commx / r.native, r2.commx / r.native);
+      std::printf("%-16s %5d %11.3e %11.3e %12.3e %6.2f %6.2f %14.3e\n", dist_name(d), size,
+                  r.commx, r2.commx, r.native, r.commx / r.native, r2.commx / r.native,
+                  r.native_unscaled);
       EXPECT_LT(r.commx, 4e-2) << dist_name(d) << " " << size;
       EXPECT_LT(r.commx, 0.95 * r.native) << dist_name(d) << " " << size;
       EXPECT_LT(r2.commx, 0.8 * r.commx) << dist_name(d) << " " << size;
