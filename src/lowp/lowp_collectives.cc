@@ -2,6 +2,7 @@
 // Layer: algorithms (low-precision). See lowp_collectives.h for the schedule of each op.
 #include "lowp/lowp_collectives.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -53,6 +54,23 @@ void exchange(const LowpContext& c, const std::vector<SendReq>& s, const std::ve
   c.transport.exchange(s, r, c.deadline);
 }
 
+// The context's scratch, or one that lives as long as this op.
+class Scratch {
+ public:
+  explicit Scratch(const LowpContext& c) : s_(c.scratch ? c.scratch : &local_) {}
+  LowpScratch* operator->() { return s_; }
+
+ private:
+  LowpScratch local_;
+  LowpScratch* s_;
+};
+
+template <typename T>
+T* grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
 // Slices of n elements, block-aligned, as even as whole blocks allow.
 struct Slices {
   std::vector<int64_t> off, len;
@@ -74,46 +92,49 @@ void* at_mut(const Tensor& t, int64_t elem) {
 }
 
 // Direct reduce-scatter of `n` elements: `slice_src(p)` is this rank's contribution for rank p,
-// of `len(p)` elements. Leaves the FP32 sum (divided by size for AVG) of this rank's slice in acc.
+// of `len(p)` elements. Returns the FP32 sum (divided by size for AVG) of this rank's slice, in
+// the scratch's acc.
 template <typename SrcFn, typename LenFn>
-void reduce_to_owner(const LowpContext& c, SrcFn slice_src, LenFn len, DataType dtype,
-                     ReduceKind kind, std::vector<float>& acc) {
+float* reduce_to_owner(const LowpContext& c, Scratch& sc, SrcFn slice_src, LenFn len,
+                       DataType dtype, ReduceKind kind) {
   const Fp8Codec& codec = c.codec;
   const int64_t mine = len(c.rank);
   std::vector<size_t> soff(c.size + 1, 0);
   for (int p = 0; p < c.size; ++p)
     soff[p + 1] = soff[p] + (p == c.rank ? 0 : round_up(codec.encoded_bytes(len(p))));
   const size_t rstride = round_up(codec.encoded_bytes(mine));
-  std::vector<uint8_t> sendbuf(soff[c.size]), recvbuf(rstride * c.size);
+  uint8_t* sendbuf = grow(sc->send, soff[c.size]);
+  uint8_t* recvbuf = grow(sc->recv, rstride * c.size);
 
   std::vector<SendReq> sends;
   std::vector<RecvReq> recvs;
   for (int p = 0; p < c.size; ++p) {
     if (p == c.rank) continue;
     if (len(p) > 0) {
-      codec.encode(slice_src(p), dtype, len(p), sendbuf.data() + soff[p], c.stats,
-                   stream_of(c, 0), 0);
-      sends.push_back({p, sendbuf.data() + soff[p], codec.encoded_bytes(len(p))});
+      codec.encode(slice_src(p), dtype, len(p), sendbuf + soff[p], c.stats, stream_of(c, 0), 0);
+      sends.push_back({p, sendbuf + soff[p], codec.encoded_bytes(len(p))});
     }
-    if (mine > 0) recvs.push_back({p, recvbuf.data() + rstride * p, codec.encoded_bytes(mine)});
+    if (mine > 0) recvs.push_back({p, recvbuf + rstride * p, codec.encoded_bytes(mine)});
   }
   exchange(c, sends, recvs);
 
-  acc.assign(static_cast<size_t>(mine), 0.0f);
-  if (mine == 0) return;
-  std::vector<float> own(static_cast<size_t>(mine));
+  float* acc = grow(sc->acc, static_cast<size_t>(mine));
+  if (mine == 0) return acc;
+  std::fill(acc, acc + mine, 0.0f);
+  float* own = grow(sc->tmp, static_cast<size_t>(mine));
   for (int p = 0; p < c.size; ++p) {  // fixed order: rank 0, 1, ...
     if (p == c.rank) {
-      to_float(slice_src(p), dtype, mine, own.data());
+      to_float(slice_src(p), dtype, mine, own);
       for (int64_t i = 0; i < mine; ++i) acc[i] = acc[i] + own[i];
     } else {
-      codec.accumulate(acc.data(), recvbuf.data() + rstride * p, mine);
+      codec.accumulate(acc, recvbuf + rstride * p, mine);
     }
   }
   if (kind == ReduceKind::kAvg) {
     const float d = static_cast<float>(c.size);
-    for (float& v : acc) v = v / d;
+    for (int64_t i = 0; i < mine; ++i) acc[i] = acc[i] / d;
   }
+  return acc;
 }
 
 }  // namespace
@@ -131,10 +152,10 @@ void lowp_all_reduce(const LowpContext& c, const Tensor& in, const Tensor& out, 
   const Fp8Codec& codec = c.codec;
   Slices sl(n, codec.config().block, c.size);
 
-  std::vector<float> acc;
-  reduce_to_owner(
-      c, [&](int p) { return at(in, sl.off[p]); }, [&](int p) { return sl.len[p]; }, in.dtype,
-      kind, acc);
+  Scratch sc(c);
+  float* acc = reduce_to_owner(
+      c, sc, [&](int p) { return at(in, sl.off[p]); }, [&](int p) { return sl.len[p]; }, in.dtype,
+      kind);
 
   // Re-quantize the reduced slice once; all ranks (this one included) decode these bytes.
   // Two-term: the residual s - D(Q(s)) follows as a second encoded chunk (0 where D(Q(s)) is not
@@ -143,20 +164,20 @@ void lowp_all_reduce(const LowpContext& c, const Tensor& in, const Tensor& out, 
   auto gbytes = [&](int p) { return terms * codec.encoded_bytes(sl.len[p]); };
   std::vector<size_t> goff(c.size + 1, 0);
   for (int p = 0; p < c.size; ++p) goff[p + 1] = goff[p] + round_up(gbytes(p));
-  std::vector<uint8_t> gbuf(goff[c.size]);
+  uint8_t* gbuf = grow(sc->gather, goff[c.size]);
   const int64_t mine = sl.len[c.rank];
-  uint8_t* my_enc = gbuf.data() + goff[c.rank];
+  uint8_t* my_enc = gbuf + goff[c.rank];
   if (mine > 0) {
-    codec.encode(acc.data(), DataType::kFloat32, mine, my_enc, c.stats, stream_of(c, 1),
+    codec.encode(acc, DataType::kFloat32, mine, my_enc, c.stats, stream_of(c, 1),
                  sl.off[c.rank]);
     if (terms == 2) {
-      std::vector<float> d(static_cast<size_t>(mine));
-      codec.decode(my_enc, mine, d.data(), DataType::kFloat32);
+      float* d = grow(sc->tmp, static_cast<size_t>(mine));
+      codec.decode(my_enc, mine, d, DataType::kFloat32);
       for (int64_t i = 0; i < mine; ++i) {
         bool finite = (float_bits(d[i]) & 0x7f800000u) != 0x7f800000u;
         d[i] = finite ? acc[i] - d[i] : 0.0f;
       }
-      codec.encode(d.data(), DataType::kFloat32, mine, my_enc + codec.encoded_bytes(mine),
+      codec.encode(d, DataType::kFloat32, mine, my_enc + codec.encoded_bytes(mine),
                    c.stats, stream_of(c, 4), sl.off[c.rank]);
     }
   }
@@ -166,21 +187,20 @@ void lowp_all_reduce(const LowpContext& c, const Tensor& in, const Tensor& out, 
   for (int p = 0; p < c.size; ++p) {
     if (p == c.rank) continue;
     if (mine > 0) sends.push_back({p, my_enc, gbytes(c.rank)});
-    if (sl.len[p] > 0) recvs.push_back({p, gbuf.data() + goff[p], gbytes(p)});
+    if (sl.len[p] > 0) recvs.push_back({p, gbuf + goff[p], gbytes(p)});
   }
   exchange(c, sends, recvs);
-  std::vector<float> d;
   for (int p = 0; p < c.size; ++p) {
     const int64_t m = sl.len[p];
     if (m == 0) continue;
-    const uint8_t* e = gbuf.data() + goff[p];
+    const uint8_t* e = gbuf + goff[p];
     if (terms == 1) {
       codec.decode(e, m, at_mut(out, sl.off[p]), out.dtype);
     } else {
-      d.resize(static_cast<size_t>(m));
-      codec.decode(e, m, d.data(), DataType::kFloat32);
-      codec.accumulate(d.data(), e + codec.encoded_bytes(m), m);
-      from_float(d.data(), m, at_mut(out, sl.off[p]), out.dtype);
+      float* d = grow(sc->tmp, static_cast<size_t>(m));
+      codec.decode(e, m, d, DataType::kFloat32);
+      codec.accumulate(d, e + codec.encoded_bytes(m), m);
+      from_float(d, m, at_mut(out, sl.off[p]), out.dtype);
     }
   }
 }
@@ -199,11 +219,11 @@ void lowp_reduce_scatter(const LowpContext& c, std::span<const Tensor> ins, cons
                                              "low-precision reduce_scatter supports SUM and AVG, not " +
                                              reduce_kind_name(kind));
   if (out.count == 0) return;
-  std::vector<float> acc;
-  reduce_to_owner(
-      c, [&](int p) { return static_cast<const void*>(ins[p].data); },
-      [&](int) { return out.count; }, out.dtype, kind, acc);
-  from_float(acc.data(), out.count, out.data, out.dtype);
+  Scratch sc(c);
+  float* acc = reduce_to_owner(
+      c, sc, [&](int p) { return static_cast<const void*>(ins[p].data); },
+      [&](int) { return out.count; }, out.dtype, kind);
+  from_float(acc, out.count, out.data, out.dtype);
 }
 
 void lowp_all_gather(const LowpContext& c, const Tensor& in, std::span<const Tensor> outs) {
@@ -219,18 +239,19 @@ void lowp_all_gather(const LowpContext& c, const Tensor& in, std::span<const Ten
   const Fp8Codec& codec = c.codec;
   const size_t stride = round_up(codec.encoded_bytes(n));
   const size_t bytes = codec.encoded_bytes(n);
-  std::vector<uint8_t> buf(stride * c.size);
-  uint8_t* mine = buf.data() + stride * c.rank;
+  Scratch sc(c);
+  uint8_t* buf = grow(sc->gather, stride * c.size);
+  uint8_t* mine = buf + stride * c.rank;
   codec.encode(in.data, in.dtype, n, mine, c.stats, stream_of(c, 2), 0);
   std::vector<SendReq> sends;
   std::vector<RecvReq> recvs;
   for (int p = 0; p < c.size; ++p) {
     if (p == c.rank) continue;
     sends.push_back({p, mine, bytes});
-    recvs.push_back({p, buf.data() + stride * p, bytes});
+    recvs.push_back({p, buf + stride * p, bytes});
   }
   exchange(c, sends, recvs);
-  for (int p = 0; p < c.size; ++p) codec.decode(buf.data() + stride * p, n, outs[p].data, outs[p].dtype);
+  for (int p = 0; p < c.size; ++p) codec.decode(buf + stride * p, n, outs[p].data, outs[p].dtype);
 }
 
 void lowp_all_to_all(const LowpContext& c, std::span<const Tensor> ins,
@@ -251,18 +272,20 @@ void lowp_all_to_all(const LowpContext& c, std::span<const Tensor> ins,
     soff[p + 1] = soff[p] + (self ? 0 : round_up(kHeader + codec.encoded_bytes(ins[p].count)));
     roff[p + 1] = roff[p] + (self ? 0 : round_up(kHeader + codec.encoded_bytes(outs[p].count)));
   }
-  std::vector<uint8_t> sbuf(soff[c.size]), rbuf(roff[c.size]);
+  Scratch sc(c);
+  uint8_t* sbuf = grow(sc->send, soff[c.size]);
+  uint8_t* rbuf = grow(sc->recv, roff[c.size]);
   std::vector<SendReq> sends;
   std::vector<RecvReq> recvs;
   for (int p = 0; p < c.size; ++p) {
     if (p == c.rank) continue;
     int64_t cnt = ins[p].count;
-    std::memcpy(sbuf.data() + soff[p], &cnt, kHeader);
+    std::memcpy(sbuf + soff[p], &cnt, kHeader);
     if (cnt > 0)
-      codec.encode(ins[p].data, ins[p].dtype, cnt, sbuf.data() + soff[p] + kHeader, c.stats,
+      codec.encode(ins[p].data, ins[p].dtype, cnt, sbuf + soff[p] + kHeader, c.stats,
                    stream_of(c, 3), 0);
-    sends.push_back({p, sbuf.data() + soff[p], kHeader + codec.encoded_bytes(cnt)});
-    recvs.push_back({p, rbuf.data() + roff[p], kHeader + codec.encoded_bytes(outs[p].count)});
+    sends.push_back({p, sbuf + soff[p], kHeader + codec.encoded_bytes(cnt)});
+    recvs.push_back({p, rbuf + roff[p], kHeader + codec.encoded_bytes(outs[p].count)});
   }
   exchange(c, sends, recvs);
   if (ins[c.rank].count > 0 && outs[c.rank].data != ins[c.rank].data)
@@ -270,12 +293,12 @@ void lowp_all_to_all(const LowpContext& c, std::span<const Tensor> ins,
   for (int p = 0; p < c.size; ++p) {
     if (p == c.rank) continue;
     int64_t cnt;
-    std::memcpy(&cnt, rbuf.data() + roff[p], kHeader);
+    std::memcpy(&cnt, rbuf + roff[p], kHeader);
     if (cnt != outs[p].count)
       fail(c, "all_to_all: rank " + std::to_string(p) + " sent " + std::to_string(cnt) +
                   " elements but outputs[" + std::to_string(p) + "] has " +
                   std::to_string(outs[p].count));
-    if (cnt > 0) codec.decode(rbuf.data() + roff[p] + kHeader, cnt, outs[p].data, outs[p].dtype);
+    if (cnt > 0) codec.decode(rbuf + roff[p] + kHeader, cnt, outs[p].data, outs[p].dtype);
   }
 }
 

@@ -17,6 +17,7 @@
 
 #include <span>
 #include <string>
+#include <vector>
 
 #include "commx/tensor.h"
 #include "commx/types.h"
@@ -24,6 +25,14 @@
 #include "transport/transport.h"
 
 namespace commx::lowp {
+
+// Buffers the collectives reuse from op to op (grown on demand, never shrunk), so that a large op
+// does not allocate and page-fault its buffers every time. Give one per comm; not for concurrent
+// ops. About 3 bytes per element of the largest op plus 8 bytes per element of its slice.
+struct LowpScratch {
+  std::vector<uint8_t> send, recv, gather;
+  std::vector<float> acc, tmp;
+};
 
 struct LowpContext {
   Transport& transport;
@@ -38,6 +47,7 @@ struct LowpContext {
   // element) instead of one, which removes nearly all of the re-quantization error at the cost
   // of doubling the all-gather half's traffic (see docs/low_precision.md).
   bool two_term_gather = false;
+  LowpScratch* scratch = nullptr;  // null: buffers for this op only
 };
 
 // `in` and `out` have the same count and dtype (f32/bf16/f16); in == out (in place) is allowed.

@@ -50,13 +50,15 @@ int64_t lowp_op_bytes(const OpDesc& op, int size) {
 }
 
 bool lowp_maybe_run(const OpDesc& op, const LowpSettings& s, Transport& t, int rank, int size,
-                    Deadline deadline, const std::string& ctx, CodecStats* stats) {
+                    Deadline deadline, const std::string& ctx, CodecStats* stats,
+                    LowpScratch* scratch) {
   auto plan = lowp_choice(s, op.type, lowp_op_dtype(op), op.op, lowp_op_bytes(op, size), op.hints,
                           ctx);
   if (!plan) return false;
   Fp8Codec codec(plan->codec);
   LowpContext c{t, rank, size, deadline, codec, stats, op.seq, ctx};
   c.two_term_gather = plan->two_term_gather;
+  c.scratch = scratch;
   switch (op.type) {
     case OpType::kAllReduce:
       lowp_all_reduce(c, op.input, op.output, op.op.kind);

@@ -6,12 +6,14 @@
 // Use in a backend (three lines):
 //   init():     lowp_ = lowp::resolve_lowp_settings(ctx.options.hints);
 //   dispatch(): if (lowp::lowp_maybe_run(op, lowp_, *transport_, rank, size, deadline,
-//                                        op_context(ctx_, op), &lowp_stats_)) return;
+//                                        op_context(ctx_, op), &lowp_stats_, &lowp_scratch_))
+//                 return;
 #pragma once
 
 #include <string>
 
 #include "commx/backend.h"
+#include "lowp/lowp_collectives.h"
 #include "lowp/lowp_config.h"
 #include "transport/transport.h"
 
@@ -24,8 +26,10 @@ int64_t lowp_op_bytes(const OpDesc& op, int size);
 DataType lowp_op_dtype(const OpDesc& op);
 
 // Runs `op` in low precision when lowp_choice() says so; `stats` (nullable) gathers the codec
-// counters. Throws like the collectives (errors prefixed by `ctx`).
+// counters; `scratch` (nullable, one per comm) keeps the buffers from op to op. Throws like the
+// collectives (errors prefixed by `ctx`).
 bool lowp_maybe_run(const OpDesc& op, const LowpSettings& s, Transport& t, int rank, int size,
-                    Deadline deadline, const std::string& ctx, CodecStats* stats = nullptr);
+                    Deadline deadline, const std::string& ctx, CodecStats* stats = nullptr,
+                    LowpScratch* scratch = nullptr);
 
 }  // namespace commx::lowp
