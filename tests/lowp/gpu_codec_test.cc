@@ -154,3 +154,77 @@ TEST(LowpGpuCodec, RejectsBadArguments) {
   EXPECT_EQ(gpu::decode(nullptr, 0, nullptr, DataType::kFloat32, CodecConfig{}, nullptr),
             cudaSuccess);
 }
+
+// The owner's steps of the low-precision all_reduce (rank-order FP32 sum, AVG, re-encode, the
+// two-term residual, the final decode and conversion) give the host path's bits on the GPU.
+TEST(LowpGpuCodec, AllReduceSliceStepsEqualHostSchedule) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (DataType dt : {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16}) {
+    const int size = 3, rank = 1;
+    const int64_t n = 5003;
+    CodecConfig cfg{Fp8Format::kE4M3, 256};
+    Fp8Codec cpu(cfg);
+    std::vector<std::vector<uint8_t>> in;
+    for (int p = 0; p < size; ++p) in.push_back(make_input(dt, n, 256, 40 + p));
+    const size_t eb = cpu.encoded_bytes(n);
+    // Host: the schedule of lowp_collectives.cc.
+    std::vector<std::vector<uint8_t>> enc(size, std::vector<uint8_t>(eb));
+    for (int p = 0; p < size; ++p) cpu.encode(in[p].data(), dt, n, enc[p].data());
+    std::vector<float> acc(n, 0.0f), own(n);
+    to_float(in[rank].data(), dt, n, own.data());
+    for (int p = 0; p < size; ++p) {
+      if (p == rank) {
+        for (int64_t i = 0; i < n; ++i) acc[i] = acc[i] + own[i];
+      } else {
+        cpu.accumulate(acc.data(), enc[p].data(), n);
+      }
+    }
+    for (auto& v : acc) v = v / static_cast<float>(size);
+    std::vector<uint8_t> q1(eb), q2(eb);
+    cpu.encode(acc.data(), DataType::kFloat32, n, q1.data());
+    std::vector<float> r(n);
+    cpu.decode(q1.data(), n, r.data(), DataType::kFloat32);
+    for (int64_t i = 0; i < n; ++i) r[i] = std::isfinite(r[i]) ? acc[i] - r[i] : 0.0f;
+    cpu.encode(r.data(), DataType::kFloat32, n, q2.data());
+    std::vector<float> fin(n);
+    cpu.decode(q1.data(), n, fin.data(), DataType::kFloat32);
+    cpu.accumulate(fin.data(), q2.data(), n);
+    std::vector<uint8_t> out_cpu(n * dtype_size(dt));
+    from_float(fin.data(), n, out_cpu.data(), dt);
+
+    // GPU: the same steps with the kernels.
+    DevBuf d_own(in[rank].size()), d_acc(n * 4), d_r(n * 4), d_q1(eb), d_q2(eb), d_out(n * 4);
+    std::vector<DevBuf*> d_enc;
+    for (int p = 0; p < size; ++p) {
+      d_enc.push_back(new DevBuf(eb));
+      CUDA_OK(cudaMemcpy(d_enc[p]->p, enc[p].data(), eb, cudaMemcpyHostToDevice));
+    }
+    CUDA_OK(cudaMemcpy(d_own.p, in[rank].data(), in[rank].size(), cudaMemcpyHostToDevice));
+    float* a = static_cast<float*>(d_acc.p);
+    CUDA_OK(cudaMemset(a, 0, n * 4));
+    for (int p = 0; p < size; ++p) {
+      if (p == rank) {
+        CUDA_OK(gpu::add_own(a, d_own.p, dt, n, nullptr));
+      } else {
+        CUDA_OK(gpu::accumulate(a, d_enc[p]->at(0), n, cfg, nullptr));
+      }
+    }
+    CUDA_OK(gpu::divide(a, n, static_cast<float>(size), nullptr));
+    CUDA_OK(gpu::encode(a, DataType::kFloat32, n, d_q1.at(0), cfg, nullptr));
+    CUDA_OK(gpu::residual(a, d_q1.at(0), n, cfg, static_cast<float*>(d_r.p), nullptr));
+    CUDA_OK(gpu::encode(d_r.p, DataType::kFloat32, n, d_q2.at(0), cfg, nullptr));
+    CUDA_OK(gpu::decode(d_q1.at(0), n, d_r.p, DataType::kFloat32, cfg, nullptr));
+    CUDA_OK(gpu::accumulate(static_cast<float*>(d_r.p), d_q2.at(0), n, cfg, nullptr));
+    CUDA_OK(gpu::convert(static_cast<float*>(d_r.p), n, d_out.p, dt, nullptr));
+    std::vector<uint8_t> g1(eb), g2(eb), out_gpu(n * dtype_size(dt));
+    CUDA_OK(cudaMemcpy(g1.data(), d_q1.p, eb, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(g2.data(), d_q2.p, eb, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(out_gpu.data(), d_out.p, out_gpu.size(), cudaMemcpyDeviceToHost));
+    for (auto* b : d_enc) delete b;
+    EXPECT_EQ(g1, q1) << dtype_name(dt);
+    EXPECT_EQ(g2, q2) << dtype_name(dt);
+    const size_t es = dtype_size(dt);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_TRUE(same_value(out_cpu.data() + i * es, out_gpu.data() + i * es, dt)) << i;
+  }
+}

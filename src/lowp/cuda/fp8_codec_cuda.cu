@@ -247,6 +247,35 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+#define COMMX_GRID_STRIDE(i, n)                                                       \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+template <typename T>
+__global__ void add_own_kernel(float* __restrict__ acc, const T* __restrict__ src, int64_t n) {
+  COMMX_GRID_STRIDE(i, n) acc[i] = __fadd_rn(acc[i], load_f<T>(src, i));
+}
+
+__global__ void divide_kernel(float* __restrict__ acc, int64_t n, float d) {
+  COMMX_GRID_STRIDE(i, n) acc[i] = __fdiv_rn(acc[i], d);
+}
+
+template <bool kE5>
+__global__ void residual_kernel(const float* __restrict__ acc, const uint8_t* __restrict__ enc,
+                                int64_t n, int64_t block, float* __restrict__ r) {
+  const int64_t nb = (n + block - 1) / block;
+  const uint8_t* codes = enc + nb * 4;
+  COMMX_GRID_STRIDE(i, n) {
+    float d = decode_one<kE5>(codes[i], load_scale(enc, i / block));
+    r[i] = (f2u(d) & 0x7f800000u) != 0x7f800000u ? __fsub_rn(acc[i], d) : 0.0f;
+  }
+}
+
+template <typename T>
+__global__ void convert_kernel(const float* __restrict__ src, int64_t n, T* __restrict__ dst) {
+  COMMX_GRID_STRIDE(i, n) store_f<T>(dst, i, src[i]);
+}
+
 unsigned elementwise_grid(int64_t n) {
   int64_t threads = (n + 3) / 4;
   int64_t ctas = (threads + kThreads - 1) / kThreads;
@@ -330,6 +359,67 @@ cudaError_t accumulate(float* acc, const uint8_t* enc, int64_t n, const CodecCon
     accumulate_kernel<true><<<elementwise_grid(n), kThreads, 0, stream>>>(acc, enc, n, cfg.block);
   else
     accumulate_kernel<false><<<elementwise_grid(n), kThreads, 0, stream>>>(acc, enc, n, cfg.block);
+  return cudaGetLastError();
+}
+
+cudaError_t add_own(float* acc, const void* src, DataType dtype, int64_t n, cudaStream_t stream) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  const unsigned g = elementwise_grid(4 * n);  // one element per thread
+  switch (dtype) {
+    case DataType::kFloat32:
+      add_own_kernel<float><<<g, kThreads, 0, stream>>>(acc, static_cast<const float*>(src), n);
+      break;
+    case DataType::kBFloat16:
+      add_own_kernel<__nv_bfloat16><<<g, kThreads, 0, stream>>>(
+          acc, static_cast<const __nv_bfloat16*>(src), n);
+      break;
+    case DataType::kFloat16:
+      add_own_kernel<__half><<<g, kThreads, 0, stream>>>(acc, static_cast<const __half*>(src), n);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t divide(float* acc, int64_t n, float d, cudaStream_t stream) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  divide_kernel<<<elementwise_grid(4 * n), kThreads, 0, stream>>>(acc, n, d);
+  return cudaGetLastError();
+}
+
+cudaError_t residual(const float* acc, const uint8_t* enc, int64_t n, const CodecConfig& cfg,
+                     float* r, cudaStream_t stream) {
+  if (!valid(cfg) || n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  const unsigned g = elementwise_grid(4 * n);
+  if (cfg.format == Fp8Format::kE5M2)
+    residual_kernel<true><<<g, kThreads, 0, stream>>>(acc, enc, n, cfg.block, r);
+  else
+    residual_kernel<false><<<g, kThreads, 0, stream>>>(acc, enc, n, cfg.block, r);
+  return cudaGetLastError();
+}
+
+cudaError_t convert(const float* src, int64_t n, void* dst, DataType dtype, cudaStream_t stream) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  const unsigned g = elementwise_grid(4 * n);
+  switch (dtype) {
+    case DataType::kFloat32:
+      convert_kernel<float><<<g, kThreads, 0, stream>>>(src, n, static_cast<float*>(dst));
+      break;
+    case DataType::kBFloat16:
+      convert_kernel<__nv_bfloat16><<<g, kThreads, 0, stream>>>(src, n,
+                                                                static_cast<__nv_bfloat16*>(dst));
+      break;
+    case DataType::kFloat16:
+      convert_kernel<__half><<<g, kThreads, 0, stream>>>(src, n, static_cast<__half*>(dst));
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
   return cudaGetLastError();
 }
 

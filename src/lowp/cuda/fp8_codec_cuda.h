@@ -33,6 +33,23 @@ cudaError_t decode(const uint8_t* enc, int64_t n, void* dst, DataType dtype,
 cudaError_t accumulate(float* acc, const uint8_t* enc, int64_t n, const CodecConfig& cfg,
                        cudaStream_t stream);
 
+// Element-wise steps that, with the three above, build the low-precision all_reduce on a GPU with
+// the exact semantics of the host path (lowp_collectives.cc), so both give the same bits:
+//   owner of a slice:  cudaMemsetAsync(acc, 0); for p = 0..size-1 in order:
+//                        p == rank ? add_own(acc, own_slice) : accumulate(acc, enc_from_p);
+//                      AVG: divide(acc, size); encode(acc) -> Q1;
+//                      two-term gather: residual(acc, Q1) -> r; encode(r) -> Q2
+//   every rank:        decode(Q1) (two-term: decode(Q1) to f32, accumulate(Q2), convert)
+// acc[i] = acc[i] + float(src[i]) (src f32/bf16/f16).
+cudaError_t add_own(float* acc, const void* src, DataType dtype, int64_t n, cudaStream_t stream);
+// acc[i] = acc[i] / d (IEEE division).
+cudaError_t divide(float* acc, int64_t n, float d, cudaStream_t stream);
+// r[i] = acc[i] - decode(enc)[i], or 0 where the decoded value is not finite.
+cudaError_t residual(const float* acc, const uint8_t* enc, int64_t n, const CodecConfig& cfg,
+                     float* r, cudaStream_t stream);
+// dst[i] = src[i] rounded to nearest even into f32/bf16/f16.
+cudaError_t convert(const float* src, int64_t n, void* dst, DataType dtype, cudaStream_t stream);
+
 void stats_from_device(const unsigned long long host_copy[kNumStats], CodecStats* out);
 
 }  // namespace commx::lowp::gpu
