@@ -58,13 +58,13 @@ struct Fp8Traits {
 // Functions rather than variables so that device code can use them without odr-use trouble.
 // E4M3 fn: bias 7, max 448 (0x7e), NaN 0x7f, no inf; subnormal quantum 2^-9.
 COMMX_HD constexpr Fp8Traits e4m3_traits() {
-  return {3, 120u << 3, 0x3c800000u, 0x43e00000u, 0x7e, 0x7f, 0x7e,
-          16384.0f, 0x46800000u, 512.0f, 448.0f, 464.0f, 224.0f};
+  return {3,        120u << 3,   0x3c800000u, 0x43e00000u, 0x7e,   0x7f,  0x7e,
+          16384.0f, 0x46800000u, 512.0f,      448.0f,      464.0f, 224.0f};
 }
 // E5M2: bias 15, max 57344 (0x7b), inf 0x7c, NaN 0x7e; subnormal quantum 2^-16.
 COMMX_HD constexpr Fp8Traits e5m2_traits() {
-  return {2, 112u << 2, 0x38800000u, 0x47600000u, 0x7b, 0x7e, 0x7c,
-          128.0f, 0x43000000u, 65536.0f, 57344.0f, 59392.0f, 28672.0f};
+  return {2,      112u << 2,   0x38800000u, 0x47600000u, 0x7b,     0x7e,    0x7c,
+          128.0f, 0x43000000u, 65536.0f,    57344.0f,    59392.0f, 28672.0f};
 }
 
 // The scale of one block: inv = target / amax multiplies the inputs, scale = amax / target

@@ -45,7 +45,7 @@ inline float f16_to_f32_fast(uint16_t h) {
   uint32_t s = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t em = h & 0x7fffu;
   uint32_t nor = (em << 13) + (112u << 23);
-  nor = em >= 0x7c00u ? nor + (112u << 23) : nor;  // inf / NaN
+  nor = em >= 0x7c00u ? nor + (112u << 23) : nor;                        // inf / NaN
   uint32_t sub = f2u(static_cast<float>(em) * 5.9604644775390625e-08f);  // em * 2^-24
   return u2f(s | (em < 0x400u ? sub : nor));
 }
@@ -92,9 +92,8 @@ inline uint16_t f32_to_f16_fast(float f) {
 
 // Encodes one block of m floats: writes its scale and m codes.
 template <bool kE5>
-void encode_block(const float* __restrict x, int64_t m, float* scale_out,
-                  uint8_t* __restrict codes, const CodecConfig& cfg, CodecStats* st,
-                  uint64_t stream, int64_t offset) {
+void encode_block(const float* __restrict x, int64_t m, float* scale_out, uint8_t* __restrict codes,
+                  const CodecConfig& cfg, CodecStats* st, uint64_t stream, int64_t offset) {
   constexpr Fp8Traits t = kE5 ? e5m2_traits() : e4m3_traits();
   uint32_t amax = 0;
   for (int64_t i = 0; i < m; ++i) {
@@ -127,9 +126,10 @@ void encode_block(const float* __restrict x, int64_t m, float* scale_out,
         ++nonfinite;
       } else {
         float q = x[i] * inv;
-        codes[i] = cfg.stochastic
-                       ? fp8_sr(q, sr_random(cfg.seed, stream, static_cast<uint64_t>(offset + i)), t)
-                       : fp8_rne(q, t);
+        codes[i] =
+            cfg.stochastic
+                ? fp8_sr(q, sr_random(cfg.seed, stream, static_cast<uint64_t>(offset + i)), t)
+                : fp8_rne(q, t);
       }
     }
     if (st) {
@@ -138,7 +138,8 @@ void encode_block(const float* __restrict x, int64_t m, float* scale_out,
     }
   } else if (cfg.stochastic) {
     for (int64_t i = 0; i < m; ++i)
-      codes[i] = fp8_sr(x[i] * inv, sr_random(cfg.seed, stream, static_cast<uint64_t>(offset + i)), t);
+      codes[i] =
+          fp8_sr(x[i] * inv, sr_random(cfg.seed, stream, static_cast<uint64_t>(offset + i)), t);
   } else {
     for (int64_t i = 0; i < m; ++i) codes[i] = fp8_rne(x[i] * inv, t);
   }
@@ -232,8 +233,9 @@ Fp8Codec::Fp8Codec(const CodecConfig& cfg) : cfg_(cfg) {
                     std::to_string(kMaxBlock) + "]");
 }
 
-COMMX_LOWP_CLONES void Fp8Codec::encode(const void* src, DataType dtype, int64_t n, uint8_t* dst, CodecStats* stats,
-                      uint64_t sr_stream, int64_t sr_offset) const {
+COMMX_LOWP_CLONES void Fp8Codec::encode(const void* src, DataType dtype, int64_t n, uint8_t* dst,
+                                        CodecStats* stats, uint64_t sr_stream,
+                                        int64_t sr_offset) const {
   if (!codec_supports(dtype))
     throw Error(ErrorCode::kUnsupported,
                 std::string("low-precision codec: unsupported dtype ") + dtype_name(dtype));
@@ -264,7 +266,8 @@ COMMX_LOWP_CLONES void Fp8Codec::encode(const void* src, DataType dtype, int64_t
   }
 }
 
-COMMX_LOWP_CLONES void Fp8Codec::decode(const uint8_t* enc, int64_t n, void* dst, DataType dtype) const {
+COMMX_LOWP_CLONES void Fp8Codec::decode(const uint8_t* enc, int64_t n, void* dst,
+                                        DataType dtype) const {
   if (!codec_supports(dtype))
     throw Error(ErrorCode::kUnsupported,
                 std::string("low-precision codec: unsupported dtype ") + dtype_name(dtype));

@@ -145,8 +145,9 @@ void lowp_all_reduce(const LowpContext& c, const Tensor& in, const Tensor& out, 
   if (in.count != out.count || in.dtype != out.dtype)
     fail(c, "all_reduce input and output differ in count or dtype");
   if (kind != ReduceKind::kSum && kind != ReduceKind::kAvg)
-    throw Error(ErrorCode::kUnsupported, c.ctx + "low-precision all_reduce supports SUM and AVG, not " +
-                                             reduce_kind_name(kind));
+    throw Error(
+        ErrorCode::kUnsupported,
+        c.ctx + "low-precision all_reduce supports SUM and AVG, not " + reduce_kind_name(kind));
   const int64_t n = in.count;
   if (n == 0) return;
   const Fp8Codec& codec = c.codec;
@@ -168,8 +169,7 @@ void lowp_all_reduce(const LowpContext& c, const Tensor& in, const Tensor& out, 
   const int64_t mine = sl.len[c.rank];
   uint8_t* my_enc = gbuf + goff[c.rank];
   if (mine > 0) {
-    codec.encode(acc, DataType::kFloat32, mine, my_enc, c.stats, stream_of(c, 1),
-                 sl.off[c.rank]);
+    codec.encode(acc, DataType::kFloat32, mine, my_enc, c.stats, stream_of(c, 1), sl.off[c.rank]);
     if (terms == 2) {
       float* d = grow(sc->tmp, static_cast<size_t>(mine));
       codec.decode(my_enc, mine, d, DataType::kFloat32);
@@ -177,8 +177,8 @@ void lowp_all_reduce(const LowpContext& c, const Tensor& in, const Tensor& out, 
         bool finite = (float_bits(d[i]) & 0x7f800000u) != 0x7f800000u;
         d[i] = finite ? acc[i] - d[i] : 0.0f;
       }
-      codec.encode(d, DataType::kFloat32, mine, my_enc + codec.encoded_bytes(mine),
-                   c.stats, stream_of(c, 4), sl.off[c.rank]);
+      codec.encode(d, DataType::kFloat32, mine, my_enc + codec.encoded_bytes(mine), c.stats,
+                   stream_of(c, 4), sl.off[c.rank]);
     }
   }
 
@@ -215,9 +215,9 @@ void lowp_reduce_scatter(const LowpContext& c, std::span<const Tensor> ins, cons
                   std::to_string(ins[p].count) + " elements, output has " +
                   std::to_string(out.count));
   if (kind != ReduceKind::kSum && kind != ReduceKind::kAvg)
-    throw Error(ErrorCode::kUnsupported, c.ctx +
-                                             "low-precision reduce_scatter supports SUM and AVG, not " +
-                                             reduce_kind_name(kind));
+    throw Error(
+        ErrorCode::kUnsupported,
+        c.ctx + "low-precision reduce_scatter supports SUM and AVG, not " + reduce_kind_name(kind));
   if (out.count == 0) return;
   Scratch sc(c);
   float* acc = reduce_to_owner(
@@ -231,9 +231,8 @@ void lowp_all_gather(const LowpContext& c, const Tensor& in, std::span<const Ten
   check_list(c, outs, in, "outputs");
   for (int p = 0; p < c.size; ++p)
     if (outs[p].count != in.count)
-      fail(c, "all_gather outputs[" + std::to_string(p) + "] has " +
-                  std::to_string(outs[p].count) + " elements, input has " +
-                  std::to_string(in.count));
+      fail(c, "all_gather outputs[" + std::to_string(p) + "] has " + std::to_string(outs[p].count) +
+                  " elements, input has " + std::to_string(in.count));
   const int64_t n = in.count;
   if (n == 0) return;
   const Fp8Codec& codec = c.codec;

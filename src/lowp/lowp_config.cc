@@ -25,7 +25,8 @@ std::optional<Mode> parse_mode(const std::string& v) {
   return std::nullopt;
 }
 
-[[noreturn]] void bad(const std::string& what, const std::string& value, const std::string& allowed) {
+[[noreturn]] void bad(const std::string& what, const std::string& value,
+                      const std::string& allowed) {
   throw Error(ErrorCode::kInvalidArgument,
               what + "='" + value + "' is invalid (expected " + allowed + ")");
 }
@@ -73,10 +74,14 @@ const char* const kSwitchEnv[kNumLowpCollectives] = {
 
 const char* lowp_collective_name(LowpCollective c) {
   switch (c) {
-    case LowpCollective::kAllReduce: return "all_reduce";
-    case LowpCollective::kAllGather: return "all_gather";
-    case LowpCollective::kReduceScatter: return "reduce_scatter";
-    case LowpCollective::kAllToAll: return "all_to_all";
+    case LowpCollective::kAllReduce:
+      return "all_reduce";
+    case LowpCollective::kAllGather:
+      return "all_gather";
+    case LowpCollective::kReduceScatter:
+      return "reduce_scatter";
+    case LowpCollective::kAllToAll:
+      return "all_to_all";
   }
   return "?";
 }
@@ -137,14 +142,19 @@ LowpSettings resolve_lowp_settings(const Hints& hints) {
 
 std::optional<LowpCollective> lowp_collective_of(OpType t) {
   switch (t) {
-    case OpType::kAllReduce: return LowpCollective::kAllReduce;
+    case OpType::kAllReduce:
+      return LowpCollective::kAllReduce;
     case OpType::kAllGather:
-    case OpType::kAllGatherSingle: return LowpCollective::kAllGather;
+    case OpType::kAllGatherSingle:
+      return LowpCollective::kAllGather;
     case OpType::kReduceScatter:
-    case OpType::kReduceScatterSingle: return LowpCollective::kReduceScatter;
+    case OpType::kReduceScatterSingle:
+      return LowpCollective::kReduceScatter;
     case OpType::kAllToAll:
-    case OpType::kAllToAllSingle: return LowpCollective::kAllToAll;
-    default: return std::nullopt;
+    case OpType::kAllToAllSingle:
+      return LowpCollective::kAllToAll;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -155,21 +165,22 @@ bool lowp_eligible(OpType t, DataType dtype, ReduceOp op, std::string* why) {
     return false;
   }
   if (!codec_supports(dtype)) {
-    if (why) *why = std::string("low precision needs f32, bf16 or f16 data, not ") + dtype_name(dtype);
+    if (why)
+      *why = std::string("low precision needs f32, bf16 or f16 data, not ") + dtype_name(dtype);
     return false;
   }
   bool reduces = *c == LowpCollective::kAllReduce || *c == LowpCollective::kReduceScatter;
   if (reduces && op.kind != ReduceKind::kSum && op.kind != ReduceKind::kAvg) {
-    if (why) *why = std::string("low precision reduces with SUM or AVG only, not ") +
-                    reduce_kind_name(op.kind);
+    if (why)
+      *why = std::string("low precision reduces with SUM or AVG only, not ") +
+             reduce_kind_name(op.kind);
     return false;
   }
   return true;
 }
 
-std::optional<LowpPlan> lowp_choice(const LowpSettings& s, OpType t, DataType dtype,
-                                    ReduceOp op, int64_t bytes, const Hints& op_hints,
-                                    const std::string& ctx) {
+std::optional<LowpPlan> lowp_choice(const LowpSettings& s, OpType t, DataType dtype, ReduceOp op,
+                                    int64_t bytes, const Hints& op_hints, const std::string& ctx) {
   auto it = op_hints.find("low_precision");
   if (it != op_hints.end() && it->second != "auto") {
     auto m = parse_mode(it->second);
@@ -180,8 +191,8 @@ std::optional<LowpPlan> lowp_choice(const LowpSettings& s, OpType t, DataType dt
     if (!m->on) return std::nullopt;
     std::string why;
     if (!lowp_eligible(t, dtype, op, &why))
-      throw Error(ErrorCode::kUnsupported, ctx + "op hint low_precision='" + it->second +
-                                               "' cannot be honoured: " + why);
+      throw Error(ErrorCode::kUnsupported,
+                  ctx + "op hint low_precision='" + it->second + "' cannot be honoured: " + why);
     LowpPlan plan{s.codec, s.two_term_gather};
     if (m->format) plan.codec.format = *m->format;
     return plan;

@@ -28,7 +28,7 @@ struct LowpSettings {
   bool enabled = false;  // comm-wide switch (hint `low_precision` or COMMX_LOW_PRECISION_ENABLE)
   bool per_collective[kNumLowpCollectives] = {true, true, true, true};
   int64_t min_bytes = kDefaultMinBytes;
-  CodecConfig codec;  // format, block, rounding, seed
+  CodecConfig codec;             // format, block, rounding, seed
   bool two_term_gather = false;  // all_reduce: gather value + residual (LowpContext)
 };
 
@@ -55,8 +55,8 @@ bool lowp_eligible(OpType t, DataType dtype, ReduceOp op, std::string* why = nul
 // The codec to use for this op, or nullopt for the normal path. `bytes` is a size every rank
 // agrees on (count of the op's per-rank input times the dtype size). An op hint that forces FP8
 // on an ineligible op throws Unsupported, prefixed by `ctx` (op_context of the caller).
-std::optional<LowpPlan> lowp_choice(const LowpSettings& s, OpType t, DataType dtype,
-                                    ReduceOp op, int64_t bytes, const Hints& op_hints,
+std::optional<LowpPlan> lowp_choice(const LowpSettings& s, OpType t, DataType dtype, ReduceOp op,
+                                    int64_t bytes, const Hints& op_hints,
                                     const std::string& ctx = "");
 
 }  // namespace commx::lowp

@@ -29,31 +29,40 @@ std::vector<Tensor> split_even(const Tensor& t, int size) {
 DataType lowp_op_dtype(const OpDesc& op) {
   switch (op.type) {
     case OpType::kReduceScatter:
-    case OpType::kReduceScatterSingle: return op.output.dtype;
-    case OpType::kAllToAll: return op.inputs.empty() ? op.input.dtype : op.inputs[0].dtype;
-    default: return op.input.dtype;
+    case OpType::kReduceScatterSingle:
+      return op.output.dtype;
+    case OpType::kAllToAll:
+      return op.inputs.empty() ? op.input.dtype : op.inputs[0].dtype;
+    default:
+      return op.input.dtype;
   }
 }
 
 int64_t lowp_op_bytes(const OpDesc& op, int size) {
   const int64_t es = static_cast<int64_t>(dtype_size(lowp_op_dtype(op)));
   switch (op.type) {
-    case OpType::kAllReduce: return op.input.count * es;
+    case OpType::kAllReduce:
+      return op.input.count * es;
     case OpType::kAllGather:
-    case OpType::kAllGatherSingle: return op.input.count * size * es;
+    case OpType::kAllGatherSingle:
+      return op.input.count * size * es;
     case OpType::kReduceScatter:
-    case OpType::kReduceScatterSingle: return op.output.count * size * es;
-    case OpType::kAllToAll: return list_count(op.inputs) * es;
-    case OpType::kAllToAllSingle: return op.input.count * es;
-    default: return 0;
+    case OpType::kReduceScatterSingle:
+      return op.output.count * size * es;
+    case OpType::kAllToAll:
+      return list_count(op.inputs) * es;
+    case OpType::kAllToAllSingle:
+      return op.input.count * es;
+    default:
+      return 0;
   }
 }
 
 bool lowp_maybe_run(const OpDesc& op, const LowpSettings& s, Transport& t, int rank, int size,
                     Deadline deadline, const std::string& ctx, CodecStats* stats,
                     LowpScratch* scratch) {
-  auto plan = lowp_choice(s, op.type, lowp_op_dtype(op), op.op, lowp_op_bytes(op, size), op.hints,
-                          ctx);
+  auto plan =
+      lowp_choice(s, op.type, lowp_op_dtype(op), op.op, lowp_op_bytes(op, size), op.hints, ctx);
   if (!plan) return false;
   Fp8Codec codec(plan->codec);
   LowpContext c{t, rank, size, deadline, codec, stats, op.seq, ctx};

@@ -1,6 +1,7 @@
 // Throughput of the CPU FP8 codec (one thread): encode, decode and decode-accumulate, for each
 // input dtype and block size, in GB/s of the unencoded data (4 bytes per f32 element, 2 per
-// bf16/f16), and in G elements/s, timed in thread CPU time. Usage: lowp_codec_bench [elements] [repeats]
+// bf16/f16), and in G elements/s, timed in thread CPU time. Usage: lowp_codec_bench [elements]
+// [repeats]
 #include <time.h>
 
 #include <algorithm>

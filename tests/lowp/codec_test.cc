@@ -260,7 +260,7 @@ TEST_P(FormatTest, StochasticRoundingIsReproducibleAndUnbiased) {
   // Unbiased: the mean of many independent roundings of one value approaches it, while RNE
   // stays at a fixed error.
   std::vector<float> v(256, 0.0f);
-  v[0] = tr(fmt).max;  // scale 1
+  v[0] = tr(fmt).max;                                         // scale 1
   for (int i = 1; i < 256; ++i) v[i] = 1.0f + 0.3f * 0.125f;  // 30% of a quantum above 1 (E4M3)
   double mean = 0;
   const int trials = 2000;
@@ -317,6 +317,5 @@ TEST(Codec, ChunksEncodeIndependently) {
   EXPECT_EQ(std::memcmp(whole.data() + 4 * nb + 512, c2.data() + 16, n - 512), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, FormatTest,
-                         ::testing::Values(Fp8Format::kE4M3, Fp8Format::kE5M2),
+INSTANTIATE_TEST_SUITE_P(Formats, FormatTest, ::testing::Values(Fp8Format::kE4M3, Fp8Format::kE5M2),
                          [](const auto& i) { return std::string(fp8_format_name(i.param)); });

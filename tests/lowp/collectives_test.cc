@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "commx/error.h"
-#include "lowp/lowp_collectives.h"
 #include "lowp/inproc_transport.h"
+#include "lowp/lowp_collectives.h"
 #include "lowp/lowp_test_util.h"
 #include "lowp/simulate.h"
 
@@ -23,7 +23,8 @@ const DataType kDtypes[] = {DataType::kFloat32, DataType::kBFloat16, DataType::k
 Deadline soon(int ms = 20000) { return Clock::now() + std::chrono::milliseconds(ms); }
 
 LowpContext make_ctx(Transport& t, int rank, int size, const Fp8Codec& codec) {
-  return LowpContext{t, rank, size, soon(), codec, nullptr, 0, "[test rank " + std::to_string(rank) + "] "};
+  return LowpContext{t,     rank,    size, soon(),
+                     codec, nullptr, 0,    "[test rank " + std::to_string(rank) + "] "};
 }
 
 std::vector<double> sum_ref(const std::vector<Buf>& in, ReduceKind kind) {
@@ -78,7 +79,8 @@ TEST(LowpCollectives, AllReduceInPlaceAndE5M2) {
       io.push_back(in.back());
     }
     run_ranks(size, [&](int r, Transport& t) {
-      lowp_all_reduce(make_ctx(t, r, size, codec), io[r].tensor(), io[r].tensor(), ReduceKind::kSum);
+      lowp_all_reduce(make_ctx(t, r, size, codec), io[r].tensor(), io[r].tensor(),
+                      ReduceKind::kSum);
     });
     for (int r = 1; r < size; ++r) EXPECT_TRUE(io[r].same_bits(io[0]));
     EXPECT_TRUE(io[0].same_bits(simulate_all_reduce(codec, in, ReduceKind::kSum)));
@@ -133,7 +135,8 @@ TEST(LowpCollectives, ReduceScatterMatchesScheduleAndReference) {
             for (auto& b : ins[r]) ts.push_back(b.tensor());
             lowp_reduce_scatter(make_ctx(t, r, size, codec), ts, out[r].tensor(), kind);
           });
-          SCOPED_TRACE(::testing::Message() << "size " << size << " " << dtype_name(dt) << " n " << n);
+          SCOPED_TRACE(::testing::Message()
+                       << "size " << size << " " << dtype_name(dt) << " n " << n);
           for (int p = 0; p < size; ++p) {
             // Serial: rank order, own exact, others through the codec.
             std::vector<float> acc(n, 0.0f);
@@ -312,7 +315,8 @@ TEST(LowpCollectives, MissingPeerTimesOut) {
       if (r == 1) return;  // never joins
       LowpContext c = make_ctx(t, r, 2, codec);
       c.deadline = Clock::now() + std::chrono::milliseconds(200);
-      lowp_all_reduce(c, make_tensor(a.data(), 1000), make_tensor(a.data(), 1000), ReduceKind::kSum);
+      lowp_all_reduce(c, make_tensor(a.data(), 1000), make_tensor(a.data(), 1000),
+                      ReduceKind::kSum);
     });
     FAIL();
   } catch (const Error& e) {
@@ -326,7 +330,8 @@ TEST(LowpCollectives, StatsCountNonFiniteAndPropagateIdentically) {
   const int size = 3;
   const int64_t n = 640;
   std::vector<Buf> io;
-  for (int r = 0; r < size; ++r) io.push_back(make_buf(DataType::kFloat32, gen(Dist::kNormal, n, r)));
+  for (int r = 0; r < size; ++r)
+    io.push_back(make_buf(DataType::kFloat32, gen(Dist::kNormal, n, r)));
   io[1].set(5, NAN);
   io[2].set(300, INFINITY);
   io[0].set(301, INFINITY);

@@ -28,8 +28,7 @@ class EnvGuard {
           "COMMX_LOW_PRECISION_ENABLE_ALLREDUCE", "COMMX_LOW_PRECISION_ENABLE_ALLGATHER",
           "COMMX_LOW_PRECISION_ENABLE_REDUCESCATTER", "COMMX_LOW_PRECISION_ENABLE_ALLTOALL",
           "COMMX_LOW_PRECISION_MIN_BYTES", "COMMX_LOW_PRECISION_BLOCK",
-          "COMMX_LOW_PRECISION_ROUNDING", "COMMX_LOW_PRECISION_SEED",
-          "COMMX_LOW_PRECISION_GATHER"})
+          "COMMX_LOW_PRECISION_ROUNDING", "COMMX_LOW_PRECISION_SEED", "COMMX_LOW_PRECISION_GATHER"})
       unsetenv(k);
   }
 };
@@ -69,12 +68,9 @@ TEST(LowpConfig, EnvEnablesAndRcclAliasWorks) {
 
 TEST(LowpConfig, CommHintsAndEnvOverride) {
   EnvGuard env;
-  Hints h{{"low_precision", "fp8e5m2"},
-          {"low_precision_min_bytes", "4096"},
-          {"low_precision_block", "128"},
-          {"low_precision_rounding", "stochastic"},
-          {"low_precision_seed", "42"},
-          {"low_precision_gather", "fp8x2"}};
+  Hints h{{"low_precision", "fp8e5m2"},   {"low_precision_min_bytes", "4096"},
+          {"low_precision_block", "128"}, {"low_precision_rounding", "stochastic"},
+          {"low_precision_seed", "42"},   {"low_precision_gather", "fp8x2"}};
   LowpSettings s = resolve_lowp_settings(h);
   EXPECT_TRUE(s.enabled);
   EXPECT_EQ(s.codec.format, Fp8Format::kE5M2);
@@ -138,13 +134,16 @@ TEST(LowpConfig, EligibilityOfOpsDtypesAndReductions) {
 TEST(LowpConfig, OpHintPrecedence) {
   EnvGuard env;
   LowpSettings s = resolve_lowp_settings({});  // off
-  auto c = lowp_choice(s, OpType::kAllReduce, kF32, ReduceOp::SUM, 16, {{"low_precision", "fp8e5m2"}});
+  auto c =
+      lowp_choice(s, OpType::kAllReduce, kF32, ReduceOp::SUM, 16, {{"low_precision", "fp8e5m2"}});
   ASSERT_TRUE(c);  // forced, below the threshold too
   EXPECT_EQ(c->codec.format, Fp8Format::kE5M2);
   env.set("COMMX_LOW_PRECISION_ENABLE", "1");
   s = resolve_lowp_settings({});
-  EXPECT_FALSE(lowp_choice(s, OpType::kAllReduce, kF32, ReduceOp::SUM, kBig, {{"low_precision", "off"}}));
-  EXPECT_TRUE(lowp_choice(s, OpType::kAllReduce, kF32, ReduceOp::SUM, kBig, {{"low_precision", "auto"}}));
+  EXPECT_FALSE(
+      lowp_choice(s, OpType::kAllReduce, kF32, ReduceOp::SUM, kBig, {{"low_precision", "off"}}));
+  EXPECT_TRUE(
+      lowp_choice(s, OpType::kAllReduce, kF32, ReduceOp::SUM, kBig, {{"low_precision", "auto"}}));
   // Forcing FP8 on an op that cannot use it is an error naming why.
   try {
     lowp_choice(s, OpType::kAllReduce, kF32, ReduceOp::MAX, kBig, {{"low_precision", "on"}},

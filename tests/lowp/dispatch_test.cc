@@ -35,9 +35,9 @@ TEST(LowpDispatch, TakesOnlyWhatTheSettingsSay) {
   op.input = op.output = make_tensor(a.data(), 1000);
   op.op = ReduceOp::SUM;
   run_ranks(1, [&](int r, Transport& t) {
-    EXPECT_FALSE(lowp_maybe_run(op, LowpSettings{}, t, r, 1, soon(), ""));       // off
-    EXPECT_FALSE(lowp_maybe_run(op, enabled(1 << 20), t, r, 1, soon(), ""));     // small
-    EXPECT_TRUE(lowp_maybe_run(op, enabled(4000), t, r, 1, soon(), ""));         // 4000 bytes
+    EXPECT_FALSE(lowp_maybe_run(op, LowpSettings{}, t, r, 1, soon(), ""));    // off
+    EXPECT_FALSE(lowp_maybe_run(op, enabled(1 << 20), t, r, 1, soon(), ""));  // small
+    EXPECT_TRUE(lowp_maybe_run(op, enabled(4000), t, r, 1, soon(), ""));      // 4000 bytes
     OpDesc mx = op;
     mx.op = ReduceOp::MAX;
     EXPECT_FALSE(lowp_maybe_run(mx, enabled(), t, r, 1, soon(), ""));
@@ -60,7 +60,8 @@ TEST(LowpDispatch, SingleAndListFormsMatchTheCollectives) {
   const int64_t each = 300;
   Fp8Codec codec(enabled().codec);
   std::vector<Buf> in;
-  for (int r = 0; r < size; ++r) in.push_back(make_buf(DataType::kBFloat16, gen(Dist::kNormal, each * size, r)));
+  for (int r = 0; r < size; ++r)
+    in.push_back(make_buf(DataType::kBFloat16, gen(Dist::kNormal, each * size, r)));
   // reduce_scatter_single vs reduce_scatter over the same pieces
   std::vector<Buf> o1, o2;
   for (int r = 0; r < size; ++r) {
@@ -105,9 +106,11 @@ TEST(LowpDispatch, SingleAndListFormsMatchTheCollectives) {
     for (int p = 0; p < size; ++p) {
       // g[.] block p = decode(encode(in[p])); a2a[r] piece p ~ in[p] piece r
       for (int64_t i = 0; i < each * size; i += 97)
-        EXPECT_NEAR(g[r].get(p * each * size + i), in[p].get(i), 0.07 * std::fabs(in[p].get(i)) + 0.02);
+        EXPECT_NEAR(g[r].get(p * each * size + i), in[p].get(i),
+                    0.07 * std::fabs(in[p].get(i)) + 0.02);
       for (int64_t i = 0; i < each; i += 31)
-        EXPECT_NEAR(a2a[r].get(p * each + i), in[p].get(r * each + i), 0.07 * std::fabs(in[p].get(r * each + i)) + 0.02);
+        EXPECT_NEAR(a2a[r].get(p * each + i), in[p].get(r * each + i),
+                    0.07 * std::fabs(in[p].get(r * each + i)) + 0.02);
     }
   }
 }

@@ -117,7 +117,8 @@ TEST(LowpGpuCodec, EncodeDecodeAccumulateEqualCpuBitForBit) {
               std::vector<uint8_t> dec_cpu(n * es), dec_gpu(n * es);
               cpu.decode(enc_cpu.data(), n, dec_cpu.data(), dt);
               CUDA_OK(gpu::decode(d_enc.at(misalign), n, d_out.at(misalign), dt, cfg, nullptr));
-              CUDA_OK(cudaMemcpy(dec_gpu.data(), d_out.at(misalign), n * es, cudaMemcpyDeviceToHost));
+              CUDA_OK(
+                  cudaMemcpy(dec_gpu.data(), d_out.at(misalign), n * es, cudaMemcpyDeviceToHost));
               for (int64_t i = 0; i < n; ++i)
                 ASSERT_TRUE(same_value(dec_cpu.data() + i * es, dec_gpu.data() + i * es, dt)) << i;
 

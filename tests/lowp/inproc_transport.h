@@ -60,10 +60,10 @@ class InprocTransport : public Transport {
       std::vector<uint8_t> m = std::move(q.front());
       q.pop_front();
       if (m.size() != r.bytes)
-        throw Error(ErrorCode::kInvalidArgument,
-                    "inproc: rank " + std::to_string(rank_) + " expected " +
-                        std::to_string(r.bytes) + " bytes from rank " + std::to_string(r.peer) +
-                        ", got " + std::to_string(m.size()));
+        throw Error(ErrorCode::kInvalidArgument, "inproc: rank " + std::to_string(rank_) +
+                                                     " expected " + std::to_string(r.bytes) +
+                                                     " bytes from rank " + std::to_string(r.peer) +
+                                                     ", got " + std::to_string(m.size()));
       if (!m.empty()) std::memcpy(r.data, m.data(), m.size());
     }
   }

@@ -18,11 +18,16 @@ namespace commx::testing {
 enum class Dist { kNormal, kUniform, kStudentT, kCauchyClipped, kMixedScale };
 inline const char* dist_name(Dist d) {
   switch (d) {
-    case Dist::kNormal: return "normal";
-    case Dist::kUniform: return "uniform";
-    case Dist::kStudentT: return "student_t3";
-    case Dist::kCauchyClipped: return "cauchy_clip1e3";
-    case Dist::kMixedScale: return "mixed_scale";
+    case Dist::kNormal:
+      return "normal";
+    case Dist::kUniform:
+      return "uniform";
+    case Dist::kStudentT:
+      return "student_t3";
+    case Dist::kCauchyClipped:
+      return "cauchy_clip1e3";
+    case Dist::kMixedScale:
+      return "mixed_scale";
   }
   return "?";
 }
@@ -37,11 +42,20 @@ inline std::vector<double> gen(Dist d, int64_t n, uint64_t seed) {
   std::uniform_int_distribution<int> ed(-8, 8);
   for (int64_t i = 0; i < n; ++i) {
     switch (d) {
-      case Dist::kNormal: v[i] = nd(g); break;
-      case Dist::kUniform: v[i] = ud(g); break;
-      case Dist::kStudentT: v[i] = td(g); break;
-      case Dist::kCauchyClipped: v[i] = std::clamp(cd(g), -1e3, 1e3); break;
-      case Dist::kMixedScale: break;  // below
+      case Dist::kNormal:
+        v[i] = nd(g);
+        break;
+      case Dist::kUniform:
+        v[i] = ud(g);
+        break;
+      case Dist::kStudentT:
+        v[i] = td(g);
+        break;
+      case Dist::kCauchyClipped:
+        v[i] = std::clamp(cd(g), -1e3, 1e3);
+        break;
+      case Dist::kMixedScale:
+        break;  // below
     }
   }
   if (d == Dist::kMixedScale) {
@@ -61,7 +75,8 @@ struct Buf {
   std::vector<uint8_t> bytes;
   int64_t n = 0;
   Buf() = default;
-  Buf(DataType t, int64_t count) : dtype(t), bytes(static_cast<size_t>(count) * dtype_size(t) + 1), n(count) {}
+  Buf(DataType t, int64_t count)
+      : dtype(t), bytes(static_cast<size_t>(count) * dtype_size(t) + 1), n(count) {}
   Tensor tensor() { return Tensor(bytes.data(), n, dtype); }
   float get(int64_t i) const {
     if (dtype == DataType::kFloat32) {

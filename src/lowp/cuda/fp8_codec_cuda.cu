@@ -3,12 +3,11 @@
 // accumulate are element-wise with 4 elements per thread. Every float step uses the _rn
 // intrinsics and the library is built with --fmad=false, so results equal the CPU reference.
 // Layer: algorithms (low-precision codec, GPU).
-#include "lowp/cuda/fp8_codec_cuda.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include "lowp/cuda/fp8_codec_cuda.h"
 #include "lowp/fp8_bits.h"
 
 namespace commx::lowp::gpu {
@@ -20,21 +19,33 @@ constexpr int kThreads = 256;
 constexpr uint32_t kAbsMask = 0x7fffffffu;
 constexpr uint32_t kInfBits = 0x7f800000u;
 
-template <typename T> __device__ __forceinline__ float load_f(const T* p, int64_t i);
-template <> __device__ __forceinline__ float load_f<float>(const float* p, int64_t i) { return p[i]; }
-template <> __device__ __forceinline__ float load_f<__nv_bfloat16>(const __nv_bfloat16* p, int64_t i) {
+template <typename T>
+__device__ __forceinline__ float load_f(const T* p, int64_t i);
+template <>
+__device__ __forceinline__ float load_f<float>(const float* p, int64_t i) {
+  return p[i];
+}
+template <>
+__device__ __forceinline__ float load_f<__nv_bfloat16>(const __nv_bfloat16* p, int64_t i) {
   return __bfloat162float(p[i]);
 }
-template <> __device__ __forceinline__ float load_f<__half>(const __half* p, int64_t i) {
+template <>
+__device__ __forceinline__ float load_f<__half>(const __half* p, int64_t i) {
   return __half2float(p[i]);
 }
 
-template <typename T> __device__ __forceinline__ void store_f(T* p, int64_t i, float v);
-template <> __device__ __forceinline__ void store_f<float>(float* p, int64_t i, float v) { p[i] = v; }
-template <> __device__ __forceinline__ void store_f<__nv_bfloat16>(__nv_bfloat16* p, int64_t i, float v) {
+template <typename T>
+__device__ __forceinline__ void store_f(T* p, int64_t i, float v);
+template <>
+__device__ __forceinline__ void store_f<float>(float* p, int64_t i, float v) {
+  p[i] = v;
+}
+template <>
+__device__ __forceinline__ void store_f<__nv_bfloat16>(__nv_bfloat16* p, int64_t i, float v) {
   p[i] = __float2bfloat16_rn(v);
 }
-template <> __device__ __forceinline__ void store_f<__half>(__half* p, int64_t i, float v) {
+template <>
+__device__ __forceinline__ void store_f<__half>(__half* p, int64_t i, float v) {
   p[i] = __float2half_rn(v);
 }
 
@@ -157,10 +168,9 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     if (full && vec_out) {
-      *reinterpret_cast<uint32_t*>(codes + i) = static_cast<uint32_t>(c[0]) |
-                                                (static_cast<uint32_t>(c[1]) << 8) |
-                                                (static_cast<uint32_t>(c[2]) << 16) |
-                                                (static_cast<uint32_t>(c[3]) << 24);
+      *reinterpret_cast<uint32_t*>(codes + i) =
+          static_cast<uint32_t>(c[0]) | (static_cast<uint32_t>(c[1]) << 8) |
+          (static_cast<uint32_t>(c[2]) << 16) | (static_cast<uint32_t>(c[3]) << 24);
     } else {
       for (int j = 0; j < 4; ++j)
         if (i + j < m) codes[i + j] = c[j];
@@ -214,9 +224,11 @@ __global__ void __launch_bounds__(kThreads)
     const uint32_t sb = load_scale(enc, i / block);
     if (i + 4 <= n && vec_in) {
       uint32_t w = *reinterpret_cast<const uint32_t*>(codes + i);
-      for (int j = 0; j < 4; ++j) store_f<T>(dst, i + j, decode_one<kE5>((w >> (8 * j)) & 0xff, sb));
+      for (int j = 0; j < 4; ++j)
+        store_f<T>(dst, i + j, decode_one<kE5>((w >> (8 * j)) & 0xff, sb));
     } else {
-      for (int j = 0; j < 4 && i + j < n; ++j) store_f<T>(dst, i + j, decode_one<kE5>(codes[i + j], sb));
+      for (int j = 0; j < 4 && i + j < n; ++j)
+        store_f<T>(dst, i + j, decode_one<kE5>(codes[i + j], sb));
     }
   }
 }
@@ -227,8 +239,8 @@ __global__ void __launch_bounds__(kThreads)
                       int64_t block) {
   const int64_t nb = (n + block - 1) / block;
   const uint8_t* codes = enc + nb * 4;
-  const bool vec = (reinterpret_cast<uintptr_t>(codes) % 4) == 0 &&
-                   (reinterpret_cast<uintptr_t>(acc) % 16) == 0;
+  const bool vec =
+      (reinterpret_cast<uintptr_t>(codes) % 4) == 0 && (reinterpret_cast<uintptr_t>(acc) % 16) == 0;
   for (int64_t i = 4 * (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x); i < n;
        i += 4 * static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const uint32_t sb = load_scale(enc, i / block);
@@ -247,7 +259,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-#define COMMX_GRID_STRIDE(i, n)                                                       \
+#define COMMX_GRID_STRIDE(i, n)                                                          \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
@@ -287,35 +299,35 @@ bool valid(const CodecConfig& cfg) {
 }
 
 template <typename T, bool kE5>
-void launch_encode(const void* src, int64_t n, uint8_t* dst, const CodecConfig& cfg,
-                   cudaStream_t s, unsigned long long* st, uint64_t sr_stream, int64_t sr_off) {
+void launch_encode(const void* src, int64_t n, uint8_t* dst, const CodecConfig& cfg, cudaStream_t s,
+                   unsigned long long* st, uint64_t sr_stream, int64_t sr_off) {
   const int64_t nb = (n + cfg.block - 1) / cfg.block;
   const unsigned grid = static_cast<unsigned>((nb + kWarpsPerCta - 1) / kWarpsPerCta);
   const T* p = static_cast<const T*>(src);
   if (cfg.stochastic)
-    encode_kernel<T, kE5, true><<<grid, kThreads, 0, s>>>(p, n, cfg.block, dst, st, cfg.seed,
-                                                         sr_stream, sr_off);
+    encode_kernel<T, kE5, true>
+        <<<grid, kThreads, 0, s>>>(p, n, cfg.block, dst, st, cfg.seed, sr_stream, sr_off);
   else
-    encode_kernel<T, kE5, false><<<grid, kThreads, 0, s>>>(p, n, cfg.block, dst, st, cfg.seed,
-                                                          sr_stream, sr_off);
+    encode_kernel<T, kE5, false>
+        <<<grid, kThreads, 0, s>>>(p, n, cfg.block, dst, st, cfg.seed, sr_stream, sr_off);
 }
 
 template <typename T>
 void launch_decode(const uint8_t* enc, int64_t n, void* dst, const CodecConfig& cfg,
                    cudaStream_t s) {
   if (cfg.format == Fp8Format::kE5M2)
-    decode_kernel<T, true><<<elementwise_grid(n), kThreads, 0, s>>>(enc, n, cfg.block,
-                                                                    static_cast<T*>(dst));
+    decode_kernel<T, true>
+        <<<elementwise_grid(n), kThreads, 0, s>>>(enc, n, cfg.block, static_cast<T*>(dst));
   else
-    decode_kernel<T, false><<<elementwise_grid(n), kThreads, 0, s>>>(enc, n, cfg.block,
-                                                                     static_cast<T*>(dst));
+    decode_kernel<T, false>
+        <<<elementwise_grid(n), kThreads, 0, s>>>(enc, n, cfg.block, static_cast<T*>(dst));
 }
 
 }  // namespace
 
-cudaError_t encode(const void* src, DataType dtype, int64_t n, uint8_t* dst,
-                   const CodecConfig& cfg, cudaStream_t stream, unsigned long long* d_stats,
-                   uint64_t sr_stream, int64_t sr_offset) {
+cudaError_t encode(const void* src, DataType dtype, int64_t n, uint8_t* dst, const CodecConfig& cfg,
+                   cudaStream_t stream, unsigned long long* d_stats, uint64_t sr_stream,
+                   int64_t sr_offset) {
   if (!valid(cfg) || n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   const bool e5 = cfg.format == Fp8Format::kE5M2;
@@ -325,8 +337,10 @@ cudaError_t encode(const void* src, DataType dtype, int64_t n, uint8_t* dst,
          : launch_encode<float, false>(src, n, dst, cfg, stream, d_stats, sr_stream, sr_offset);
       break;
     case DataType::kBFloat16:
-      e5 ? launch_encode<__nv_bfloat16, true>(src, n, dst, cfg, stream, d_stats, sr_stream, sr_offset)
-         : launch_encode<__nv_bfloat16, false>(src, n, dst, cfg, stream, d_stats, sr_stream, sr_offset);
+      e5 ? launch_encode<__nv_bfloat16, true>(src, n, dst, cfg, stream, d_stats, sr_stream,
+                                              sr_offset)
+         : launch_encode<__nv_bfloat16, false>(src, n, dst, cfg, stream, d_stats, sr_stream,
+                                               sr_offset);
       break;
     case DataType::kFloat16:
       e5 ? launch_encode<__half, true>(src, n, dst, cfg, stream, d_stats, sr_stream, sr_offset)
@@ -338,15 +352,22 @@ cudaError_t encode(const void* src, DataType dtype, int64_t n, uint8_t* dst,
   return cudaGetLastError();
 }
 
-cudaError_t decode(const uint8_t* enc, int64_t n, void* dst, DataType dtype,
-                   const CodecConfig& cfg, cudaStream_t stream) {
+cudaError_t decode(const uint8_t* enc, int64_t n, void* dst, DataType dtype, const CodecConfig& cfg,
+                   cudaStream_t stream) {
   if (!valid(cfg) || n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   switch (dtype) {
-    case DataType::kFloat32: launch_decode<float>(enc, n, dst, cfg, stream); break;
-    case DataType::kBFloat16: launch_decode<__nv_bfloat16>(enc, n, dst, cfg, stream); break;
-    case DataType::kFloat16: launch_decode<__half>(enc, n, dst, cfg, stream); break;
-    default: return cudaErrorInvalidValue;
+    case DataType::kFloat32:
+      launch_decode<float>(enc, n, dst, cfg, stream);
+      break;
+    case DataType::kBFloat16:
+      launch_decode<__nv_bfloat16>(enc, n, dst, cfg, stream);
+      break;
+    case DataType::kFloat16:
+      launch_decode<__half>(enc, n, dst, cfg, stream);
+      break;
+    default:
+      return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
@@ -371,8 +392,8 @@ cudaError_t add_own(float* acc, const void* src, DataType dtype, int64_t n, cuda
       add_own_kernel<float><<<g, kThreads, 0, stream>>>(acc, static_cast<const float*>(src), n);
       break;
     case DataType::kBFloat16:
-      add_own_kernel<__nv_bfloat16><<<g, kThreads, 0, stream>>>(
-          acc, static_cast<const __nv_bfloat16*>(src), n);
+      add_own_kernel<__nv_bfloat16>
+          <<<g, kThreads, 0, stream>>>(acc, static_cast<const __nv_bfloat16*>(src), n);
       break;
     case DataType::kFloat16:
       add_own_kernel<__half><<<g, kThreads, 0, stream>>>(acc, static_cast<const __half*>(src), n);
@@ -411,8 +432,8 @@ cudaError_t convert(const float* src, int64_t n, void* dst, DataType dtype, cuda
       convert_kernel<float><<<g, kThreads, 0, stream>>>(src, n, static_cast<float*>(dst));
       break;
     case DataType::kBFloat16:
-      convert_kernel<__nv_bfloat16><<<g, kThreads, 0, stream>>>(src, n,
-                                                                static_cast<__nv_bfloat16*>(dst));
+      convert_kernel<__nv_bfloat16>
+          <<<g, kThreads, 0, stream>>>(src, n, static_cast<__nv_bfloat16*>(dst));
       break;
     case DataType::kFloat16:
       convert_kernel<__half><<<g, kThreads, 0, stream>>>(src, n, static_cast<__half*>(dst));

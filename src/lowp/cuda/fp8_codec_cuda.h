@@ -17,18 +17,23 @@
 namespace commx::lowp::gpu {
 
 // Device counters, in this order (add them to a CodecStats with stats_from_device()).
-enum StatIndex { kStatElements, kStatSaturated, kStatUnderflow, kStatNonfiniteValues,
-                 kStatNonfiniteBlocks, kNumStats };
+enum StatIndex {
+  kStatElements,
+  kStatSaturated,
+  kStatUnderflow,
+  kStatNonfiniteValues,
+  kStatNonfiniteBlocks,
+  kNumStats
+};
 
 // Encodes n elements of `src` (f32/bf16/f16) into `dst` (encoded_bytes(n, cfg.block) bytes).
 // `d_stats` (nullable): kNumStats unsigned long long counters in device memory, added to.
-cudaError_t encode(const void* src, DataType dtype, int64_t n, uint8_t* dst,
-                   const CodecConfig& cfg, cudaStream_t stream,
-                   unsigned long long* d_stats = nullptr, uint64_t sr_stream = 0,
-                   int64_t sr_offset = 0);
+cudaError_t encode(const void* src, DataType dtype, int64_t n, uint8_t* dst, const CodecConfig& cfg,
+                   cudaStream_t stream, unsigned long long* d_stats = nullptr,
+                   uint64_t sr_stream = 0, int64_t sr_offset = 0);
 // Decodes into `dst` of `dtype` (f32/bf16/f16).
-cudaError_t decode(const uint8_t* enc, int64_t n, void* dst, DataType dtype,
-                   const CodecConfig& cfg, cudaStream_t stream);
+cudaError_t decode(const uint8_t* enc, int64_t n, void* dst, DataType dtype, const CodecConfig& cfg,
+                   cudaStream_t stream);
 // acc[i] = acc[i] + decode(enc)[i] in FP32 (no fused multiply-add), like Fp8Codec::accumulate.
 cudaError_t accumulate(float* acc, const uint8_t* enc, int64_t n, const CodecConfig& cfg,
                        cudaStream_t stream);
