@@ -2,6 +2,7 @@
 // so commx joins the store torchrun/torch.distributed host, or the one commx-run/rank 0 hosts.
 // One request in flight per connection, guarded by a mutex; user keys go out as "/<key>".
 // Layer: store.
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -215,6 +216,15 @@ class TcpStoreClient : public Store {
   // returns the deadline for its reply.
   Clock::time_point request_locked(const wire::Writer& w, const char* op, const std::string& key) {
     auto dl = sockio::deadline_after(timeout_);
+    // Between requests nothing may arrive: a readable socket means the server closed it (SET
+    // has no reply, so this is the only way a dead server shows before the next read).
+    if (fd_ >= 0) {
+      pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+      if (::poll(&p, 1, 0) != 0) {
+        ::close(fd_);
+        fd_ = -1;
+      }
+    }
     if (fd_ < 0) connect_locked(dl);
     std::string why;
     IoStatus st = sockio::send_all(fd_, w.buf().data(), w.buf().size(), dl, why);

@@ -209,7 +209,8 @@ class TcpStoreServerImpl : public TCPStoreServer {
     if (r == 0) return drop(c, "");
     if (r < 0) {
       if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) return;
-      return drop(c, std::string("recv: ") + strerror(errno));
+      // A reset is a client going away abruptly, not a protocol error: no log line.
+      return drop(c, errno == ECONNRESET ? "" : std::string("recv: ") + strerror(errno));
     }
     c.in.insert(c.in.end(), buf, buf + r);
     process(c);
@@ -223,7 +224,8 @@ class TcpStoreServerImpl : public TCPStoreServer {
       std::string why;
       wire::Reader rd(c.in.data() + c.in_pos, c.in.size() - c.in_pos);
       Parse p = parse(rd, req, why);
-      if (p == Parse::kBad) return drop(c, why), false;
+      if (p == Parse::kBad)
+        return drop(c, std::string(wire::query_name(req.code)) + " request: " + why), false;
       if (p == Parse::kIncomplete) {
         if (c.in.size() - c.in_pos > kMaxBufferedRequest)
           return drop(c, "request larger than " + std::to_string(kMaxBufferedRequest) + " bytes"),
