@@ -117,6 +117,45 @@ TEST(StoreMultiProcess, FileStoreRendezvousAndCleanup) {
   }
 }
 
+TEST(StoreMultiProcess, FileStoreSurvivesOneStorePerCommReopening) {
+  // Each rank closes one store and opens another on the same path (a store per comm): the file
+  // must not be removed while any handle is open, only after the last one closes.
+  constexpr int n = 4;
+  std::string path = temp_store_path("reopen");
+  run_ranks(n, [&](int rank) {
+    for (int round = 0; round < 3; ++round) {
+      auto s = make_file_store(path, n);
+      s->set_timeout(20s);
+      std::string k = "round" + std::to_string(round) + "/";
+      s->set(k + std::to_string(rank), B("x"));
+      for (int r = 0; r < n; ++r) s->wait({k + std::to_string(r)});
+      // Stagger the closes so some ranks reopen while others still hold the last round's.
+      std::this_thread::sleep_for(std::chrono::milliseconds(5 * rank));
+    }
+  });
+  struct stat st;
+  EXPECT_NE(::stat(path.c_str(), &st), 0);
+  ::unlink(path.c_str());
+}
+
+TEST(FileStoreCleanup, RemovedOnlyWhenAllWorkersOpenedAndClosed) {
+  std::string path = temp_store_path("refs");
+  struct stat st;
+  {
+    auto early = make_file_store(path, 2);
+    early->set("k", B("v"));
+  }
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << "removed before the second worker came";
+  auto a = make_file_store(path, 2);
+  EXPECT_EQ(S(a->get("k")), "v");
+  EXPECT_EQ(a->num_keys(), 1);  // bookkeeping keys are hidden
+  auto b = make_file_store(path, 2);
+  a.reset();
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << "removed while a handle is open";
+  b.reset();
+  EXPECT_NE(::stat(path.c_str(), &st), 0) << "not removed after the last handle closed";
+}
+
 TEST(StoreMultiProcess, FileStoreKeptWithoutWorkerCount) {
   std::string path = temp_store_path("keep");
   run_ranks(2, [&](int rank) {
