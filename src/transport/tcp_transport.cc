@@ -369,6 +369,14 @@ class TcpTransport final : public Transport {
       what += peer_name(q) + ": sent " + std::to_string(p.si) + "/" +
               std::to_string(p.sends.size()) + ", received " + std::to_string(p.ri) + "/" +
               std::to_string(p.recvs.size());
+      if (p.si < p.sends.size() && p.soff > 0) {
+        what += ", current send at byte " + std::to_string(p.soff) + " of " +
+                std::to_string(sizeof(FrameHeader) + p.sends[p.si]->bytes);
+      }
+      if (p.rhdr) {
+        what += ", current receive at byte " + std::to_string(p.roff) + " of " +
+                std::to_string(p.recvs[p.ri]->bytes);
+      }
       switch (p.conn) {
         case Conn::kIdle:
         case Conn::kConnecting:
