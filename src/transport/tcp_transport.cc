@@ -670,7 +670,7 @@ class TcpTransport final : public Transport {
     // A refusal means the peer's listener is gone: its process exited or closed the comm.
     if (err == ECONNREFUSED) {
       if (!p.refused_since) p.refused_since = now;
-      if (now - *p.refused_since >= refused_grace_) {
+      if (p.active && now - *p.refused_since >= refused_grace_) {
         throw peer_failure(q, "it refuses connections (its process exited or closed the comm?)");
       }
     }
