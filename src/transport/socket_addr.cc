@@ -50,8 +50,8 @@ std::string interface_address(const std::string& ifname) {
   freeifaddrs(list);
   if (!v4.empty()) return v4;
   if (!v6.empty()) return v6;
-  throw Error(ErrorCode::kInvalidArgument,
-              "tcp transport: interface '" + ifname + "' (COMMX_SOCKET_IFNAME) has no usable address");
+  throw Error(ErrorCode::kInvalidArgument, "tcp transport: interface '" + ifname +
+                                               "' (COMMX_SOCKET_IFNAME) has no usable address");
 }
 
 // The local address the kernel would use to reach `host`: a UDP connect() sends nothing.

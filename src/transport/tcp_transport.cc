@@ -74,12 +74,18 @@ static_assert(sizeof(FrameHeader) == 16);
 
 const char* verdict_text(Verdict v) {
   switch (v) {
-    case Verdict::kOk: return "accepted";
-    case Verdict::kTieBreak: return "tie-break";
-    case Verdict::kWrongComm: return "it belongs to another comm";
-    case Verdict::kWrongRank: return "it is another rank";
-    case Verdict::kWrongSize: return "its comm has another size";
-    case Verdict::kDuplicate: return "it already has a connection to this rank";
+    case Verdict::kOk:
+      return "accepted";
+    case Verdict::kTieBreak:
+      return "tie-break";
+    case Verdict::kWrongComm:
+      return "it belongs to another comm";
+    case Verdict::kWrongRank:
+      return "it is another rank";
+    case Verdict::kWrongSize:
+      return "its comm has another size";
+    case Verdict::kDuplicate:
+      return "it already has a connection to this rank";
   }
   return "unknown verdict";
 }
@@ -155,7 +161,10 @@ class TcpTransport final : public Transport {
  public:
   TcpTransport(int rank, int size, std::shared_ptr<Store> store, std::string comm_name,
                const Hints& hints)
-      : rank_(rank), size_(size), store_(std::move(store)), comm_name_(std::move(comm_name)),
+      : rank_(rank),
+        size_(size),
+        store_(std::move(store)),
+        comm_name_(std::move(comm_name)),
         peers_(size) {
     prefix_ = "tcp transport of comm '" + comm_name_ + "' rank " + std::to_string(rank_) + "/" +
               std::to_string(size_) + ": ";
@@ -261,8 +270,8 @@ class TcpTransport final : public Transport {
                     prefix_ + dir + " peer " + std::to_string(peer) + " out of range");
       }
       if (bytes > 0 && data == nullptr) {
-        throw Error(ErrorCode::kInvalidArgument, prefix_ + dir + " of " + std::to_string(bytes) +
-                                                     " bytes with a null buffer");
+        throw Error(ErrorCode::kInvalidArgument,
+                    prefix_ + dir + " of " + std::to_string(bytes) + " bytes with a null buffer");
       }
     };
     for (const SendReq& s : sends) check(s.peer, s.data, s.bytes, "send");
@@ -353,8 +362,8 @@ class TcpTransport final : public Transport {
 
   Error io_failure(int q, const char* op, int err) const {
     if (err == EPIPE || err == ECONNRESET) {
-      return peer_failure(q, std::string("connection reset during ") + op +
-                                 " (peer process exited or aborted?)");
+      return peer_failure(
+          q, std::string("connection reset during ") + op + " (peer process exited or aborted?)");
     }
     return peer_failure(q, std::string(op) + " failed: " + std::strerror(err));
   }
@@ -440,7 +449,8 @@ class TcpTransport final : public Transport {
       }
       for (int q : handshaking_) {
         Peer& p = peers_[q];
-        fds.push_back({p.fd, static_cast<short>(p.conn == Conn::kConnecting ? POLLOUT : POLLIN), 0});
+        fds.push_back(
+            {p.fd, static_cast<short>(p.conn == Conn::kConnecting ? POLLOUT : POLLIN), 0});
         who.push_back({kHandshake, q});
       }
       for (int q : active_) {
@@ -464,11 +474,20 @@ class TcpTransport final : public Transport {
       for (size_t i = 0; i < fds.size(); ++i) {
         if (fds[i].revents == 0) continue;
         switch (who[i].first) {
-          case kAbort: throw aborted_error();
-          case kListen: accept_ready = true; break;
-          case kIncoming: incoming_ready.push_back(who[i].second); break;
-          case kHandshake: handshake_ready.push_back(who[i].second); break;
-          case kData: peers_[who[i].second].ready = true; break;
+          case kAbort:
+            throw aborted_error();
+          case kListen:
+            accept_ready = true;
+            break;
+          case kIncoming:
+            incoming_ready.push_back(who[i].second);
+            break;
+          case kHandshake:
+            handshake_ready.push_back(who[i].second);
+            break;
+          case kData:
+            peers_[who[i].second].ready = true;
+            break;
         }
       }
       // Handshakes change handshaking_ and incoming_, so they run after the scan.
@@ -649,8 +668,8 @@ class TcpTransport final : public Transport {
     p.reply_got = 0;
     handshaking_.push_back(q);
     if (p.hello.empty()) {
-      Hello h{kHelloMagic, kProtocolVersion, rank_, q, size_,
-              static_cast<uint32_t>(comm_name_.size())};
+      Hello h{
+          kHelloMagic, kProtocolVersion, rank_, q, size_, static_cast<uint32_t>(comm_name_.size())};
       p.hello.assign(reinterpret_cast<const char*>(&h), sizeof(h));
       p.hello += comm_name_;
     }
@@ -818,10 +837,13 @@ class TcpTransport final : public Transport {
       return Verdict::kWrongRank;
     }
     switch (peers_[h.from].conn) {
-      case Conn::kIdle: return Verdict::kOk;
+      case Conn::kIdle:
+        return Verdict::kOk;
       case Conn::kConnecting:
-      case Conn::kAwaitReply: return h.from < rank_ ? Verdict::kOk : Verdict::kTieBreak;
-      default: return Verdict::kDuplicate;
+      case Conn::kAwaitReply:
+        return h.from < rank_ ? Verdict::kOk : Verdict::kTieBreak;
+      default:
+        return Verdict::kDuplicate;
     }
   }
 

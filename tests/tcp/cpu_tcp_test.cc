@@ -17,8 +17,8 @@ using namespace commx::testing;
 
 namespace {
 
-std::shared_ptr<Comm> tcp_comm(RankEnv& env, const std::string& name, Timeout timeout =
-                                                                          std::chrono::seconds(60)) {
+std::shared_ptr<Comm> tcp_comm(RankEnv& env, const std::string& name,
+                               Timeout timeout = std::chrono::seconds(60)) {
   CommOptions o;
   o.hints["transport"] = "tcp";
   o.timeout = timeout;
@@ -172,7 +172,9 @@ void data_movement(RankEnv& env, Comm& comm, const std::vector<size_t>& counts) 
                   tag("all_to_all_single") + " from " + std::to_string(p));
       }
       // Rank s sends split(s, d) elements to rank d.
-      auto split = [&](int s, int d) { return static_cast<int64_t>((count * (s + 1) + d) % (count + 4)); };
+      auto split = [&](int s, int d) {
+        return static_cast<int64_t>((count * (s + 1) + d) % (count + 4));
+      };
       std::vector<int64_t> isp(n), osp(n);
       int64_t itot = 0, otot = 0;
       for (int p = 0; p < n; ++p) {
@@ -209,8 +211,8 @@ void data_movement(RankEnv& env, Comm& comm, const std::vector<size_t>& counts) 
       }
       comm.gather(ot, i32(in, count), root, false);
       for (int r = 0; me == root && r < n; ++r) {
-        env.check(same(outs[r], data(seed, r, count), bytes), tag("gather") + " from " +
-                                                                  std::to_string(r));
+        env.check(same(outs[r], data(seed, r, count), bytes),
+                  tag("gather") + " from " + std::to_string(r));
       }
       std::vector<Buf> sins;
       std::vector<Tensor> st;
@@ -323,8 +325,9 @@ TEST(CpuOverTcpFaults, AbortFromAnotherThreadEndsWait) {
       comm->abort();
     });
     auto t0 = std::chrono::steady_clock::now();
-    expect_error(env, ErrorCode::kAborted, [&] { comm->all_reduce(t, ReduceOp::SUM); },
-                 "all_reduce during abort");
+    expect_error(
+        env, ErrorCode::kAborted, [&] { comm->all_reduce(t, ReduceOp::SUM); },
+        "all_reduce during abort");
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     env.check(s < 1.2, "abort took " + std::to_string(s) + " s");
     aborter.join();

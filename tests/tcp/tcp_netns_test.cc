@@ -103,10 +103,8 @@ class TcpNetns : public ::testing::Test {
               t->exchange({&s, 1}, {&v, 1}, in_ms(deadline_ms));
             } catch (const Error& e) {
               double ms = ms_since(t0);
-              std::fprintf(stderr, "rank %d after %d transfers, %.0f ms: %s\n", r, i, ms,
-                           e.what());
-              bool code_ok = e.code() == ErrorCode::kPeerFailure ||
-                             e.code() == ErrorCode::kTimeout;
+              std::fprintf(stderr, "rank %d after %d transfers, %.0f ms: %s\n", r, i, ms, e.what());
+              bool code_ok = e.code() == ErrorCode::kPeerFailure || e.code() == ErrorCode::kTimeout;
               return code_ok && ms < deadline_ms + 1000 && i > 0 ? 0 : 1;
             }
             if (in[0] != 1 - r || in[bytes - 1] != 1 - r) return 2;

@@ -82,6 +82,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) sizes.push_back(std::strtoull(argv[i], nullptr, 10));
   if (sizes.empty()) sizes = {8, 65536, 16u << 20, 64u << 20};
   TempDir dir;
-  auto st = run_processes(2, [&](int r) { return rank_main(r, dir, sizes); }, 600000);
+  auto st = run_processes(
+      2, [&](int r) { return rank_main(r, dir, sizes); }, 600000);
   return st[0] == 0 && st[1] == 0 ? 0 : 1;
 }

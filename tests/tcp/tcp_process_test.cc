@@ -97,8 +97,12 @@ TEST(TcpProcessFaults, PeerKilledWhileIdleIsPeerFailureQuickly) {
           pause();  // killed by the parent
           return 9;
         }
-        return expect_error(ErrorCode::kPeerFailure, 2000,
-                            [&] { t->exchange({}, {&v, 1}, in_ms(30000)); }, "rank 1");
+        return expect_error(
+            ErrorCode::kPeerFailure, 2000,
+            [&] {
+              t->exchange({}, {&v, 1}, in_ms(30000));
+            },
+            "rank 1");
       },
       60000, nullptr,
       [&](std::vector<pid_t>& pids) {
@@ -126,12 +130,15 @@ TEST(TcpProcessFaults, PeerKilledMidTransferIsPeerFailureQuickly) {
           for (;;) t->exchange({}, {&v, 1}, in_ms(60000));
         }
         // Rank 0 streams until the receiver dies under it.
-        return expect_error(ErrorCode::kPeerFailure, 60000, [&] {
-          for (;;) {
-            SendReq s{1, buf.data(), bytes};
-            t->exchange({&s, 1}, {}, in_ms(60000));
-          }
-        }, "rank 1");
+        return expect_error(
+            ErrorCode::kPeerFailure, 60000,
+            [&] {
+              for (;;) {
+                SendReq s{1, buf.data(), bytes};
+                t->exchange({&s, 1}, {}, in_ms(60000));
+              }
+            },
+            "rank 1");
       },
       60000, nullptr,
       [&](std::vector<pid_t>& pids) {
@@ -157,8 +164,12 @@ TEST(TcpProcessFaults, PeerDeadBeforeConnectIsPeerFailureAfterGrace) {
     wait_for_file(gone);
     int x = 0;
     SendReq s{1, &x, sizeof(x)};
-    return expect_error(ErrorCode::kPeerFailure, 3000,
-                        [&] { t->exchange({&s, 1}, {}, in_ms(30000)); }, "refuses connections");
+    return expect_error(
+        ErrorCode::kPeerFailure, 3000,
+        [&] {
+          t->exchange({&s, 1}, {}, in_ms(30000));
+        },
+        "refuses connections");
   });
   EXPECT_EQ(st[0], 0);
   EXPECT_EQ(st[1], 0);

@@ -124,11 +124,10 @@ inline void run_threads(int n, const std::function<void(int)>& fn) {
 // Runs fn(rank) in `n` forked processes; returns each one's exit status (0: fn returned 0;
 // 100: fn threw, with the message on stderr; 128+sig: killed). Children still alive after
 // `limit_ms` are killed, so a hang fails the test instead of blocking it.
-inline std::vector<int> run_processes(int n, const std::function<int(int)>& fn,
-                                      int64_t limit_ms = 60000,
-                                      std::vector<pid_t>* pids_out = nullptr,
-                                      const std::function<void(std::vector<pid_t>&)>& parent =
-                                          nullptr) {
+inline std::vector<int> run_processes(
+    int n, const std::function<int(int)>& fn, int64_t limit_ms = 60000,
+    std::vector<pid_t>* pids_out = nullptr,
+    const std::function<void(std::vector<pid_t>&)>& parent = nullptr) {
   std::fflush(stdout);
   std::fflush(stderr);
   std::vector<pid_t> pids;

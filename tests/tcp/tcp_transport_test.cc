@@ -163,7 +163,9 @@ TEST(TcpTransport, MessagesToSelf) {
   RecvReq v{0, &b, sizeof(b)};
   ts[0]->exchange({&s, 1}, {&v, 1}, in_ms(1000));
   EXPECT_EQ(b, 5);
-  EXPECT_EQ(code_of([&] { ts[0]->exchange({&s, 1}, {}, in_ms(1000)); }),
+  EXPECT_EQ(code_of([&] {
+              ts[0]->exchange({&s, 1}, {}, in_ms(1000));
+            }),
             ErrorCode::kInvalidArgument);
 }
 
@@ -177,7 +179,11 @@ TEST(TcpTransport, SizeMismatchNamesBothSizesAndPeer) {
       ts[0]->exchange({&s, 1}, {}, in_ms(10000));
     } else {
       RecvReq v{0, buf.data(), 64};
-      EXPECT_EQ(code_of([&] { ts[1]->exchange({}, {&v, 1}, in_ms(10000)); }, &msg),
+      EXPECT_EQ(code_of(
+                    [&] {
+                      ts[1]->exchange({}, {&v, 1}, in_ms(10000));
+                    },
+                    &msg),
                 ErrorCode::kInvalidArgument);
       // The link is unusable afterwards, and says why.
       std::string again;
@@ -270,17 +276,20 @@ TEST(TcpTransport, WrongCommIsRejected) {
     }
   });
   SendReq s{1, &x, sizeof(x)};
-  EXPECT_EQ(code_of([&] { a->exchange({&s, 1}, {}, in_ms(5000)); }, &msg),
-            ErrorCode::kPeerFailure);
+  EXPECT_EQ(code_of([&] { a->exchange({&s, 1}, {}, in_ms(5000)); }, &msg), ErrorCode::kPeerFailure);
   other.join();
   EXPECT_NE(msg.find("another comm"), std::string::npos) << msg;
 }
 
 TEST(TcpTransport, BadArgumentsAndHints) {
   auto store = make_hash_store();
-  EXPECT_EQ(code_of([&] { make_tcp_transport(0, 2, store, "h", {{"socket_ifaddr", "no.such"}}); }),
+  EXPECT_EQ(code_of([&] {
+              make_tcp_transport(0, 2, store, "h", {{"socket_ifaddr", "no.such"}});
+            }),
             ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of([&] { make_tcp_transport(0, 2, store, "h", {{"socket_ifname", "nope0"}}); }),
+  EXPECT_EQ(code_of([&] {
+              make_tcp_transport(0, 2, store, "h", {{"socket_ifname", "nope0"}});
+            }),
             ErrorCode::kInvalidArgument);
   EXPECT_EQ(code_of([&] { make_tcp_transport(2, 2, store, "h", {}); }),
             ErrorCode::kInvalidArgument);
@@ -290,7 +299,9 @@ TEST(TcpTransport, BadArgumentsAndHints) {
   SendReq s{5, &x, sizeof(x)};
   EXPECT_EQ(code_of([&] { t->exchange({&s, 1}, {}, in_ms(100)); }), ErrorCode::kInvalidArgument);
   SendReq null_send{1, nullptr, 4};
-  EXPECT_EQ(code_of([&] { t->exchange({&null_send, 1}, {}, in_ms(100)); }),
+  EXPECT_EQ(code_of([&] {
+              t->exchange({&null_send, 1}, {}, in_ms(100));
+            }),
             ErrorCode::kInvalidArgument);
 }
 
