@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <optional>
 
 #include "tcp_test_util.h"
 
@@ -322,6 +323,76 @@ TEST(TcpTransport, TwoTransportsInOneCommWithTags) {
     b[r]->exchange({&s, 1}, {&v, 1}, in_ms(10000));
     EXPECT_EQ(in, 11 - r);
   });
+}
+
+}  // namespace
+}  // namespace commx::test
+
+namespace commx::test {
+namespace {
+
+// Sets an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+void ping_both_ways(std::vector<std::unique_ptr<Transport>>& ts) {
+  run_threads(2, [&](int r) {
+    int out = 40 + r, in = -1;
+    SendReq s{1 - r, &out, sizeof(out)};
+    RecvReq v{1 - r, &in, sizeof(in)};
+    ts[r]->exchange({&s, 1}, {&v, 1}, in_ms(10000));
+    EXPECT_EQ(in, 41 - r);
+  });
+}
+
+TEST(TcpAddress, EnvChoosesTheListenAddressAndHintsWin) {
+  auto store = make_hash_store();
+  std::vector<std::unique_ptr<Transport>> ts;
+  {
+    ScopedEnv env("COMMX_SOCKET_IFADDR", "127.0.0.2");
+    ts.push_back(make_tcp_transport(0, 2, store, "env", {}));
+    ts.push_back(make_tcp_transport(1, 2, store, "env", {{"socket_ifaddr", "127.0.0.3"}}));
+  }
+  EXPECT_EQ(store->get_str("tcp/addr/0").rfind("127.0.0.2:", 0), 0u);
+  EXPECT_EQ(store->get_str("tcp/addr/1").rfind("127.0.0.3:", 0), 0u);
+  ping_both_ways(ts);
+}
+
+TEST(TcpAddress, RouteToMasterAddr) {
+  ScopedEnv env("MASTER_ADDR", "127.0.0.1");
+  auto store = make_hash_store();
+  auto t = make_tcp_transport(0, 1, store, "master", {});
+  EXPECT_EQ(store->get_str("tcp/addr/0").rfind("127.0.0.1:", 0), 0u);
+}
+
+TEST(TcpAddress, Ipv6Loopback) {
+  auto store = make_hash_store();
+  std::vector<std::unique_ptr<Transport>> ts;
+  try {
+    for (int r = 0; r < 2; ++r) {
+      ts.push_back(make_tcp_transport(r, 2, store, "v6", {{"socket_ifaddr", "::1"}}));
+    }
+  } catch (const Error& e) {
+    GTEST_SKIP() << "no IPv6 loopback: " << e.what();
+  }
+  EXPECT_EQ(store->get_str("tcp/addr/0").rfind("[::1]:", 0), 0u);
+  ping_both_ways(ts);
 }
 
 }  // namespace
