@@ -389,7 +389,7 @@ class TcpTransport final : public Transport {
       switch (p.conn) {
         case Conn::kIdle:
         case Conn::kConnecting:
-          what += ", not connected";
+          what += p.conn == Conn::kIdle ? ", not connected" : ", not connected (connect pending)";
           if (!p.last_error.empty()) what += " (last connect error: " + p.last_error + ")";
           break;
         case Conn::kAwaitReply:

@@ -144,6 +144,32 @@ TEST_F(TcpNetns, DataFlowsBetweenNamespaces) {
   EXPECT_EQ(st[1], 0);
 }
 
+TEST_F(TcpNetns, LinkDownBeforeConnectIsTimeoutNamingThePeer) {
+  ASSERT_EQ(sh("ip -n " + net_->ns(1) + " link set " + net_->veth(1) + " down"), 0);
+  TempDir dir;
+  auto st = run_processes(2, [&](int r) {
+    auto t = rank_transport(r, dir, "down");
+    int x = r;
+    SendReq s{1 - r, &x, sizeof(x)};
+    RecvReq v{1 - r, &x, sizeof(x)};
+    auto t0 = Clock::now();
+    try {
+      t->exchange({&s, 1}, {&v, 1}, in_ms(1500));
+    } catch (const Error& e) {
+      double ms = ms_since(t0);
+      std::fprintf(stderr, "rank %d, %.0f ms: %s\n", r, ms, e.what());
+      std::string want = "rank " + std::to_string(1 - r);
+      return e.code() == ErrorCode::kTimeout && ms < 2500 &&
+                     std::string(e.what()).find(want) != std::string::npos
+                 ? 0
+                 : 1;
+    }
+    return 2;
+  });
+  EXPECT_EQ(st[0], 0);
+  EXPECT_EQ(st[1], 0);
+}
+
 TEST_F(TcpNetns, LinkDownMidTransferEndsWithinDeadline) {
   cut_mid_transfer("ip -n " + net_->ns(0) + " link set " + net_->veth(0) + " down");
 }
