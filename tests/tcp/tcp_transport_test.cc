@@ -263,21 +263,31 @@ TEST(TcpTransport, AbortDuringConnectedTransfer) {
 }
 
 TEST(TcpTransport, WrongCommIsRejected) {
-  auto store = make_hash_store();
-  auto a = make_tcp_transport(0, 2, store, "comm-a", {});
-  auto b = make_tcp_transport(1, 2, store, "comm-b", {});
+  // Comm "b" has ranks c (0, never in an exchange) and b (1); comm "a"'s store points its rank 1
+  // at b's listener, as a stale key would.
+  auto store_a = make_hash_store();
+  auto store_b = make_hash_store();
+  auto c = make_tcp_transport(0, 2, store_b, "comm-b", {});
+  auto b = make_tcp_transport(1, 2, store_b, "comm-b", {});
+  auto a = make_tcp_transport(0, 2, store_a, "comm-a", {});
+  store_a->set("tcp/addr/1", store_b->get("tcp/addr/1"));
   int x = 1;
   std::string msg;
   std::thread other([&] {
-    // Rank 1 of the other comm answers hellos while it waits.
+    // b answers hellos while it waits for c, until aborted.
     RecvReq v{0, &x, sizeof(x)};
-    try {
-      b->exchange({}, {&v, 1}, in_ms(700));
-    } catch (const Error&) {
-    }
+    EXPECT_EQ(code_of([&] { b->exchange({}, {&v, 1}, in_ms(20000)); }), ErrorCode::kAborted);
   });
   SendReq s{1, &x, sizeof(x)};
-  EXPECT_EQ(code_of([&] { a->exchange({&s, 1}, {}, in_ms(5000)); }, &msg), ErrorCode::kPeerFailure);
+  auto t0 = Clock::now();
+  EXPECT_EQ(code_of(
+                [&] {
+                  a->exchange({&s, 1}, {}, in_ms(20000));
+                },
+                &msg),
+            ErrorCode::kPeerFailure);
+  EXPECT_LT(ms_since(t0), 5000);
+  b->abort();
   other.join();
   EXPECT_NE(msg.find("another comm"), std::string::npos) << msg;
 }
