@@ -28,7 +28,7 @@
 namespace commx::test {
 
 // A minimal Store over files of one directory: set writes a file atomically (rename), get/wait
-// poll for it. Only what the transports need (set/get/wait/check/delete).
+// poll for it. No add/compare_set/append (nothing here needs them).
 class DirStore : public Store {
  public:
   explicit DirStore(std::string dir) : dir_(std::move(dir)) {}
@@ -67,9 +67,13 @@ class DirStore : public Store {
   }
   int64_t num_keys() override { throw unsupported(); }
   void append(const std::string&, const Bytes&) override { throw unsupported(); }
-  std::vector<Bytes> multi_get(const std::vector<std::string>&) override { throw unsupported(); }
-  void multi_set(const std::vector<std::string>&, const std::vector<Bytes>&) override {
-    throw unsupported();
+  std::vector<Bytes> multi_get(const std::vector<std::string>& keys) override {
+    std::vector<Bytes> out;
+    for (const auto& k : keys) out.push_back(get(k));
+    return out;
+  }
+  void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override {
+    for (size_t i = 0; i < keys.size(); ++i) set(keys[i], values[i]);
   }
 
  private:
@@ -140,6 +144,7 @@ inline std::vector<int> run_processes(
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
       }
+      std::fflush(stdout);
       std::fflush(stderr);
       _exit(rc);
     }
