@@ -81,6 +81,38 @@ TEST_P(TcpProcesses, RingAndAllToAll) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, TcpProcesses, ::testing::Values(2, 4, 8));
 
+TEST(TcpProcesses, OverTheC10dTcpStore) {
+  // The rendezvous a real job uses: a c10d TCPStore, keys under a comm prefix.
+  auto srv = start_tcp_store_server("127.0.0.1", 0);
+  uint16_t port = srv->port();
+  const int n = 4;
+  auto st = run_processes(n, [&](int r) {
+    TCPStoreOptions o;
+    o.port = port;
+    o.timeout = std::chrono::seconds(20);
+    auto store = make_prefix_store("comm/world", make_tcp_store("127.0.0.1", o));
+    auto t = make_tcp_transport(r, n, store, "world", {});
+    std::vector<int> out(n, r), in(n, -1);
+    std::vector<SendReq> sends;
+    std::vector<RecvReq> recvs;
+    for (int p = 0; p < n; ++p) {
+      sends.push_back({p, &out[p], sizeof(int)});
+      recvs.push_back({p, &in[p], sizeof(int)});
+    }
+    t->exchange(sends, recvs, in_ms(20000));
+    for (int p = 0; p < n; ++p) {
+      if (in[p] != p) return 1;
+    }
+    int token = 0;
+    SendReq s{(r + 1) % n, &token, sizeof(token)};
+    RecvReq v{(r + n - 1) % n, &token, sizeof(token)};
+    t->exchange({&s, 1}, {&v, 1}, in_ms(20000));
+    return 0;
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
+  srv->stop();
+}
+
 TEST(TcpProcessFaults, PeerKilledWhileIdleIsPeerFailureQuickly) {
   TempDir dir;
   std::string ready = dir.path() + "/ready";
