@@ -430,7 +430,7 @@ class TcpTransport final : public Transport {
         Peer& p = peers_[q];
         if (p.done() || p.conn != Conn::kIdle) continue;
         if (p.retry_at <= now) {
-          start_connect(q, deadline);
+          start_connect(q);
           now = Clock::now();
         }
         if (p.conn == Conn::kIdle) wake = std::min(wake, p.retry_at);
@@ -641,24 +641,28 @@ class TcpTransport final : public Transport {
 
   // ---- connecting (our side) ----
 
-  void fetch_address(int q, Deadline deadline) {
+  // Looks the peer's address up without blocking (the poll loop retries with backoff, so the
+  // listener stays served and abort() and the deadline stay observed). False: not published yet.
+  bool fetch_address(int q) {
     Peer& p = peers_[q];
     std::string key = addr_key(q);
-    auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-    try {
-      store_->wait({key}, std::max(left, std::chrono::milliseconds(1)));
-    } catch (const Error& e) {
-      if (e.code() != ErrorCode::kTimeout) throw;
-      throw Error(ErrorCode::kTimeout, prefix_ + "rank " + std::to_string(q) +
-                                           " did not publish its address (store key '" + key +
-                                           "') before the deadline");
+    if (!store_->check({key})) {
+      p.last_error = "its address is not in the store yet (key '" + key + "')";
+      return false;
     }
     p.addr = parse_host_port(store_->get_str(key), "rank " + std::to_string(q));
+    p.backoff_ms = 0;
+    p.last_error.clear();
+    return true;
   }
 
-  void start_connect(int q, Deadline deadline) {
+  void start_connect(int q) {
     Peer& p = peers_[q];
-    if (!p.addr) fetch_address(q, deadline);
+    if (!p.addr && !fetch_address(q)) {
+      p.backoff_ms = std::min(std::max(2 * p.backoff_ms, 2), kMaxBackoffMs);
+      p.retry_at = Clock::now() + std::chrono::milliseconds(p.backoff_ms);
+      return;
+    }
     int fd = socket(p.addr->family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) throw system_error("socket");
     set_nodelay(fd);

@@ -262,6 +262,42 @@ TEST(TcpTransport, AbortDuringConnectedTransfer) {
   killer.join();
 }
 
+TEST(TcpTransport, PeerThatPublishesLateIsFound) {
+  auto store = make_hash_store();
+  auto t0 = make_tcp_transport(0, 2, store, "late", {});
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    auto t1 = make_tcp_transport(1, 2, store, "late", {});
+    int x = 0;
+    RecvReq v{0, &x, sizeof(x)};
+    t1->exchange({}, {&v, 1}, in_ms(10000));
+    EXPECT_EQ(x, 77);
+  });
+  int y = 77;
+  SendReq s{1, &y, sizeof(y)};
+  t0->exchange({&s, 1}, {}, in_ms(10000));
+  late.join();
+}
+
+TEST(TcpTransport, UnpublishedPeerTimesOutOrAborts) {
+  auto store = make_hash_store();
+  auto t = make_tcp_transport(0, 2, store, "nobody", {});
+  int x = 0;
+  SendReq s{1, &x, sizeof(x)};
+  std::string msg;
+  EXPECT_EQ(code_of([&] { t->exchange({&s, 1}, {}, in_ms(200)); }, &msg), ErrorCode::kTimeout);
+  EXPECT_NE(msg.find("not in the store"), std::string::npos) << msg;
+  auto t2 = make_tcp_transport(0, 2, make_hash_store(), "nobody", {});
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    t2->abort();
+  });
+  auto start = Clock::now();
+  EXPECT_EQ(code_of([&] { t2->exchange({&s, 1}, {}, in_ms(30000)); }), ErrorCode::kAborted);
+  EXPECT_LT(ms_since(start), 2000);
+  aborter.join();
+}
+
 TEST(TcpTransport, WrongCommIsRejected) {
   // Comm "b" has ranks c (0, never in an exchange) and b (1); comm "a"'s store points its rank 1
   // at b's listener, as a stale key would.
