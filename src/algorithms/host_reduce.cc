@@ -156,8 +156,13 @@ void kernel(void* dst, const void* const* srcs, int nsrc, size_t count,
   for (size_t base = 0; base < count; base += kBlock) {
     const size_t m = std::min(kBlock, count - base);
     const E* s0 = static_cast<const E*>(srcs[0]) + base;
-    for (size_t j = 0; j < m; ++j) acc[j] = S::load(s0[j]);
-    for (int k = 1; k < nsrc; ++k) {
+    if (nsrc == 1) {
+      for (size_t j = 0; j < m; ++j) acc[j] = S::load(s0[j]);
+    } else {
+      const E* s1 = static_cast<const E*>(srcs[1]) + base;
+      for (size_t j = 0; j < m; ++j) acc[j] = Op::apply(S::load(s0[j]), S::load(s1[j]));
+    }
+    for (int k = 2; k < nsrc; ++k) {
       const E* s = static_cast<const E*>(srcs[k]) + base;
       for (size_t j = 0; j < m; ++j) acc[j] = Op::apply(acc[j], S::load(s[j]));
     }
