@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <new>
+#include <random>
 #include <sstream>
 
 #include "commx/error.h"
@@ -26,7 +27,10 @@ ShmGroup::ShmGroup(const std::string& comm_name, int rank, int size, ShmSizes si
   own_.create("commx-" + comm_name + "-" + std::to_string(rank), total_);
   // A fresh memfd is zero-filled: every counter starts at 0. Construct the atomics in place.
   auto* h = new (own_.base()) ShmHeader{};
+  nonce_ = std::random_device{}() * 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(getpid()) << 32 ^
+           reinterpret_cast<uintptr_t>(own_.base());
   h->magic = kMagic;
+  h->nonce = nonce_;
   h->pid = getpid();
   h->rank = rank;
   h->size = size;
@@ -41,7 +45,8 @@ ShmGroup::ShmGroup(const std::string& comm_name, int rank, int size, ShmSizes si
 ShmGroup::~ShmGroup() { close(); }
 
 std::string ShmGroup::info() const {
-  return std::to_string(getpid()) + " " + std::to_string(own_.fd()) + " " + std::to_string(total_);
+  return std::to_string(getpid()) + " " + std::to_string(own_.fd()) + " " + std::to_string(total_) +
+         " " + std::to_string(nonce_);
 }
 
 void ShmGroup::set_peer_info(std::vector<std::string> infos) {
@@ -61,7 +66,8 @@ char* ShmGroup::map_peer(int r) {
   std::istringstream in(infos_.at(r));
   int pid = -1, fd = -1;
   size_t total = 0;
-  in >> pid >> fd >> total;
+  uint64_t nonce = 0;
+  in >> pid >> fd >> total >> nonce;
   std::string who = "rank " + std::to_string(r) + " of comm '" + comm_name_ + "'";
   if (total != total_)
     throw Error(ErrorCode::kInvalidArgument, who + " uses a shared memory layout of " +
@@ -77,8 +83,10 @@ char* ShmGroup::map_peer(int r) {
     throw;
   }
   auto* h = reinterpret_cast<ShmHeader*>(seg->base());
-  if (h->magic != kMagic || h->rank != r || h->size != size_)
-    throw Error(ErrorCode::kInternal, "the shared memory of " + who + " has an unexpected header");
+  if (h->magic != kMagic || h->nonce != nonce || h->rank != r || h->size != size_)
+    throw Error(ErrorCode::kPeerFailure, "the shared memory of " + who +
+                                             " is gone (the rank finalized or exited before this "
+                                             "rank mapped it)");
   bases_[r] = seg->base();
   peers_[r] = std::move(seg);
   return bases_[r];

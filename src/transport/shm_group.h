@@ -1,6 +1,7 @@
 // The shared memory of one comm on one host: each rank owns a segment (a header with its step
 // counter and doorbell, one SPSC ring per destination, two collective slots) and maps its peers'
-// segments lazily on first use. Collective algorithms run in "steps": a rank writes its own slot
+// segments at init (see CpuBackend::init: a peer may finish its last op and finalize before this
+// rank's first look at its memory, so mapping cannot wait for first use). Collective algorithms run in "steps": a rank writes its own slot
 // of the step's parity, publishes the step number, waits for the peers it reads, then reads their
 // slots. Before writing a slot a rank waits until every peer has arrived at the previous step,
 // which proves that the readers of that slot (two steps back) are done: one sync per step.
@@ -31,6 +32,7 @@ struct RingCtl {
 
 struct ShmHeader {
   uint64_t magic;
+  uint64_t nonce;  // random per segment: a reused fd number can never pass for it
   int32_t pid;
   int32_t rank;
   int32_t size;
@@ -83,6 +85,7 @@ class ShmGroup : public PeerWatch {
   ShmSizes sizes_;
   size_t ring_ctl_off_ = 0, ring_off_ = 0, slot_off_ = 0, total_ = 0;
   ShmSegment own_;
+  uint64_t nonce_ = 0;
   std::vector<std::unique_ptr<ShmSegment>> peers_;
   std::vector<char*> bases_;
   std::vector<ProcessWatch> watches_;

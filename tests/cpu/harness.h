@@ -1,4 +1,5 @@
-// Multi-process test harness: forks N ranks that rendezvous through a DirStore, runs a body in
+// Multi-process test harness: forks N ranks that rendezvous through a real store (the c10d-protocol
+// TCP store hosted by the parent, or the FileStore with COMMX_TEST_STORE=file), runs a body in
 // each, and reports per-rank exit codes. Children report failures on stderr and through their exit
 // status (gtest assertions do not cross fork), so the parent test can fail on any rank's error.
 #pragma once
@@ -18,7 +19,7 @@
 
 #include "commx/comm.h"
 #include "commx/error.h"
-#include "cpu/dir_store.h"
+#include "commx/store.h"
 
 namespace commx::testing {
 
@@ -69,6 +70,11 @@ struct ForkResult {
 inline ForkResult run_forked(int n, const std::function<void(RankEnv&)>& body, int limit_s = 120) {
   char tmpl[] = "/tmp/commx-cpu-test-XXXXXX";
   std::string dir = mkdtemp(tmpl);
+  const char* kind = std::getenv("COMMX_TEST_STORE");
+  bool file = kind && std::string(kind) == "file";
+  std::unique_ptr<TCPStoreServer> server;
+  if (!file) server = start_tcp_store_server("127.0.0.1", 0);
+  const uint16_t port = server ? server->port() : 0;
   std::fflush(stdout);
   std::fflush(stderr);
   std::vector<pid_t> pids;
@@ -77,7 +83,15 @@ inline ForkResult run_forked(int n, const std::function<void(RankEnv&)>& body, i
     if (pid == 0) {
       int code = 0;
       try {
-        RankEnv env{r, n, std::make_shared<DirStore>(dir)};
+        std::shared_ptr<Store> store;
+        if (file) {
+          store = make_file_store(dir + "/store", n);
+        } else {
+          TCPStoreOptions o;
+          o.port = port;
+          store = make_tcp_store("127.0.0.1", o);
+        }
+        RankEnv env{r, n, store};
         body(env);
         code = env.failures ? 1 : 0;
       } catch (const std::exception& e) {
@@ -115,6 +129,7 @@ inline ForkResult run_forked(int n, const std::function<void(RankEnv&)>& body, i
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+  if (server) server->stop();
   std::string rm = "rm -rf " + dir;
   if (std::system(rm.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", dir.c_str());
   return res;

@@ -140,6 +140,13 @@ void CpuBackend::init(const BackendContext& ctx) {
   use_shm_ = one_host && !any_tcp;
   if (use_shm_) {
     group_->set_peer_info(infos);
+    // Map every peer now, then wait until all ranks did: after that a rank may finish ops and
+    // finalize (unmapping its segment) without pulling memory from under a slower peer.
+    group_->map_all();
+    if (ctx.size > 1) {
+      if (ctx.store->add("cpu/mapped", 1) == ctx.size) ctx.store->set_str("cpu/mapped_all", "1");
+      ctx.store->wait({"cpu/mapped_all"}, ctx.options.timeout.value_or(kDefaultTimeout));
+    }
     transport_ = std::make_unique<ShmTransport>(group_.get(), &tuning_.wait);
     return;
   }
