@@ -27,6 +27,9 @@ struct ShmColl {
   ShmGroup& g;
   WaitScope ws;
   OpSig sig;
+  // Bytes per round of the pipelined reduce-scatter + all-gather (0: a whole slot). Rounds that
+  // fit in the caches keep a large all_reduce from streaming through DRAM three times.
+  size_t chunk_bytes = 0;
 };
 
 void shm_all_reduce_dda(ShmColl& c, const void* in, void* out, size_t count, const HostReducer& r);

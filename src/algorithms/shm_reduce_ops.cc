@@ -51,7 +51,8 @@ static void rsag_rounds(ShmColl& c, const void* in, void* out, size_t count, con
                         int root) {
   Steps st(c);
   const size_t es = r.elem_size();
-  const size_t per = st.cap() / es;
+  const size_t bytes = c.chunk_bytes && c.chunk_bytes < st.cap() ? c.chunk_bytes : st.cap();
+  const size_t per = std::max<size_t>(1, bytes / es);
   const int n = st.n(), me = st.me();
   std::vector<const void*> srcs(n);
   size_t done = 0;

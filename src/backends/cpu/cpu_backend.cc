@@ -234,7 +234,8 @@ void CpuBackend::dispatch(const OpDesc& op, Deadline deadline) {
                  ? op.root
                  : -1;
   sig.seq = op.seq;
-  ShmColl c{*group_, WaitScope{deadline, &aborted_, group_.get(), &tuning_.wait, &sleeping_on_}, sig};
+  ShmColl c{*group_, WaitScope{deadline, &aborted_, group_.get(), &tuning_.wait, &sleeping_on_}, sig,
+            tuning_.chunk_bytes};
   if (ctx_.size > 1) group_->map_all();
   run_shm(op, c, algo);
 }

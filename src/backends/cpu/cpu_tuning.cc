@@ -19,6 +19,7 @@ CpuTuning CpuTuning::from_env() {
   t.rd_max_bytes = static_cast<size_t>(env_int("COMMX_CPU_RD_MAX_BYTES", static_cast<int64_t>(t.rd_max_bytes)));
   t.shm.slot_bytes = static_cast<size_t>(env_int("COMMX_CPU_SLOT_BYTES", static_cast<int64_t>(t.shm.slot_bytes)));
   t.shm.ring_bytes = static_cast<size_t>(env_int("COMMX_CPU_RING_BYTES", static_cast<int64_t>(t.shm.ring_bytes)));
+  t.chunk_bytes = static_cast<size_t>(env_int("COMMX_CPU_CHUNK_BYTES", static_cast<int64_t>(t.chunk_bytes)));
   t.wait.spin_ns = env_int("COMMX_CPU_SPIN_NS", t.wait.spin_ns);
   t.wait.yield_ns = env_int("COMMX_CPU_YIELD_NS", t.wait.yield_ns);
   t.wait.slice_ns = env_int("COMMX_CPU_SLEEP_SLICE_NS", t.wait.slice_ns);

@@ -25,6 +25,7 @@ struct CpuTuning {
   // Generic (transport) all_reduce: recursive doubling up to this size, ring above.
   size_t rd_max_bytes = size_t{64} << 10;
   ShmSizes shm;
+  size_t chunk_bytes = size_t{512} << 10;  // per round of the shm reduce-scatter + all-gather
   WaitTuning wait;
 
   size_t dda_max_bytes(int ranks) const;
