@@ -139,6 +139,7 @@ void CpuBackend::init(const BackendContext& ctx) {
   bool any_tcp = std::any_of(infos.begin(), infos.end(), [](auto& x) { return x.empty(); });
   use_shm_ = one_host && !any_tcp;
   if (use_shm_) {
+    tuning_.adapt_to_oversubscription(ctx.size);
     group_->set_peer_info(infos);
     // Map every peer now, then wait until all ranks did: after that a rank may finish ops and
     // finalize (unmapping its segment) without pulling memory from under a slower peer.

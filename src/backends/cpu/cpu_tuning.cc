@@ -1,6 +1,8 @@
 // CpuTuning: defaults, COMMX_CPU_* overrides and algorithm hints. Layer: backends/cpu.
 #include "backends/cpu/cpu_tuning.h"
 
+#include <sched.h>
+
 #include "commx/error.h"
 #include "core/env.h"
 
@@ -20,6 +22,7 @@ CpuTuning CpuTuning::from_env() {
   t.shm.slot_bytes = static_cast<size_t>(env_int("COMMX_CPU_SLOT_BYTES", static_cast<int64_t>(t.shm.slot_bytes)));
   t.shm.ring_bytes = static_cast<size_t>(env_int("COMMX_CPU_RING_BYTES", static_cast<int64_t>(t.shm.ring_bytes)));
   t.chunk_bytes = static_cast<size_t>(env_int("COMMX_CPU_CHUNK_BYTES", static_cast<int64_t>(t.chunk_bytes)));
+  t.spin_from_env = env_str("COMMX_CPU_SPIN_NS").has_value();
   t.wait.spin_ns = env_int("COMMX_CPU_SPIN_NS", t.wait.spin_ns);
   t.wait.yield_ns = env_int("COMMX_CPU_YIELD_NS", t.wait.yield_ns);
   t.wait.slice_ns = env_int("COMMX_CPU_SLEEP_SLICE_NS", t.wait.slice_ns);
@@ -32,6 +35,13 @@ CpuTuning CpuTuning::from_env() {
                                                  std::to_string(t.shm.slot_bytes));
   if (t.wait.slice_ns < 100000) t.wait.slice_ns = 100000;
   return t;
+}
+
+void CpuTuning::adapt_to_oversubscription(int local_ranks) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  if (local_ranks > cpus && !spin_from_env) wait.spin_ns = 0;
 }
 
 CpuAlgo parse_algorithm_hint(const Hints& hints) {

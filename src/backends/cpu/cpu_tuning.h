@@ -25,10 +25,14 @@ struct CpuTuning {
   // Generic (transport) all_reduce: recursive doubling up to this size, ring above.
   size_t rd_max_bytes = size_t{64} << 10;
   ShmSizes shm;
-  size_t chunk_bytes = size_t{512} << 10;  // per round of the shm reduce-scatter + all-gather
+  size_t chunk_bytes = size_t{256} << 10;  // per round of the shm reduce-scatter + all-gather
   WaitTuning wait;
+  bool spin_from_env = false;  // COMMX_CPU_SPIN_NS given: keep it even when oversubscribed
 
   size_t dda_max_bytes(int ranks) const;
+  // More ranks on this host than CPUs this process may run on: spinning only steals the time
+  // slice a peer needs, so waits go straight to yielding (unless COMMX_CPU_SPIN_NS says otherwise).
+  void adapt_to_oversubscription(int local_ranks);
   // Reads COMMX_CPU_* (throws InvalidArgument on malformed values).
   static CpuTuning from_env();
 };
