@@ -1,8 +1,8 @@
 // Several comms at once: splits (disjoint groups with the same name, a reordered subset), ops
-// interleaved across comms, async ops in flight on two comms together, and a transport hint
-// that this build cannot honour.
+// interleaved across comms, async ops in flight on two comms together, and the transport hints.
 #include <gtest/gtest.h>
 
+#include "backends/cpu/cpu_backend.h"
 #include "cpu/cases.h"
 #include "cpu/harness.h"
 
@@ -60,11 +60,23 @@ TEST(Comms, SplitsAndInterleavedOps) {
   EXPECT_TRUE(res.all_ok()) << res.describe();
 }
 
-TEST(Comms, TcpHintIsRefusedClearlyUntilTheTransportIsBuilt) {
-  auto res = run_forked(2, [](RankEnv& env) {
+TEST(Comms, TransportHints) {
+  auto res = run_forked(3, [](RankEnv& env) {
     CommOptions o;
     o.hints["transport"] = "tcp";
-    expect_error(env, ErrorCode::kUnsupported, [&] { env.comm("tcp", o); }, "transport=tcp");
+    auto tcp = env.comm("tcp", o);
+    env.check(static_cast<CpuBackend&>(tcp->unsafe_get_backend()).transport_name() != "shm",
+              "transport=tcp does not use shared memory");
+    // A split of a TCP comm stays on TCP (hints are inherited).
+    auto sub = env.rank == 1 ? tcp->split({}, "tcp-sub") : tcp->split({2, 0}, "tcp-sub");
+    if (sub) {
+      auto v = fill(env.rank, 1000);
+      sub->all_reduce(make_tensor(v.data(), 1000), ReduceOp::SUM);
+      env.check(v == expect_sum({2, 0}, 1000), "all_reduce on a split of a tcp comm");
+    }
+    auto shm = env.comm("shm");
+    env.check(static_cast<CpuBackend&>(shm->unsafe_get_backend()).transport_name() == "shm",
+              "one host: shared memory by default");
     o.hints["transport"] = "carrier-pigeon";
     expect_error(env, ErrorCode::kInvalidArgument, [&] { env.comm("bad", o); }, "unknown transport");
   });

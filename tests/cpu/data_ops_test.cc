@@ -1,6 +1,6 @@
 // broadcast, all_gather(_single/_v), all_to_all(_single/_v_single), gather(_single), scatter,
 // barrier, send/recv and batch p2p on forked ranks, shm algorithms and the generic (transport)
-// ones, against data every rank regenerates independently.
+// ones over the shm rings and over TCP, against data every rank regenerates independently.
 #include <gtest/gtest.h>
 
 #include "cpu/cases.h"
@@ -19,9 +19,11 @@ Buf data(uint64_t seed, int r, int tag, size_t count, DataType t) {
 }
 
 void data_matrix(RankEnv& env, const std::vector<size_t>& counts, const std::vector<DataType>& dtypes,
-                 const std::vector<std::string>& algos) {
+                 const std::vector<std::string>& algos, const std::string& transport = "") {
   const int n = env.size, me = env.rank;
-  auto comm = env.comm("data");
+  CommOptions co;
+  if (!transport.empty()) co.hints["transport"] = transport;
+  auto comm = env.comm("data", co);
   uint64_t seed = 100;
   for (DataType t : dtypes) {
     const size_t es = dtype_size(t);
@@ -183,9 +185,22 @@ TEST_P(DataOps, SmallSizes) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, DataOps, ::testing::Values(1, 2, 3, 4, 5, 8));
 
+class DataOpsTcp : public ::testing::TestWithParam<int> {};
+
+TEST_P(DataOpsTcp, SmallSizes) {
+  int n = GetParam();
+  auto res = run_forked(n, [](RankEnv& env) {
+    data_matrix(env, {0, 1, 129}, {DataType::kFloat32, DataType::kBool}, {""}, "tcp");
+  });
+  EXPECT_TRUE(res.all_ok()) << res.describe();
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, DataOpsTcp, ::testing::Values(2, 3, 5));
+
 TEST(DataOpsLarge, MultiMiB) {
   auto res = run_forked(3, [](RankEnv& env) {
     data_matrix(env, {(size_t{3} << 20) + 5}, {DataType::kUInt8}, kAlgos);
+    data_matrix(env, {(size_t{1} << 20) + 5}, {DataType::kUInt8}, {""}, "tcp");
   });
   EXPECT_TRUE(res.all_ok()) << res.describe();
 }

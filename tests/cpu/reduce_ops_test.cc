@@ -1,6 +1,7 @@
 // all_reduce, reduce and reduce_scatter(_single/_v) on forked ranks over shared memory, against
 // an independent reference: every dtype and op, sizes 0, 1, odd and larger, world sizes 1..8,
-// non-zero roots, every algorithm (DDA, RS+AG, ring, recursive doubling, tree), sync and async.
+// non-zero roots, every algorithm (DDA, RS+AG, ring, recursive doubling, tree), sync and async,
+// over shared memory and over TCP (transport=tcp).
 #include <gtest/gtest.h>
 
 #include "cpu/cases.h"
@@ -14,9 +15,12 @@ namespace {
 const std::vector<std::string> kAlgos = {"", "dda", "rsag", "ring", "recursive_doubling"};
 
 void reduce_matrix(RankEnv& env, const std::vector<size_t>& counts, const std::vector<DataType>& dtypes,
-                   const std::vector<ReduceKind>& kinds, const std::vector<std::string>& algos) {
+                   const std::vector<ReduceKind>& kinds, const std::vector<std::string>& algos,
+                   const std::string& transport = "") {
   const int n = env.size, me = env.rank;
-  auto comm = env.comm("reduce");
+  CommOptions co;
+  if (!transport.empty()) co.hints["transport"] = transport;
+  auto comm = env.comm("reduce", co);
   uint64_t seed = 1;
   for (DataType t : dtypes) {
     const size_t es = dtype_size(t);
@@ -107,6 +111,18 @@ TEST_P(ReduceOps, FullMatrixSmallSizes) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, ReduceOps, ::testing::Values(1, 2, 3, 4, 5, 8));
 
+class ReduceOpsTcp : public ::testing::TestWithParam<int> {};
+
+TEST_P(ReduceOpsTcp, FullMatrixSmallSizes) {
+  int n = GetParam();
+  auto res = run_forked(n, [](RankEnv& env) {
+    reduce_matrix(env, {0, 1, 130}, all_dtypes(), all_kinds(), {"", "ring", "recursive_doubling"}, "tcp");
+  });
+  EXPECT_TRUE(res.all_ok()) << res.describe();
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, ReduceOpsTcp, ::testing::Values(2, 3, 5));
+
 TEST(ReduceOpsLarge, MultiMiB) {
   // Several rounds through the slots (4 MiB) and the rings, odd sizes.
   for (int n : {2, 3}) {
@@ -115,6 +131,7 @@ TEST(ReduceOpsLarge, MultiMiB) {
                     {"", "dda", "rsag", "ring"});
       reduce_matrix(env, {(size_t{3} << 20) + 1}, {DataType::kBFloat16, DataType::kInt8},
                     {ReduceKind::kAvg}, {""});
+      reduce_matrix(env, {(size_t{2} << 20) + 1}, {DataType::kFloat32}, {ReduceKind::kSum}, {"", "ring"}, "tcp");
     });
     EXPECT_TRUE(res.all_ok()) << "world " << n << ": " << res.describe();
   }

@@ -11,6 +11,7 @@
 #include "commx/error.h"
 #include "transport/shm_segment.h"
 #include "transport/shm_transport.h"
+#include "transport/tcp_transport.h"
 
 namespace commx {
 namespace {
@@ -155,11 +156,9 @@ void CpuBackend::init(const BackendContext& ctx) {
   if (want == "shm")
     throw Error(ErrorCode::kInvalidArgument, "comm '" + ctx.comm_name +
                                                  "': transport=shm was asked for but the ranks are on several hosts");
-  // The TCP transport (src/transport/tcp_*) plugs in here once it is part of the build.
-  throw Error(ErrorCode::kUnsupported,
-              "comm '" + ctx.comm_name + "' rank " + std::to_string(ctx.rank) +
-                  ": the ranks are on several hosts (or transport=tcp was asked for) and this build "
-                  "of the cpu backend has no TCP transport yet");
+  // Several hosts, or TCP asked for: the generic algorithms over the TCP transport (it connects
+  // lazily, on the first exchange with each peer).
+  transport_ = make_tcp_transport(ctx.rank, ctx.size, ctx.store, ctx.comm_name, h);
 }
 
 std::string CpuBackend::transport_name() const {
