@@ -32,11 +32,14 @@ int run_rank(const Options& o) {
   CommOptions co;
   co.timeout = Timeout(static_cast<int64_t>(o.timeout_s * 1000));
   auto mem = make_memory(o.device);
-  // A CPU comm for the harness itself: barriers before timing, max of times, sum of errors.
+  // A CPU comm for the harness itself: barriers before timing, max of times, sum of errors. It
+  // is the only comm that bootstraps from the environment; the others share its store, so one
+  // rendezvous store (and under mpirun one store file) serves the whole run.
   std::shared_ptr<Comm> control;
   std::string tried;
   for (const char* name : {"cpu", "gloo", "mpi"}) {
     try {
+      create_backend(name);  // is it installed? (loads the plugin; a failed comm would not)
       control = Comm::create(name, Device::cpu(), "bench-control", co);
       break;
     } catch (const Error& e) {
@@ -45,6 +48,7 @@ int run_rank(const Options& o) {
   }
   if (!control)
     throw Error(ErrorCode::kUnsupported, "no CPU backend for the bench's own coordination:" + tried);
+  co.store = control->store();
   const bool lead = control->rank() == 0;
   std::vector<BenchComm> comms;
   std::vector<std::string> labels;

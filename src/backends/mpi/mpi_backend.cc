@@ -51,37 +51,26 @@ Watchdog::~Watchdog() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Watchdog::arm(Clock::time_point deadline, std::string what, MPI_Comm comm) {
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    armed_ = true;
-    deadline_ = deadline;
-    what_ = std::move(what);
+void Watchdog::arm(Clock::time_point deadline, const OpDesc* op, MPI_Comm comm) {
+  if (!thread_.joinable()) {
     comm_ = comm;
-    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    thread_ = std::thread([this] { loop(); });
   }
-  cv_.notify_all();
-}
-
-void Watchdog::disarm() {
-  std::lock_guard<std::mutex> g(mu_);
-  armed_ = false;
+  op_.store(op, std::memory_order_relaxed);
+  deadline_ns_.store(deadline.time_since_epoch().count(), std::memory_order_release);
 }
 
 void Watchdog::loop() {
   std::unique_lock<std::mutex> g(mu_);
-  while (!stop_) {
-    if (!armed_) {
-      cv_.wait(g);
-      continue;
-    }
-    if (cv_.wait_until(g, deadline_) == std::cv_status::timeout && armed_ && !stop_ &&
-        Clock::now() >= deadline_) {
-      std::cerr << "commx: Timeout: " << what_
-                << "; a blocking MPI call cannot be cancelled, so the job is aborted (set "
-                   "COMMX_MPI_NONBLOCKING=1 for timeouts that throw instead)\n";
-      MPI_Abort(comm_, 124);
-    }
+  while (!cv_.wait_for(g, kPoll, [&] { return stop_; })) {
+    int64_t d = deadline_ns_.load(std::memory_order_acquire);
+    if (d == 0 || Clock::now().time_since_epoch().count() < d) continue;
+    const OpDesc* op = op_.load(std::memory_order_relaxed);
+    std::cerr << "commx: Timeout: " << (op && describe_ ? describe_(*op) : std::string("mpi: "))
+              << "no completion within " << (op ? op->timeout.count() : 0)
+              << " ms; a blocking MPI call cannot be cancelled, so the job is aborted (set "
+                 "COMMX_MPI_NONBLOCKING=1 for timeouts that throw instead)\n";
+    MPI_Abort(comm_, 124);
   }
 }
 
@@ -131,6 +120,7 @@ void MpiBackend::init(const BackendContext& ctx) {
   if (comm_ == MPI_COMM_NULL) throw Error(ErrorCode::kInternal, where + "could not create the MPI comm");
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   nonblocking_ = env_bool("COMMX_MPI_NONBLOCKING", false);
+  watchdog_.set_context([this](const OpDesc& op) { return op_context(ctx_, op) + "mpi: "; });
 }
 
 bool MpiBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
@@ -162,10 +152,7 @@ void MpiBackend::execute(const OpDesc& op) {
   if (op.type == OpType::kSend || op.type == OpType::kRecv)
     return p2p(op, {P2POp{op.type == OpType::kSend, op.input, op.root}});
   if (op.type == OpType::kBatchP2P) return p2p(op, op.p2p);
-  watchdog_.arm(Clock::now() + op.timeout,
-                op_context(ctx_, op) + "mpi: no completion within " +
-                    std::to_string(op.timeout.count()) + " ms",
-                comm_);
+  watchdog_.arm(Clock::now() + op.timeout, &op, comm_);
   try {
     collective(op);
   } catch (...) {

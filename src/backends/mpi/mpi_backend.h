@@ -9,6 +9,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
+#include <string>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -23,17 +25,22 @@ namespace commx::mpi_backend {
 class Watchdog {
  public:
   ~Watchdog();
-  void arm(std::chrono::steady_clock::time_point deadline, std::string what, MPI_Comm comm);
-  void disarm();
+  // Cheap on the op path: two atomic stores, no lock and no thread wake-up (the watchdog thread
+  // polls every kPoll, which bounds how late past the deadline the job ends).
+  void arm(std::chrono::steady_clock::time_point deadline, const OpDesc* op, MPI_Comm comm);
+  void disarm() { deadline_ns_.store(0, std::memory_order_release); }
+  void set_context(std::function<std::string(const OpDesc&)> describe) { describe_ = std::move(describe); }
 
  private:
+  static constexpr std::chrono::milliseconds kPoll{50};
   void loop();
+  std::atomic<int64_t> deadline_ns_{0};  // steady_clock ns; 0: disarmed
+  std::atomic<const OpDesc*> op_{nullptr};
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::function<std::string(const OpDesc&)> describe_;
   std::mutex mu_;
   std::condition_variable cv_;
-  bool armed_ = false, stop_ = false;
-  std::chrono::steady_clock::time_point deadline_;
-  std::string what_;
-  MPI_Comm comm_ = MPI_COMM_NULL;
+  bool stop_ = false;
   std::thread thread_;
 };
 
