@@ -3,6 +3,8 @@
 // Layer: tools/bench.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+
 #include "commx/error.h"
 #include "memory.h"
 
@@ -73,6 +75,20 @@ class CudaMemory : public Memory {
 std::unique_ptr<Memory> make_memory(const Device& d) {
   if (d.is_cpu()) return make_host_memory();
   return std::make_unique<CudaMemory>(d.index);
+}
+
+Device resolve_device(Device d) {
+  if (!d.is_cuda() || d.index >= 0) return d;
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
+    throw Error(ErrorCode::kCuda, "--device cuda: no GPU is visible to this process");
+  int local = 0;
+  for (const char* v : {"COMMX_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"})
+    if (const char* s = std::getenv(v)) {
+      local = std::atoi(s);
+      break;
+    }
+  return Device::cuda(local % n);
 }
 
 std::vector<std::string> gpu_names() {

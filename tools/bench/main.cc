@@ -28,7 +28,9 @@ bool write_file(const std::string& path, const std::string& text) {
   return true;
 }
 
-int run_rank(const Options& o) {
+int run_rank(const Options& opts) {
+  Options o = opts;
+  o.device = resolve_device(o.device);
   CommOptions co;
   co.timeout = Timeout(static_cast<int64_t>(o.timeout_s * 1000));
   auto mem = make_memory(o.device);

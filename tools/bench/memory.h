@@ -30,6 +30,9 @@ class Memory {
 std::unique_ptr<Memory> make_host_memory();
 // Throws Unsupported when this build has no CUDA support.
 std::unique_ptr<Memory> make_memory(const Device& d);
+// A GPU device without an index becomes cuda:<local rank mod GPU count> (the local rank from
+// COMMX_LOCAL_RANK, LOCAL_RANK or OMPI_COMM_WORLD_LOCAL_RANK), so spawned ranks spread over GPUs.
+Device resolve_device(Device d);
 // GPU model names visible to this process ("" entries never); empty without CUDA.
 std::vector<std::string> gpu_names();
 
