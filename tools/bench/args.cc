@@ -76,7 +76,10 @@ std::string format_size(uint64_t b) {
 
 Options parse_args(int argc, const char* const* argv) {
   Options o;
-  for (int i = 0; i < argc; ++i) o.command_line += (i ? " " : "") + std::string(argv[i]);
+  for (int i = 0; i < argc; ++i) {
+    if (i) o.command_line += ' ';
+    o.command_line += argv[i];
+  }
   std::vector<std::string> positional;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
