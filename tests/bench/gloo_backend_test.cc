@@ -78,4 +78,37 @@ TEST(GlooErrors, PeerLeaves) {
   });
 }
 
+TEST(GlooErrors, AbortEndsABlockedOp) {
+  // Rank 0 is blocked in an all_reduce rank 1 never joins; abort() from another thread makes it
+  // end as Aborted (at its deadline: Gloo cannot interrupt a wait), and later ops fail fast.
+  run_thread_ranks(2, "gloo", [&](Comm& c) {
+    if (c.rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+      return;
+    }
+    float v[8] = {};
+    OpOptions o;
+    o.timeout = std::chrono::milliseconds(1000);
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      c.abort();
+    });
+    auto t0 = std::chrono::steady_clock::now();
+    try {
+      c.all_reduce(make_tensor(v, 8), ReduceOp::SUM, false, o);
+      ADD_FAILURE() << "all_reduce should be aborted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kAborted) << e.what();
+    }
+    aborter.join();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+    try {
+      c.barrier();
+      ADD_FAILURE() << "ops after abort must fail";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kAborted) << e.what();
+    }
+  });
+}
+
 }  // namespace

@@ -37,6 +37,27 @@ TEST(MpiBackend, Collectives) {
   c->finalize();
 }
 
+TEST(MpiBackend, RecvTimesOut) {
+  if (!under_mpirun()) GTEST_SKIP() << "run under mpirun";
+  auto c = make_comm();
+  if (c->size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  // Rank 0 waits for a message rank 1 never sends: the op's deadline ends it with Timeout.
+  if (c->rank() == 0) {
+    int32_t v[4];
+    OpOptions o;
+    o.timeout = std::chrono::milliseconds(300);
+    try {
+      c->recv(make_tensor(v, 4), 1, false, o);
+      ADD_FAILURE() << "recv should time out";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();
+      EXPECT_NE(std::string(e.what()).find("recv"), std::string::npos) << e.what();
+    }
+  }
+  c->barrier();
+  c->finalize();
+}
+
 TEST(MpiBackend, RefusesWithoutMpirun) {
   if (under_mpirun()) GTEST_SKIP() << "only meaningful outside mpirun";
   try {

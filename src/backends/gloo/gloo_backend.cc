@@ -514,6 +514,8 @@ void GlooBackend::abort() {
   exec_.fail_pending(std::make_exception_ptr(
       Error(ErrorCode::kAborted, "[comm '" + ctx_.comm_name + "' rank " +
                                      std::to_string(ctx_.rank) + "] the comm was aborted")));
+  // An op already inside Gloo cannot be interrupted (closing Gloo's pairs does not wake its
+  // waits): it ends at its own deadline and then reports Aborted.
 }
 
 void GlooBackend::finalize() {
