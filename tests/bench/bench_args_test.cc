@@ -57,7 +57,7 @@ TEST(BenchArgs, NcclTestsFlags) {
 
 TEST(BenchArgs, CommxFlags) {
   Options o = parse({"all", "--backend", "cpu:ring,gloo,mpi", "--np", "4", "--inplace", "1",
-                     "--json=out.json", "--svg", "o.svg", "--tune", "t.txt", "-d", "all", "-o", "all"});
+                     "--json=out.json", "--svg", "o.svg", "--md", "o.md", "--tune", "t.txt", "-d", "all", "-o", "all"});
   EXPECT_EQ(o.colls.size(), all_colls().size());
   ASSERT_EQ(o.backends.size(), 3u);
   EXPECT_EQ(o.backends[0].name, "cpu");
@@ -68,6 +68,7 @@ TEST(BenchArgs, CommxFlags) {
   EXPECT_EQ(o.inplace, 1);
   EXPECT_EQ(o.json_path, "out.json");
   EXPECT_EQ(o.svg_path, "o.svg");
+  EXPECT_EQ(o.md_path, "o.md");
   EXPECT_EQ(o.tune_path, "t.txt");
   EXPECT_EQ(o.dtypes.size(), 12u);
   EXPECT_EQ(o.ops.size(), 5u);

@@ -89,6 +89,23 @@ TEST(BenchReport, TextRows) {
   EXPECT_NE(s.find("2.50x"), std::string::npos);
 }
 
+TEST(BenchReport, Markdown) {
+  auto rows = sample_rows();
+  rows[4].ratio = 2.0;
+  std::string md = to_markdown(machine(), rows);
+  EXPECT_NE(md.find("Command: `commx-bench all_reduce --np 2"), std::string::npos) << md;
+  EXPECT_NE(md.find("### all_reduce float32 sum in-place"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 1024 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("2.00x"), std::string::npos) << md;
+  // header, separator and 3 sizes
+  size_t table_lines = 0;
+  for (size_t p = md.find("| size"); p != std::string::npos && p < md.size(); p = md.find('\n', p) + 1) {
+    if (md[p] != '|') break;
+    ++table_lines;
+  }
+  EXPECT_EQ(table_lines, 5u) << md;
+}
+
 TEST(BenchTune, WinnersBecomeRanges) {
   std::vector<Row> rows;
   auto add = [&](const char* b, uint64_t size, double t) {

@@ -168,6 +168,7 @@ Options parse_args(int argc, const char* const* argv) {
     else if (a == "--graph" || a == "-G") o.graph = parse_int(a, value(), 0, 1) == 1;
     else if (a == "--json") o.json_path = value();
     else if (a == "--svg") o.svg_path = value();
+    else if (a == "--md") o.md_path = value();
     else if (a == "--tune") o.tune_path = value();
     else if (a == "--timeout") {
       o.timeout_s = parse_int(a, value(), 1, 1 << 20);
@@ -226,6 +227,7 @@ commx flags:
   --graph 0|1          capture the op in a CUDA graph (cuda devices only)
   --json FILE          machine header + one object per row
   --svg FILE           latency and busbw against size, one line per backend
+  --md FILE            markdown tables: per size, each backend's time, busbw and ratio
   --tune FILE          write the per-size fastest algorithm (tuning table, COMMX_TUNING_FILE)
   --timeout S          per-op timeout in seconds (default 120)
 )";

@@ -35,7 +35,7 @@ struct Options {
   int inplace = -1;                   // -1 both, 0 out-of-place only, 1 in-place only
   Device device = Device::cpu();
   bool graph = false;
-  std::string json_path, svg_path, tune_path;
+  std::string json_path, svg_path, tune_path, md_path;
   double timeout_s = 120;
   bool help = false;
   std::string command_line;

@@ -91,6 +91,7 @@ int run_rank(const Options& opts) {
     bool ok = true;
     if (!o.json_path.empty()) ok = write_file(o.json_path, to_json(m, rows)) && ok;
     if (!o.svg_path.empty()) ok = write_file(o.svg_path, to_svg(m, rows)) && ok;
+    if (!o.md_path.empty()) ok = write_file(o.md_path, to_markdown(m, rows)) && ok;
     if (!o.tune_path.empty()) {
       TuningTable t = tuning_from_rows(rows, o.backends[0].name);
       if (t.entries().empty())

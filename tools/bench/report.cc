@@ -225,6 +225,58 @@ std::string to_json(const MachineInfo& m, const std::vector<Row>& rows) {
   return o.str();
 }
 
+std::string to_markdown(const MachineInfo& m, const std::vector<Row>& rows) {
+  std::ostringstream o;
+  o << "Machine: " << m.hostname << ", " << m.cpu_model << ", " << m.cores << " cores";
+  for (const auto& g : m.gpus) o << ", " << g;
+  o << "; " << m.world_size << " ranks; " << m.date << "\n\nCommand: `" << m.command_line << "`\n";
+  // Group rows by (collective, dtype, op, in_place) in first-seen order.
+  std::vector<std::string> groups;
+  auto key = [](const Row& r) {
+    return r.collective + "|" + r.dtype + "|" + r.op + "|" + (r.in_place ? "in-place" : "out-of-place");
+  };
+  for (const auto& r : rows)
+    if (std::find(groups.begin(), groups.end(), key(r)) == groups.end()) groups.push_back(key(r));
+  for (const auto& g : groups) {
+    std::vector<std::string> backends;
+    std::vector<uint64_t> sizes;
+    for (const auto& r : rows) {
+      if (key(r) != g) continue;
+      if (std::find(backends.begin(), backends.end(), r.backend) == backends.end()) backends.push_back(r.backend);
+      if (std::find(sizes.begin(), sizes.end(), r.size) == sizes.end()) sizes.push_back(r.size);
+    }
+    std::string title = g;
+    std::replace(title.begin(), title.end(), '|', ' ');
+    o << "\n### " << title << "\n\n| size (B) |";
+    for (size_t b = 0; b < backends.size(); ++b) {
+      o << " " << backends[b] << " time (us) | " << backends[b] << " busbw (GB/s) |";
+      if (b > 0) o << " " << backends[b] << " / " << backends[0] << " |";
+    }
+    o << " #wrong |\n|---:|";
+    for (size_t b = 0; b < backends.size(); ++b) o << (b > 0 ? "---:|---:|---:|" : "---:|---:|");
+    o << "---:|\n";
+    for (uint64_t s : sizes) {
+      o << "| " << s << " |";
+      int64_t wrong = 0;
+      bool checked = false;
+      for (size_t b = 0; b < backends.size(); ++b) {
+        const Row* hit = nullptr;
+        for (const auto& r : rows)
+          if (key(r) == g && r.backend == backends[b] && r.size == s) hit = &r;
+        if (hit) {
+          o << " " << fmt("%.2f", hit->time_us) << " | " << fmt("%.3f", hit->busbw) << " |";
+          if (b > 0) o << " " << (hit->ratio > 0 ? fmt("%.2fx", hit->ratio) : std::string("-")) << " |";
+          if (hit->wrong >= 0) wrong += hit->wrong, checked = true;
+        } else {
+          o << " - | - |" << (b > 0 ? " - |" : "");
+        }
+      }
+      o << " " << (checked ? std::to_string(wrong) : std::string("N/A")) << " |\n";
+    }
+  }
+  return o.str();
+}
+
 std::string to_svg(const MachineInfo& m, const std::vector<Row>& rows) {
   // One panel pair per collective (its first dtype/op; out-of-place rows where they exist).
   std::vector<std::string> colls;
