@@ -275,12 +275,16 @@ Row Runner::measure(const BenchComm& bc, const Point& p, bool ip) {
   row.graph = o_.graph;
 
   int64_t wrong = 0;
-  if (o_.check && p.c != Coll::kBarrier) {
+  if (p.c != Coll::kBarrier) {
+    // Inputs are filled even with -c 0: uninitialised floats (denormals, NaN) would time
+    // differently from real data.
     fill_inputs(p, ip);
-    control_.barrier();
-    op();
-    mem_.sync();
-    wrong = check_outputs(p, ip);
+    if (o_.check) {
+      control_.barrier();
+      op();
+      mem_.sync();
+      wrong = check_outputs(p, ip);
+    }
   }
   for (int i = 0; i < o_.warmup; ++i) op();
   mem_.sync();
