@@ -16,25 +16,59 @@ class DoneWork : public commx::WorkState {
   std::exception_ptr error() override { return nullptr; }
 };
 
+// DLPack 1.x versioned structures (include/commx/dlpack.h has the legacy ones only); consumers
+// such as numpy 2 treat legacy capsules as read-only, so writable views need these.
+struct DLPackVersion {
+  uint32_t major;
+  uint32_t minor;
+};
+struct DLManagedTensorVersioned {
+  DLPackVersion version;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensorVersioned* self);
+  uint64_t flags;
+  DLTensor dl_tensor;
+};
+
 struct ManagedView {
-  DLManagedTensor managed{};
+  DLManagedTensor legacy{};
+  DLManagedTensorVersioned versioned{};
   int64_t shape = 0;
 };
 
-void delete_view(DLManagedTensor* self) { delete static_cast<ManagedView*>(self->manager_ctx); }
+void delete_legacy(DLManagedTensor* self) { delete static_cast<ManagedView*>(self->manager_ctx); }
+void delete_versioned(DLManagedTensorVersioned* self) {
+  delete static_cast<ManagedView*>(self->manager_ctx);
+}
 
-// A DLPack capsule over `t` (1-D); the consumer renames it "used_dltensor" and calls the deleter.
-py::capsule export_dlpack(const commx::Tensor& t) {
+// A DLPack capsule over `t` (1-D); the consumer renames it "used_dltensor[_versioned]" and
+// calls the deleter. `versioned` when the consumer asked for max_version >= 1.
+py::capsule export_dlpack(const commx::Tensor& t, bool versioned) {
   auto* v = new ManagedView();
-  commx::to_dlpack(t, &v->managed.dl_tensor, &v->shape);
-  v->managed.manager_ctx = v;
-  v->managed.deleter = delete_view;
-  PyObject* cap = PyCapsule_New(&v->managed, "dltensor", [](PyObject* c) {
-    if (PyCapsule_IsValid(c, "dltensor")) {  // never consumed
-      auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
-      m->deleter(m);
-    }
-  });
+  PyObject* cap;
+  if (versioned) {
+    commx::to_dlpack(t, &v->versioned.dl_tensor, &v->shape);
+    v->versioned.version = {1, 0};
+    v->versioned.manager_ctx = v;
+    v->versioned.deleter = delete_versioned;
+    cap = PyCapsule_New(&v->versioned, "dltensor_versioned", [](PyObject* c) {
+      if (PyCapsule_IsValid(c, "dltensor_versioned")) {  // never consumed
+        auto* m =
+            static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(c, "dltensor_versioned"));
+        m->deleter(m);
+      }
+    });
+  } else {
+    commx::to_dlpack(t, &v->legacy.dl_tensor, &v->shape);
+    v->legacy.manager_ctx = v;
+    v->legacy.deleter = delete_legacy;
+    cap = PyCapsule_New(&v->legacy, "dltensor", [](PyObject* c) {
+      if (PyCapsule_IsValid(c, "dltensor")) {
+        auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
+        m->deleter(m);
+      }
+    });
+  }
   if (cap == nullptr) {
     delete v;
     throw py::error_already_set();
@@ -117,7 +151,13 @@ void bind_python_backends(py::module_& m) {
       .def_property_readonly("device", [](const commx::Tensor& t) { return t.device.str(); })
       .def_property_readonly("data_ptr",
                              [](const commx::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data); })
-      .def("__dlpack__", [](const commx::Tensor& t, py::args, py::kwargs) { return export_dlpack(t); })
+      .def("__dlpack__",
+           [](const commx::Tensor& t, py::args, py::kwargs kw) {
+             bool versioned = false;
+             if (kw.contains("max_version") && !kw["max_version"].is_none())
+               versioned = py::tuple(kw["max_version"])[0].cast<int>() >= 1;
+             return export_dlpack(t, versioned);
+           })
       .def("__dlpack_device__", [](const commx::Tensor& t) {
         return py::make_tuple(t.device.is_cpu() ? 1 : 2,
                               t.device.is_cpu() ? 0 : std::max(t.device.index, 0));

@@ -38,7 +38,14 @@ commx::Tensor to_tensor(py::handle obj, KeepAlive& keep, const char* what) {
   }
   // For CUDA the op is enqueued on torch's current stream, the stream the producer uses, so the
   // producer needs no extra synchronisation (-1 per the DLPack protocol).
-  py::object capsule = cuda ? obj.attr("__dlpack__")(py::arg("stream") = -1) : obj.attr("__dlpack__")();
+  py::object capsule;
+  try {
+    capsule = cuda ? obj.attr("__dlpack__")(py::arg("stream") = -1) : obj.attr("__dlpack__")();
+  } catch (py::error_already_set& e) {
+    // e.g. numpy refuses read-only arrays: report it as bad input with the producer's reason.
+    throw commx::Error(commx::ErrorCode::kInvalidArgument,
+                       std::string(what) + ": __dlpack__ failed: " + py::str(e.value()).cast<std::string>());
+  }
   auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
   if (managed == nullptr) {
     PyErr_Clear();
