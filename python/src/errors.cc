@@ -39,7 +39,8 @@ commx::Error error_from_python(py::error_already_set& e) {
   py::object value = e.value();
   std::string msg = py::str(value);
   commx::ErrorCode code = commx::ErrorCode::kInternal;
-  if (py::isinstance(value, classes().base) && py::hasattr(value, "code")) {
+  if (py::isinstance(value, classes().base) && py::hasattr(value, "code") &&
+      py::isinstance<commx::ErrorCode>(value.attr("code"))) {
     code = value.attr("code").cast<commx::ErrorCode>();
     // The message already starts with the code's name; commx::Error adds it again.
     std::string prefix = std::string(commx::error_code_name(code)) + ": ";
@@ -90,6 +91,7 @@ void bind_errors(py::module_& m) {
     std::string qual = std::string("commx._C.") + name;
     py::object cls = py::reinterpret_steal<py::object>(
         PyErr_NewException(qual.c_str(), c.base.ptr(), nullptr));
+    cls.attr("code") = py::cast(code);  // also for instances raised from Python
     m.attr(name) = cls;
     c.by_code.emplace_back(code, cls);
   }

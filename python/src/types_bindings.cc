@@ -31,6 +31,9 @@ void bind_types(py::module_& m) {
   op.def_property_readonly("kind", [](const commx::ReduceOp& o) {
         return std::string(commx::reduce_kind_name(o.kind));
       })
+      .def_property_readonly("type", [](const commx::ReduceOp& o) {
+        return std::string(torchcomms_name(o.kind));
+      })
       .def_readonly("factor", &commx::ReduceOp::factor)
       .def("__eq__", [](const commx::ReduceOp& a, const commx::ReduceOp& b) { return a == b; })
       .def("__hash__", [](const commx::ReduceOp& o) {
