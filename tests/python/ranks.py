@@ -55,9 +55,12 @@ def make_store(rank, size, port, timeout=60):
     return dist.TCPStore(HOST, port, size, rank == 0, timedelta(seconds=timeout))
 
 
-def _entry(fn, rank, size, port, queue, args):
+def _entry(fn, rank, size, port, queue, args, with_store):
     try:
         os.environ.pop("MASTER_ADDR", None)
+        if not with_store:  # the function sets up its own rendezvous on `port`
+            queue.put((rank, True, fn(rank, size, port, *args)))
+            return
         store = make_store(rank, size, port)
         result = fn(rank, size, store, *args)
         # Rank 0 hosts the store: it leaves only after every rank is done with it.
@@ -71,16 +74,18 @@ def _entry(fn, rank, size, port, queue, args):
         queue.put((rank, False, traceback.format_exc()))
 
 
-def run_ranks(size, fn, *args, timeout=90, method="fork"):
-    """Runs fn(rank, size, store, *args) on `size` processes; returns the results by rank and
-    fails the test with every failing rank's traceback."""
-    require_store()
+def run_ranks(size, fn, *args, timeout=90, method="fork", with_store=True):
+    """Runs fn(rank, size, store, *args) on `size` processes (fn(rank, size, port, *args) with
+    with_store=False); returns the results by rank and fails the test with every failing rank's
+    traceback."""
+    if with_store:
+        require_store()
     if not native_tcp_store():
         import torch.distributed  # noqa: F401 - imported once here, not in every forked rank
     ctx = mp.get_context(method)
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_entry, args=(fn, r, size, port, queue, args), daemon=True)
+    procs = [ctx.Process(target=_entry, args=(fn, r, size, port, queue, args, with_store), daemon=True)
              for r in range(size)]
     for p in procs:
         p.start()
