@@ -240,6 +240,19 @@ def test_torchrun_process_group():
 
 
 @pytest.mark.skipif(not NATIVE_CPU, reason="the quick start uses the native cpu backend")
-def test_quickstart_example_under_torchrun():
+def test_quickstart_cpu_under_torchrun():
+    out = _run_torchrun(os.path.join(ROOT, "examples", "python", "quickstart_cpu.py"))
+    assert out.count("quickstart ok") == 2, out
+
+
+def _cuda_gpus():
+    try:
+        return torch.cuda.device_count()
+    except Exception:  # noqa: BLE001 - no driver
+        return 0
+
+
+@pytest.mark.skipif(_cuda_gpus() < 2, reason="needs 2 GPUs")
+def test_quickstart_cuda_under_torchrun():
     out = _run_torchrun(os.path.join(ROOT, "examples", "python", "quickstart.py"))
     assert out.count("quickstart ok") == 2, out
