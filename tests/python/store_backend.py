@@ -60,10 +60,11 @@ class StoreBackend:
         self.store.set(key, np.ascontiguousarray(arr).tobytes())
 
     def _take(self, key, dtype):
+        self.store.wait([key], self.timeout)  # ends at the op's deadline with TimeoutError
         return np.frombuffer(self.store.get(key), dtype=dtype)
 
     def run(self, op, async_op):
-        self.store.set_timeout(op.timeout)
+        self.timeout = op.timeout
         handler = getattr(self, "_" + op.name)
         if op.name not in ("send", "recv", "batch_p2p"):
             self.collectives += 1
@@ -174,7 +175,7 @@ class StoreBackend:
 
     def _barrier(self, op, k):
         self.store.set(f"{k}/{self.rank}", b"")
-        self.store.wait([f"{k}/{r}" for r in range(self.size)])
+        self.store.wait([f"{k}/{r}" for r in range(self.size)], self.timeout)
 
     # Point-to-point: one key per message, numbered per (src, dst) pair.
     def _send_one(self, view, dst):

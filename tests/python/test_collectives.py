@@ -287,3 +287,26 @@ def _split(rank, size, store, backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_split(backend):
     run_ranks(3, _split, backend)
+
+
+def _timeout(rank, size, store, backend):
+    comm = make_comm(backend, rank, size, store)
+    comm.barrier()
+    result = "skipped"
+    if rank == 0:  # rank 1 never joins this all_reduce: it must end at its deadline
+        t = np.ones(4, np.float32)
+        with pytest.raises(commx.TimeoutError) as e:
+            w = comm.all_reduce(t, commx.ReduceOp.SUM, async_op=True, timeout=1.0)
+            w.wait()
+        assert e.value.code == commx.ErrorCode.TIMEOUT
+        result = str(e.value)
+    store.set(f"timeout_done/{rank}", "1")
+    store.wait([f"timeout_done/{r}" for r in range(size)])
+    comm.abort()
+    return result
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_timeout_when_a_peer_is_missing(backend):
+    results = run_ranks(2, _timeout, backend)
+    assert "all_reduce" in results[0] or "Timeout" in results[0], results[0]
