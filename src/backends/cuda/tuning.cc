@@ -1,0 +1,85 @@
+// Algorithm selection of the cuda backend. Layer: backends (cuda).
+#include "cuda/tuning.h"
+
+#include <algorithm>
+
+#include "commx/error.h"
+#include "core/env.h"
+#include "cuda/kernel_params.h"
+
+namespace commx::cuda {
+namespace {
+
+uint64_t parse_bytes(const std::string& s, const char* what) {
+  try {
+    size_t pos = 0;
+    double v = std::stod(s, &pos);
+    std::string unit = s.substr(pos);
+    double mul = 1;
+    if (unit == "k" || unit == "K" || unit == "KiB") mul = 1024;
+    else if (unit == "m" || unit == "M" || unit == "MiB") mul = 1024.0 * 1024;
+    else if (unit == "g" || unit == "G" || unit == "GiB") mul = 1024.0 * 1024 * 1024;
+    else if (!unit.empty()) throw std::invalid_argument(unit);
+    return static_cast<uint64_t>(v * mul);
+  } catch (const std::exception&) {
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string("cuda backend: ") + what + "='" + s + "' is not a byte count");
+  }
+}
+
+void override_bytes(uint64_t& v, const char* env, const Hints& h, const char* hint) {
+  if (auto e = env_str(env)) v = parse_bytes(*e, env);
+  if (auto it = h.find(hint); it != h.end()) v = parse_bytes(it->second, hint);
+}
+
+}  // namespace
+
+const char* algo_name(AllReduceAlgo a) {
+  switch (a) {
+    case AllReduceAlgo::kFlat: return "flat";
+    case AllReduceAlgo::kTree: return "tree";
+    case AllReduceAlgo::kNccl: return "nccl";
+  }
+  return "?";
+}
+
+Tuning Tuning::resolve(int world, int sms, const Hints& h) {
+  Tuning t;
+  // One-shot moves (world-1) full copies per rank but needs a single barrier; at 2 ranks it
+  // moves as much as two-shot, so it wins further up.
+  t.flat_max_bytes = world <= 2 ? (1u << 20) : (256u << 10);
+  t.tree_max_bytes = UINT64_MAX;
+  t.buffer_bytes = 64ull << 20;
+  t.max_blocks = std::min(sms > 0 ? sms : kMaxBlocks, kMaxBlocks);
+  if (auto e = env_first({"COMMX_DDA_ENABLE", "RCCL_DDA_ENABLE"}))
+    t.dda_enable = !(*e == "0" || *e == "false" || *e == "off");
+  if (auto it = h.find("dda_enable"); it != h.end()) t.dda_enable = it->second != "0";
+  override_bytes(t.flat_max_bytes, "COMMX_DDA_FLAT_MAX_BYTES", h, "dda_flat_max_bytes");
+  override_bytes(t.tree_max_bytes, "COMMX_DDA_TREE_MAX_BYTES", h, "dda_tree_max_bytes");
+  override_bytes(t.buffer_bytes, "COMMX_CUDA_BUFFER_BYTES", h, "buffer_bytes");
+  t.buffer_bytes = std::max<uint64_t>(t.buffer_bytes & ~uint64_t(4095), 1u << 20);
+  int64_t mb = env_int("COMMX_CUDA_MAX_BLOCKS", t.max_blocks);
+  t.max_blocks = static_cast<int>(std::clamp<int64_t>(mb, 1, kMaxBlocks));
+  return t;
+}
+
+AllReduceAlgo choose_allreduce(const Tuning& t, uint64_t bytes, const Hints& op_hints) {
+  if (auto it = op_hints.find("algorithm"); it != op_hints.end()) {
+    if (it->second == "flat") return AllReduceAlgo::kFlat;
+    if (it->second == "tree") return AllReduceAlgo::kTree;
+    if (it->second == "nccl") return AllReduceAlgo::kNccl;
+    throw Error(ErrorCode::kInvalidArgument, "cuda backend: unknown all_reduce algorithm hint '" +
+                                                 it->second + "' (want flat, tree or nccl)");
+  }
+  if (!t.dda_enable) return AllReduceAlgo::kNccl;
+  if (bytes <= t.flat_max_bytes) return AllReduceAlgo::kFlat;
+  if (bytes <= t.tree_max_bytes) return AllReduceAlgo::kTree;
+  return AllReduceAlgo::kNccl;
+}
+
+int blocks_for(uint64_t bytes, int max_blocks) {
+  uint64_t b = (bytes + 16383) / 16384;
+  return static_cast<int>(std::clamp<uint64_t>(b, 1, static_cast<uint64_t>(max_blocks)));
+}
+
+}  // namespace commx::cuda
