@@ -8,6 +8,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/bench/results/local}
 mkdir -p "$OUT"
+# Logs go to LOGS and are packed into $OUT/logs.tar.gz at the end (the device tool returns at
+# most 8 files): machine.txt, gpu_tests.log, allreduce.{json,md}, collectives.{json,md},
+# symm_mem.json, logs.tar.gz.
+LOGS=$(mktemp -d)
 # Never NVLink multicast on shared machines.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 JOBS=$(nproc)
@@ -31,13 +35,13 @@ fi
 } > "$OUT/machine.txt" 2>&1
 BUILD=${BUILD_DIR:-build-gpu}
 cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCOMMX_WITH_CUDA=ON \
-  ${PREFIX_PATH:+-DCMAKE_PREFIX_PATH=$PREFIX_PATH} > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+  ${PREFIX_PATH:+-DCMAKE_PREFIX_PATH=$PREFIX_PATH} > "$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }
 TARGETS=${GPU_CI_TARGETS:-commx_backend_cuda commx_backend_nccl cuda_backend_test commx-gpu-bench}
-ninja -C "$BUILD" -j"$JOBS" $TARGETS >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+ninja -C "$BUILD" -j"$JOBS" $TARGETS >> "$LOGS/build.log" 2>&1 || { tail -40 "$LOGS/build.log"; exit 1; }
 echo "build ok"
 rc=0
 if [ "${GPU_CI_TESTS:-1}" = 1 ]; then
-  timeout 400 "$BUILD/bin/cuda_backend_test" --gtest_output=json:"$OUT/gpu_tests.json" > "$OUT/gpu_tests.log" 2>&1 || rc=1
+  timeout 400 "$BUILD/bin/cuda_backend_test" --gtest_output=json:"$LOGS/gpu_tests.json" > "$OUT/gpu_tests.log" 2>&1 || rc=1
   grep -E "^\[( +OK|  FAILED|  SKIPPED|  PASSED) |rank [0-9]+ failed|Failure" "$OUT/gpu_tests.log" | head -40
 fi
 if [ "${GPU_CI_BENCH:-1}" = 1 ]; then
@@ -45,17 +49,19 @@ if [ "${GPU_CI_BENCH:-1}" = 1 ]; then
   [ "$NR" -gt 2 ] && NR=2
   ARGS="--ranks $NR --backend cuda,nccl --dtypes bf16,f32 --ops all_reduce --modes eager,graph --min 8 --max 256M"
   [ "${GPU_CI_QUICK:-0}" = 1 ] && ARGS="--ranks $NR --backend cuda,nccl --dtypes bf16 --ops all_reduce --modes eager,graph --min 8 --max 256M --factor 4 --reps 5"
-  echo "commx-gpu-bench $ARGS ${BENCH_ARGS:-}" > "$OUT/bench_command.txt"
-  timeout 300 "$BUILD/bin/commx-gpu-bench" $ARGS ${BENCH_ARGS:-} --json "$OUT/allreduce.json" --md "$OUT/allreduce.md" > "$OUT/bench.log" 2>&1 || rc=1
+  echo "command: commx-gpu-bench $ARGS ${BENCH_ARGS:-}" >> "$OUT/machine.txt"
+  timeout 300 "$BUILD/bin/commx-gpu-bench" $ARGS ${BENCH_ARGS:-} --json "$OUT/allreduce.json" --md "$OUT/allreduce.md" > "$LOGS/bench.log" 2>&1 || rc=1
   if [ "${GPU_CI_COLL:-1}" = 1 ]; then
     timeout 200 "$BUILD/bin/commx-gpu-bench" --ranks "$NR" --backend cuda,nccl --dtypes bf16 \
       --ops all_gather,reduce_scatter,all_to_all --modes graph --min 1K --max 256M --factor 4 --reps 5 \
-      --json "$OUT/collectives.json" --md "$OUT/collectives.md" >> "$OUT/bench.log" 2>&1 || rc=1
+      --json "$OUT/collectives.json" --md "$OUT/collectives.md" >> "$LOGS/bench.log" 2>&1 || rc=1
   fi
   if [ "${GPU_CI_SYMM:-1}" = 1 ]; then
-    timeout 200 python3 tools/gpu_bench/symm_mem_bench.py --ranks "$NR" --dtypes bf16 --json "$OUT/symm_mem.json" > "$OUT/symm_mem.log" 2>&1 || rc=1
+    timeout 200 python3 tools/gpu_bench/symm_mem_bench.py --ranks "$NR" --dtypes bf16 --json "$OUT/symm_mem.json" > "$LOGS/symm_mem.log" 2>&1 || rc=1
   fi
   cat "$OUT/allreduce.md" 2>/dev/null
-  tail -5 "$OUT/bench.log"
+  tail -5 "$LOGS/bench.log"
 fi
+tar -czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null
+rm -rf "$LOGS"
 exit $rc

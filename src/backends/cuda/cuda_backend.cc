@@ -67,6 +67,7 @@ void CudaBackend::init(const BackendContext& ctx) {
   COMMX_CUDA_CHECK_CTX(cudaMemset(state_, 0, sizeof(DevState)), where);
   COMMX_CUDA_CHECK_CTX(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), where);
   COMMX_CUDA_CHECK_CTX(cudaEventCreateWithFlags(&last_event_, cudaEventDisableTiming), where);
+  COMMX_CUDA_CHECK_CTX(cudaEventCreateWithFlags(&ready_event_, cudaEventDisableTiming), where);
 
   if (ctx.size > kMaxRanks) {
     native_problem_ = "the native path supports at most " + std::to_string(kMaxRanks) + " ranks";
@@ -75,8 +76,9 @@ void CudaBackend::init(const BackendContext& ctx) {
                              kSignalBytes + 2 * tuning_.buffer_bytes, where);
     native_problem_ = pm_->problem();
   }
-  native_ = native_problem_.empty();
-  if (!native_) {
+  // One rank needs no peer memory: its ops are local copies (the rest go to NCCL lazily).
+  native_ = native_problem_.empty() && ctx.size > 1;
+  if (!native_problem_.empty()) {
     try {
       nccl(nullptr);
     } catch (const Error& e) {
@@ -197,7 +199,7 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s) {
     switch (op.type) {
       case OpType::kAllReduce:
       case OpType::kReduce:
-        if (op.op.kind == ReduceKind::kPremulSum || op.op.kind == ReduceKind::kAvg) break;
+        if (op.op.kind == ReduceKind::kPremulSum) break;  // the average of one input is itself
         copy(op.output.data, op.input.data, op.input.nbytes());
         return true;
       case OpType::kBroadcast:
@@ -372,8 +374,11 @@ Work CudaBackend::run(const OpDesc& op, bool async_op) {
   const bool capturing = is_capturing(caller);
   cudaStream_t s = caller;
   if (async_op && !capturing) {
-    COMMX_CUDA_CHECK_CTX(cudaEventRecord(last_event_, caller), where);
-    COMMX_CUDA_CHECK_CTX(cudaStreamWaitEvent(stream_, last_event_, 0), where);
+    // The comm's stream starts after the caller's queued work and after the previous op.
+    if (have_last_ && last_stream_ != stream_)
+      COMMX_CUDA_CHECK_CTX(cudaStreamWaitEvent(stream_, last_event_, 0), where);
+    COMMX_CUDA_CHECK_CTX(cudaEventRecord(ready_event_, caller), where);
+    COMMX_CUDA_CHECK_CTX(cudaStreamWaitEvent(stream_, ready_event_, 0), where);
     s = stream_;
   } else if (!capturing && have_last_ && last_stream_ != s) {
     // Ops of one comm run in issue order even when issued on different streams.
@@ -392,7 +397,7 @@ Work CudaBackend::run(const OpDesc& op, bool async_op) {
       w = Work(std::make_shared<EventWork>(s, device_, host_bound, where, std::move(hooks)));
     }
   } else {
-    if (!native_ && !nccl_ready_ && ctx_.size > 1)
+    if (!native_problem_.empty() && !nccl_ready_)
       throw Error(ErrorCode::kUnsupported, where + native_problem_);
     w = delegate(op, s);
   }
@@ -432,6 +437,8 @@ void CudaBackend::finalize() {
   if (pm_) pm_->close();
   if (last_event_) cudaEventDestroy(last_event_);
   last_event_ = nullptr;
+  if (ready_event_) cudaEventDestroy(ready_event_);
+  ready_event_ = nullptr;
   if (stream_) cudaStreamDestroy(stream_);
   stream_ = nullptr;
   if (state_) cudaFree(state_);

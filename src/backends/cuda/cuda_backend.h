@@ -55,6 +55,7 @@ class CudaBackend : public Backend {
   DevState* state_ = nullptr;
   cudaStream_t stream_ = nullptr;    // the comm's stream (async_op=true)
   cudaEvent_t last_event_ = nullptr;  // end of the last op: orders ops issued on other streams
+  cudaEvent_t ready_event_ = nullptr;  // work queued on the caller's stream before an async op
   cudaStream_t last_stream_ = nullptr;
   bool have_last_ = false;
   std::unique_ptr<Backend> nccl_;

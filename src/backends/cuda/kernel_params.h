@@ -32,6 +32,7 @@ struct HostCtl {
 struct DevState {
   unsigned long long epoch;
   unsigned int done_blocks;
+  int error_claimed;  // the first failing block claims the HostCtl report (device atomics only)
 };
 
 // Everything a kernel needs to reach its peers.

@@ -26,13 +26,17 @@ __device__ __forceinline__ unsigned long long global_timer_ns() {
   return t;
 }
 
-// Records the first error of this comm for the host.
+// Records the first error of this comm for the host. The claim is a device-memory atomic
+// (atomics on host memory are not portable); the report is written with plain stores, the code last.
 __device__ __forceinline__ void report_error(const PeerSet& ps, int code, int peer) {
-  if (atomicCAS(&ps.ctl->error_code, 0, code) == 0) {
-    ps.ctl->error_peer = peer;
-    ps.ctl->error_block = blockIdx.x;
-    ps.ctl->error_op = ps.op;
-    ps.ctl->error_seq = ps.seq;
+  if (atomicCAS(&ps.state->error_claimed, 0, 1) == 0) {
+    volatile HostCtl* c = ps.ctl;
+    c->error_peer = peer;
+    c->error_block = blockIdx.x;
+    c->error_op = ps.op;
+    c->error_seq = ps.seq;
+    __threadfence_system();
+    c->error_code = code;
     __threadfence_system();
   }
 }
