@@ -57,7 +57,24 @@ if [ "${GPU_CI_BENCH:-1}" = 1 ]; then
       --json "$OUT/collectives.json" --md "$OUT/collectives.md" >> "$LOGS/bench.log" 2>&1 || rc=1
   fi
   if [ "${GPU_CI_SYMM:-1}" = 1 ]; then
-    timeout 200 python3 tools/gpu_bench/symm_mem_bench.py --ranks "$NR" --dtypes bf16 --json "$OUT/symm_mem.json" > "$LOGS/symm_mem.log" 2>&1 || rc=1
+    timeout 200 python3 tools/gpu_bench/symm_mem_bench.py --ranks "$NR" --dtypes bf16 --max 64M --factor 4 \
+      --json "$OUT/symm_mem.json" > "$LOGS/symm_mem.log" 2>&1 || rc=1
+  fi
+  if [ "${GPU_CI_TUNE:-0}" = 1 ]; then
+    # Threshold tuning: each all-reduce algorithm forced over its size range, and block/buffer
+    # variants for large messages (cuda only, bf16, graph).
+    B="$BUILD/bin/commx-gpu-bench --ranks $NR --backend cuda --dtypes bf16 --ops all_reduce --modes graph --reps 5"
+    for a in "ll 8 1M" "flat 8 16M" "tree 8 256M"; do
+      set -- $a
+      timeout 100 $B --algo "$1" --min "$2" --max "$3" --json "$LOGS/tune_$1.json" --md /dev/null > "$LOGS/tune_$1.log" 2>&1
+      echo "== algo $1"; awk '{print $5, $6}' "$LOGS/tune_$1.log" | tr '\n' ' '; echo
+    done
+    for v in "COMMX_CUDA_MAX_BLOCKS=64" "COMMX_CUDA_MAX_BLOCKS=256" "COMMX_CUDA_BUFFER_BYTES=256M" \
+             "COMMX_CUDA_MAX_BLOCKS=256 COMMX_CUDA_BUFFER_BYTES=256M"; do
+      tag=$(echo "$v" | tr ' =' '__')
+      timeout 100 env $v $B --algo tree --min 4M --max 256M --factor 4 --json "$LOGS/tune_$tag.json" --md /dev/null > "$LOGS/tune_$tag.log" 2>&1
+      echo "== $v"; awk '{print $5, $6}' "$LOGS/tune_$tag.log" | tr '\n' ' '; echo
+    done
   fi
   cat "$OUT/allreduce.md" 2>/dev/null
   tail -5 "$LOGS/bench.log"

@@ -34,7 +34,7 @@ TEST(CudaBackend, AllReduceEveryDtypeOpAndSize) {
     const ReduceOp ops[] = {ReduceOp::SUM, ReduceOp::PRODUCT, ReduceOp::MIN, ReduceOp::MAX,
                             ReduceOp::AVG, ReduceOp::premul_sum(0.5)};
     uint64_t seed = 1;
-    for (const char* a : {"flat", "tree"})
+    for (const char* a : {"ll", "flat", "tree"})
       for (DataType t : types)
         for (ReduceOp op : ops) {
           if (!dtype_is_floating(t) && (op.kind == ReduceKind::kAvg || op.kind == ReduceKind::kPremulSum))
@@ -42,8 +42,8 @@ TEST(CudaBackend, AllReduceEveryDtypeOpAndSize) {
           for (int64_t n : {0, 1, 3, 17, 1000, 4099, 70001})
             check_allreduce(*c, ctx, t, op, n, seed++, algo(a));
         }
-    // Unaligned user buffers (element offset 1) on both paths.
-    for (const char* a : {"flat", "tree"})
+    // Unaligned user buffers (element offset 1) on every path.
+    for (const char* a : {"ll", "flat", "tree"})
       for (DataType t : {DataType::kFloat32, DataType::kBFloat16})
         for (int64_t n : {1000, 70001}) check_allreduce(*c, ctx, t, ReduceOp::SUM, n, seed++, algo(a), 1);
     // Automatic selection across sizes, large bf16 and f32.
@@ -53,7 +53,7 @@ TEST(CudaBackend, AllReduceEveryDtypeOpAndSize) {
     for (const char* a : {"flat", "tree"})
       check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, 5001, seed++, algo(a), 0, 1);
     // Bit-identical results on every rank (fixed reduction order).
-    for (const char* a : {"flat", "tree"}) {
+    for (const char* a : {"ll", "flat", "tree"}) {
       auto bytes = check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, 70001, 999, algo(a));
       std::string key = std::string("bits_") + a;
       if (ctx.rank == 0) ctx.store->set(key, bytes);
@@ -127,7 +127,8 @@ TEST(CudaBackend, GraphCaptureAndReplay) {
     c->all_reduce(Tensor(a.p, n1, t, dev, s), ReduceOp::SUM).wait_blocking();
     cudaGraph_t graph;
     CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    c->all_reduce(Tensor(a.p, n1, t, dev, s), ReduceOp::SUM, false, algo("flat"));
+    c->all_reduce(Tensor(a.p, n1, t, dev, s), ReduceOp::SUM, false, algo("ll"));
+    c->all_reduce(Tensor(a.p, n1, t, dev, s), ReduceOp::MAX, false, algo("flat"));
     c->all_reduce(Tensor(b.p, n2, t, dev, s), ReduceOp::SUM, false, algo("tree"));
     c->all_gather_single(Tensor(gout.p, 2 * ng, t, dev, s), Tensor(gin.p, ng, t, dev, s));
     CU(cudaStreamEndCapture(s, &graph));
@@ -151,7 +152,7 @@ TEST(CudaBackend, GraphCaptureAndReplay) {
         expect_close(t, decode(t, from_dev(p, n * 4)), ref, sc,
                      std::string(w) + " replay " + std::to_string(rep));
       };
-      check_sum(a.p, n1, va, "graph flat");
+      check_sum(a.p, n1, va, "graph ll+flat (sum then max of equal values)");
       check_sum(b.p, n2, vb, "graph tree");
       std::vector<double> gref(vg[0]);
       gref.insert(gref.end(), vg[1].begin(), vg[1].end());
@@ -207,33 +208,46 @@ TEST(CudaBackend, AsyncOpsAndStreams) {
 TEST(CudaBackend, PeerThatNeverArrivesTimesOutOnTheGpu) {
   REQUIRE_GPUS(1);
   std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
-    auto c = make_comm(ctx, "cuda", "late", {}, std::chrono::milliseconds(400));
+    // One comm per device-side wait: LL polling, per-block flag barrier, exchange barrier.
+    const char* kinds[] = {"ll", "tree", "all_gather"};
+    std::vector<std::shared_ptr<Comm>> comms;
+    for (const char* k : kinds)
+      comms.push_back(make_comm(ctx, "cuda", std::string("late_") + k, {}, std::chrono::milliseconds(400)));
     if (ctx.rank == 1) {
-      ctx.store->get("rank0_done");  // joins no op; keeps its buffer mapped meanwhile
+      ctx.store->get("rank0_done");  // joins no op; keeps its buffers mapped meanwhile
       return;
     }
-    DevBuf a(1024 * 4);
-    auto t0 = std::chrono::steady_clock::now();
-    bool threw = false;
-    try {
-      c->all_reduce(Tensor(a.p, 1024, DataType::kFloat32, Device::cuda(ctx.device)), ReduceOp::SUM)
-          .wait_blocking();
-    } catch (const Error& e) {
-      threw = true;
-      std::string m = e.what();
-      RANK_CHECK(e.code() == ErrorCode::kTimeout, m);
-      RANK_CHECK(m.find("rank 1") != std::string::npos && m.find("all_reduce") != std::string::npos, m);
+    DevBuf a(2048 * 4);
+    const Device dev = Device::cuda(ctx.device);
+    for (int i = 0; i < 3; ++i) {
+      Comm& c = *comms[i];
+      auto t0 = std::chrono::steady_clock::now();
+      bool threw = false;
+      try {
+        if (i < 2)
+          c.all_reduce(Tensor(a.p, 1024, DataType::kFloat32, dev), ReduceOp::SUM, false, algo(kinds[i]))
+              .wait_blocking();
+        else
+          c.all_gather_single(Tensor(a.p, 2048, DataType::kFloat32, dev),
+                              Tensor(a.p, 1024, DataType::kFloat32, dev)).wait_blocking();
+      } catch (const Error& e) {
+        threw = true;
+        std::string m = e.what();
+        RANK_CHECK(e.code() == ErrorCode::kTimeout, m);
+        RANK_CHECK(m.find("waiting for rank 1") != std::string::npos, m);
+        RANK_CHECK(m.find(i < 2 ? "all_reduce" : "all_gather_single") != std::string::npos, m);
+      }
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      RANK_CHECK(threw, std::string("no timeout error for ") + kinds[i]);
+      RANK_CHECK(secs < 5, "took " + std::to_string(secs) + " s");
+      bool next_threw = false;
+      try {
+        c.barrier();
+      } catch (const Error&) {
+        next_threw = true;
+      }
+      RANK_CHECK(next_threw, "the comm kept working after a device-side timeout");
     }
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    RANK_CHECK(threw, "no timeout error");
-    RANK_CHECK(secs < 5, "took " + std::to_string(secs) + " s");
-    bool next_threw = false;
-    try {
-      c->barrier();
-    } catch (const Error&) {
-      next_threw = true;
-    }
-    RANK_CHECK(next_threw, "the comm kept working after a device-side timeout");
     ctx.store->set_str("rank0_done", "1");
   });
   EXPECT_EQ(err, "");

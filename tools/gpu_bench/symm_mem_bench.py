@@ -9,11 +9,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def sizes(lo, hi):
+def sizes(lo, hi, factor):
     s = lo
     while s <= hi:
         yield s
-        s *= 2
+        s *= factor
 
 
 def worker(rank, args, port):
@@ -29,7 +29,7 @@ def worker(rank, args, port):
     for dtype_name in args.dtypes.split(","):
         dtype = {"bf16": torch.bfloat16, "f32": torch.float32}[dtype_name]
         es = torch.tensor([], dtype=dtype).element_size()
-        for nbytes in sizes(args.min, args.max):
+        for nbytes in sizes(args.min, args.max, args.factor):
             n = max(nbytes // es, 16 // es)
             n = (n + 15) // 16 * 16  # the kernels want 16-byte multiples
             try:
@@ -106,6 +106,7 @@ def main():
     p.add_argument("--min", type=int, default=8)
     p.add_argument("--max", type=int, default=256 << 20)
     p.add_argument("--reps", type=int, default=7)
+    p.add_argument("--factor", type=int, default=2)
     p.add_argument("--json", default="symm_mem.json")
     args = p.parse_args()
     port = 29500 + os.getpid() % 1000

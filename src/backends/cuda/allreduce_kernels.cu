@@ -80,6 +80,97 @@ __global__ void __launch_bounds__(kThreads) flat_kernel(PeerSet ps, const T* in,
   finish_op(ps, epoch);
 }
 
+// Low-latency one-shot (LL): every 8 payload bytes travel with a 32-bit flag in each 4-byte half
+// of a 16-byte line written by one vector store (NCCL's LL protocol), so the receiver polls the
+// data itself: no fence, no barrier, one NVLink one-way trip. The flag is the op counter, and a
+// rank cannot finish op k+1 before every peer started it, so buffer halves alternating by op
+// counter are never overwritten while being read.
+__device__ __forceinline__ void st_ll(char* p, uint32_t d0, uint32_t d1, uint32_t flag) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(d0), "r"(flag),
+               "r"(d1), "r"(flag)
+               : "memory");
+}
+
+__device__ __forceinline__ bool ld_ll(const PeerSet& ps, const char* p, uint32_t flag, int peer,
+                                      uint32_t& d0, uint32_t& d1) {
+  uint32_t f0, f1;
+  unsigned long long start = 0;
+  for (unsigned int spins = 0;; ++spins) {
+    asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
+                 : "l"(p)
+                 : "memory");
+    if (f0 == flag && f1 == flag) return true;
+    if (spins == 0) start = global_timer_ns();
+    if ((spins & 255u) == 255u) {
+      if (ps.ctl->abort) {
+        report_error(ps, kDevAborted, peer);
+        return false;
+      }
+      if (global_timer_ns() - start > ps.timeout_ns) {
+        report_error(ps, kDevTimeout, peer);
+        return false;
+      }
+    }
+  }
+}
+
+template <typename T, int OP>
+__global__ void __launch_bounds__(kThreads) flat_ll_kernel(PeerSet ps, const T* in, T* out,
+                                                            int64_t n, Reducer<T, OP> rd) {
+  using A = typename AccOf<T>::type;
+  constexpr int E = 8 / sizeof(T);  // elements per line
+  const unsigned long long epoch = op_epoch(ps);
+  const uint32_t flag = static_cast<uint32_t>(epoch) + 1u;
+  const int me = ps.rank, world = ps.world;
+  const int64_t lines = (n + E - 1) / E;
+  const uint64_t region = align256(lines * 16);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  auto load_line = [&](int64_t l, T (&v)[E]) {
+#pragma unroll
+    for (int k = 0; k < E; ++k) {
+      int64_t i = l * E + k;
+      v[k] = i < n ? in[i] : T(0);
+    }
+  };
+  for (int64_t l = first; l < lines; l += stride) {
+    T v[E];
+    load_line(l, v);
+    uint32_t d[2];
+    memcpy(d, v, 8);
+    for (int q = 0; q < world; ++q)
+      if (q != me) st_ll(half_of(ps, q, epoch) + me * region + l * 16, d[0], d[1], flag);
+  }
+  const char* mine = half_of(ps, me, epoch);
+  bool ok = true;
+  for (int64_t l = first; l < lines && ok; l += stride) {
+    A acc[E];
+    T v[E];
+    for (int r = 0; r < world; ++r) {
+      if (r == me) {
+        load_line(l, v);
+      } else {
+        uint32_t d[2];
+        if (!ld_ll(ps, mine + r * region + l * 16, flag, r, d[0], d[1])) {
+          ok = false;
+          break;
+        }
+        memcpy(v, d, 8);
+      }
+#pragma unroll
+      for (int k = 0; k < E; ++k) acc[k] = r == 0 ? to_acc(v[k]) : combine<OP>(acc[k], to_acc(v[k]));
+    }
+    if (!ok) break;
+#pragma unroll
+    for (int k = 0; k < E; ++k) {
+      int64_t i = l * E + k;
+      if (i < n) out[i] = rd.finish(acc[k]);
+    }
+  }
+  finish_op(ps, epoch);
+}
+
 template <typename T, int OP>
 __global__ void __launch_bounds__(kThreads) tree_kernel(PeerSet ps, const T* in, T* out, int64_t n,
                                                          int out_rank, Reducer<T, OP> rd,
@@ -223,7 +314,7 @@ __global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(PeerSet ps, Pt
   finish_op(ps, epoch);
 }
 
-enum class Kind { kFlat, kTree, kReduceScatter };
+enum class Kind { kFlat, kFlatLL, kTree, kReduceScatter };
 
 template <typename T, int OP>
 void launch_typed(Kind kind, const PeerSet& ps, const void* in, const PtrList* ins, void* out,
@@ -236,6 +327,10 @@ void launch_typed(Kind kind, const PeerSet& ps, const void* in, const PtrList* i
     case Kind::kFlat:
       flat_kernel<T, OP><<<grid, block, 0, s>>>(ps, static_cast<const T*>(in), static_cast<T*>(out),
                                                 n, out_rank, rd, rs.aligned);
+      break;
+    case Kind::kFlatLL:
+      flat_ll_kernel<T, OP><<<grid, block, 0, s>>>(ps, static_cast<const T*>(in),
+                                                   static_cast<T*>(out), n, rd);
       break;
     case Kind::kTree:
       tree_kernel<T, OP><<<grid, block, 0, s>>>(ps, static_cast<const T*>(in), static_cast<T*>(out),
@@ -323,6 +418,16 @@ uint64_t tree_bytes_needed(int64_t n, size_t elem, int world) {
 void launch_allreduce_flat(const PeerSet& ps, const void* in, void* out, int64_t n, int out_rank,
                            const ReduceSpec& rs, int blocks, cudaStream_t s) {
   launch(Kind::kFlat, ps, in, nullptr, out, n, out_rank, rs, blocks, s);
+}
+
+uint64_t ll_bytes_needed(int64_t n, size_t elem, int world) {
+  const int64_t e = 8 / static_cast<int64_t>(elem);
+  return static_cast<uint64_t>(world) * align256((n + e - 1) / e * 16);
+}
+
+void launch_allreduce_ll(const PeerSet& ps, const void* in, void* out, int64_t n,
+                         const ReduceSpec& rs, int blocks, cudaStream_t s) {
+  launch(Kind::kFlatLL, ps, in, nullptr, out, n, -1, rs, blocks, s);
 }
 
 void launch_allreduce_tree(const PeerSet& ps, const void* in, void* out, int64_t n, int out_rank,

@@ -168,7 +168,12 @@ void CudaBackend::enqueue_allreduce(const OpDesc& op, int out_rank, cudaStream_t
   ReduceSpec rs = make_reduce_spec(op.input.dtype, op.op, world,
                                    aligned16(op.input.data) && aligned16(op.output.data));
   AllReduceAlgo algo = choose_allreduce(tuning_, bytes, op.hints);
-  if (algo == AllReduceAlgo::kFlat && flat_bytes_needed(n, es, world) <= half) {
+  // LL needs every rank to receive (all_reduce only); reduce takes the flat path instead.
+  if (algo == AllReduceAlgo::kLL && out_rank < 0 && ll_bytes_needed(n, es, world) <= half) {
+    launch_allreduce_ll(ps, op.input.data, op.output.data, n, rs,
+                        blocks_for(2 * bytes, tuning_.max_blocks), s);
+  } else if ((algo == AllReduceAlgo::kFlat || algo == AllReduceAlgo::kLL) &&
+             flat_bytes_needed(n, es, world) <= half) {
     launch_allreduce_flat(ps, op.input.data, op.output.data, n, out_rank, rs,
                           blocks_for(bytes, tuning_.max_blocks), s);
   } else {

@@ -8,7 +8,7 @@
 namespace commx::cuda {
 
 inline constexpr int kMaxRanks = 8;
-inline constexpr int kMaxBlocks = 128;  // per-block flags exist for this many blocks
+inline constexpr int kMaxBlocks = 256;  // per-block flags exist for this many blocks
 inline constexpr int kThreads = 512;
 // Per-rank signal pad: flags[kMaxBlocks][kMaxRanks] of 64-bit monotonic values.
 inline constexpr uint64_t kSignalBytes = 64 * 1024;

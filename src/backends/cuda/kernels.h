@@ -35,6 +35,11 @@ uint64_t region_bytes(uint64_t bytes);  // per-source region, 256-byte aligned
 // out_rank >= 0: only that rank writes `out` (reduce); -1: all ranks (all_reduce).
 void launch_allreduce_flat(const PeerSet& ps, const void* in, void* out, int64_t n, int out_rank,
                            const ReduceSpec& rs, int blocks, cudaStream_t s);
+// Low-latency one-shot (LL protocol: data and flag in one 8-byte unit, no barrier); all-reduce
+// only (every rank must receive from every peer).
+void launch_allreduce_ll(const PeerSet& ps, const void* in, void* out, int64_t n,
+                         const ReduceSpec& rs, int blocks, cudaStream_t s);
+uint64_t ll_bytes_needed(int64_t n, size_t elem, int world);
 // Two-shot: reduce-scatter by pushes into owners, owners reduce and push results back.
 void launch_allreduce_tree(const PeerSet& ps, const void* in, void* out, int64_t n, int out_rank,
                            const ReduceSpec& rs, int blocks, cudaStream_t s);

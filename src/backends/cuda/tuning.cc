@@ -36,6 +36,7 @@ void override_bytes(uint64_t& v, const char* env, const Hints& h, const char* hi
 
 const char* algo_name(AllReduceAlgo a) {
   switch (a) {
+    case AllReduceAlgo::kLL: return "ll";
     case AllReduceAlgo::kFlat: return "flat";
     case AllReduceAlgo::kTree: return "tree";
     case AllReduceAlgo::kNccl: return "nccl";
@@ -47,6 +48,7 @@ Tuning Tuning::resolve(int world, int sms, const Hints& h) {
   Tuning t;
   // One-shot moves (world-1) full copies per rank but needs a single barrier; at 2 ranks it
   // moves as much as two-shot, so it wins further up.
+  t.ll_max_bytes = 64u << 10;
   t.flat_max_bytes = world <= 2 ? (1u << 20) : (256u << 10);
   t.tree_max_bytes = UINT64_MAX;
   t.buffer_bytes = 64ull << 20;
@@ -54,6 +56,7 @@ Tuning Tuning::resolve(int world, int sms, const Hints& h) {
   if (auto e = env_first({"COMMX_DDA_ENABLE", "RCCL_DDA_ENABLE"}))
     t.dda_enable = !(*e == "0" || *e == "false" || *e == "off");
   if (auto it = h.find("dda_enable"); it != h.end()) t.dda_enable = it->second != "0";
+  override_bytes(t.ll_max_bytes, "COMMX_DDA_LL_MAX_BYTES", h, "dda_ll_max_bytes");
   override_bytes(t.flat_max_bytes, "COMMX_DDA_FLAT_MAX_BYTES", h, "dda_flat_max_bytes");
   override_bytes(t.tree_max_bytes, "COMMX_DDA_TREE_MAX_BYTES", h, "dda_tree_max_bytes");
   override_bytes(t.buffer_bytes, "COMMX_CUDA_BUFFER_BYTES", h, "buffer_bytes");
@@ -65,13 +68,15 @@ Tuning Tuning::resolve(int world, int sms, const Hints& h) {
 
 AllReduceAlgo choose_allreduce(const Tuning& t, uint64_t bytes, const Hints& op_hints) {
   if (auto it = op_hints.find("algorithm"); it != op_hints.end()) {
+    if (it->second == "ll") return AllReduceAlgo::kLL;
     if (it->second == "flat") return AllReduceAlgo::kFlat;
     if (it->second == "tree") return AllReduceAlgo::kTree;
     if (it->second == "nccl") return AllReduceAlgo::kNccl;
     throw Error(ErrorCode::kInvalidArgument, "cuda backend: unknown all_reduce algorithm hint '" +
-                                                 it->second + "' (want flat, tree or nccl)");
+                                                 it->second + "' (want ll, flat, tree or nccl)");
   }
   if (!t.dda_enable) return AllReduceAlgo::kNccl;
+  if (bytes <= t.ll_max_bytes) return AllReduceAlgo::kLL;
   if (bytes <= t.flat_max_bytes) return AllReduceAlgo::kFlat;
   if (bytes <= t.tree_max_bytes) return AllReduceAlgo::kTree;
   return AllReduceAlgo::kNccl;

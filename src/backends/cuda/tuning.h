@@ -10,11 +10,12 @@
 
 namespace commx::cuda {
 
-enum class AllReduceAlgo { kFlat, kTree, kNccl };
+enum class AllReduceAlgo { kLL, kFlat, kTree, kNccl };
 const char* algo_name(AllReduceAlgo a);
 
 struct Tuning {
   bool dda_enable = true;         // COMMX_DDA_ENABLE (alias RCCL_DDA_ENABLE)
+  uint64_t ll_max_bytes = 0;      // COMMX_DDA_LL_MAX_BYTES / hint dda_ll_max_bytes
   uint64_t flat_max_bytes = 0;    // COMMX_DDA_FLAT_MAX_BYTES / hint dda_flat_max_bytes
   uint64_t tree_max_bytes = 0;    // COMMX_DDA_TREE_MAX_BYTES / hint dda_tree_max_bytes
   uint64_t buffer_bytes = 0;      // COMMX_CUDA_BUFFER_BYTES: one half of the registered buffer
@@ -24,7 +25,7 @@ struct Tuning {
   static Tuning resolve(int world, int sms, const Hints& comm_hints);
 };
 
-// Picks the all-reduce algorithm for `bytes`; op hint "algorithm" (flat, tree, nccl) wins.
+// Picks the all-reduce algorithm for `bytes`; op hint "algorithm" (ll, flat, tree, nccl) wins.
 // Throws InvalidArgument for an unknown hint value.
 AllReduceAlgo choose_allreduce(const Tuning& t, uint64_t bytes, const Hints& op_hints);
 
