@@ -99,12 +99,17 @@ def worker(rank, args, port):
     dist.destroy_process_group()
 
 
+def size_arg(s):
+    mul = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1].upper(), 1)
+    return int(float(s[:-1] if mul > 1 else s) * mul)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--dtypes", default="bf16,f32")
-    p.add_argument("--min", type=int, default=8)
-    p.add_argument("--max", type=int, default=256 << 20)
+    p.add_argument("--min", type=size_arg, default=8)
+    p.add_argument("--max", type=size_arg, default=256 << 20)
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--factor", type=int, default=2)
     p.add_argument("--json", default="symm_mem.json")

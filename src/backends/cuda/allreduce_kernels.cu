@@ -33,20 +33,9 @@ __global__ void __launch_bounds__(kThreads) flat_kernel(PeerSet ps, const T* in,
   const uint64_t region = align256(n * sizeof(T));
   const int me = ps.rank, world = ps.world;
   // 1. Push this rank's input into region `me` of every peer's buffer.
-  for_block_packs<T>(
-      n,
-      [&](int64_t e) {
-        T v[P];
-        load_pack(in + e, aligned, v);
-        for (int q = 0; q < world; ++q)
-          if (q != me)
-            store_pack(reinterpret_cast<T*>(half_of(ps, q, epoch) + me * region) + e, true, v);
-      },
-      [&](int64_t e) {
-        T v = in[e];
-        for (int q = 0; q < world; ++q)
-          if (q != me) reinterpret_cast<T*>(half_of(ps, q, epoch) + me * region)[e] = v;
-      });
+  for (int q = 0; q < world; ++q)
+    if (q != me)
+      copy_block(in, reinterpret_cast<T*>(half_of(ps, q, epoch) + me * region), n, aligned, true);
   if (!block_barrier(ps, flag_value(epoch, 0))) return finish_op(ps, epoch);
   // 2. Reduce every rank's input in rank order (own input straight from `in`).
   if (out_rank < 0 || out_rank == me) {
@@ -85,49 +74,21 @@ __global__ void __launch_bounds__(kThreads) flat_kernel(PeerSet ps, const T* in,
 // data itself: no fence, no barrier, one NVLink one-way trip. The flag is the op counter, and a
 // rank cannot finish op k+1 before every peer started it, so buffer halves alternating by op
 // counter are never overwritten while being read.
-__device__ __forceinline__ void st_ll(char* p, uint32_t d0, uint32_t d1, uint32_t flag) {
-  asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(d0), "r"(flag),
-               "r"(d1), "r"(flag)
-               : "memory");
-}
-
-__device__ __forceinline__ bool ld_ll(const PeerSet& ps, const char* p, uint32_t flag, int peer,
-                                      uint32_t& d0, uint32_t& d1) {
-  uint32_t f0, f1;
-  unsigned long long start = 0;
-  for (unsigned int spins = 0;; ++spins) {
-    asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
-                 : "l"(p)
-                 : "memory");
-    if (f0 == flag && f1 == flag) return true;
-    if (spins == 0) start = global_timer_ns();
-    if ((spins & 255u) == 255u) {
-      if (ps.ctl->abort) {
-        report_error(ps, kDevAborted, peer);
-        return false;
-      }
-      if (global_timer_ns() - start > ps.timeout_ns) {
-        report_error(ps, kDevTimeout, peer);
-        return false;
-      }
-    }
-  }
-}
-
 template <typename T, int OP>
-__global__ void __launch_bounds__(kThreads) flat_ll_kernel(PeerSet ps, const T* in, T* out,
+__global__ void __launch_bounds__(kThreads) flat_ll_kernel(PeerSet ps, PtrList ins, T* out,
                                                             int64_t n, Reducer<T, OP> rd) {
   using A = typename AccOf<T>::type;
   constexpr int E = 8 / sizeof(T);  // elements per line
   const unsigned long long epoch = op_epoch(ps);
-  const uint32_t flag = static_cast<uint32_t>(epoch) + 1u;
+  const uint32_t flag = ll_flag(epoch);
   const int me = ps.rank, world = ps.world;
+  // ins.p[q]: what this rank contributes to rank q's result (all equal for all-reduce).
+  const T* own = reinterpret_cast<const T*>(ins.p[me]);
   const int64_t lines = (n + E - 1) / E;
   const uint64_t region = align256(lines * 16);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  auto load_line = [&](int64_t l, T (&v)[E]) {
+  auto load_line = [&](const T* in, int64_t l, T (&v)[E]) {
 #pragma unroll
     for (int k = 0; k < E; ++k) {
       int64_t i = l * E + k;
@@ -135,12 +96,14 @@ __global__ void __launch_bounds__(kThreads) flat_ll_kernel(PeerSet ps, const T* 
     }
   };
   for (int64_t l = first; l < lines; l += stride) {
-    T v[E];
-    load_line(l, v);
-    uint32_t d[2];
-    memcpy(d, v, 8);
-    for (int q = 0; q < world; ++q)
-      if (q != me) st_ll(half_of(ps, q, epoch) + me * region + l * 16, d[0], d[1], flag);
+    for (int q = 0; q < world; ++q) {
+      if (q == me) continue;
+      T v[E];
+      load_line(reinterpret_cast<const T*>(ins.p[q]), l, v);
+      uint32_t d[2];
+      memcpy(d, v, 8);
+      st_ll(half_of(ps, q, epoch) + me * region + l * 16, d[0], d[1], flag);
+    }
   }
   const char* mine = half_of(ps, me, epoch);
   bool ok = true;
@@ -149,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) flat_ll_kernel(PeerSet ps, const T* 
     T v[E];
     for (int r = 0; r < world; ++r) {
       if (r == me) {
-        load_line(l, v);
+        load_line(own, l, v);
       } else {
         uint32_t d[2];
         if (!ld_ll(ps, mine + r * region + l * 16, flag, r, d[0], d[1])) {
@@ -190,16 +153,8 @@ __global__ void __launch_bounds__(kThreads) tree_kernel(PeerSet ps, const T* in,
   // 1. Reduce-scatter: push slice q of the input into region `me` of owner q.
   for (int q = 0; q < world; ++q) {
     if (q == me) continue;
-    const T* src = in + q * s;
-    T* dst = reinterpret_cast<T*>(half_of(ps, q, epoch) + me * sreg);
-    for_block_packs<T>(
-        len(q),
-        [&](int64_t e) {
-          T v[P];
-          load_pack(src + e, aligned, v);
-          store_pack(dst + e, true, v);
-        },
-        [&](int64_t e) { dst[e] = src[e]; });
+    copy_block(in + q * s, reinterpret_cast<T*>(half_of(ps, q, epoch) + me * sreg), len(q), aligned,
+               true);
   }
   if (!block_barrier(ps, flag_value(epoch, 0))) return finish_op(ps, epoch);
   // 2. Reduce the own slice in rank order, keep it, and push it to the peers' gather areas.
@@ -246,16 +201,8 @@ __global__ void __launch_bounds__(kThreads) tree_kernel(PeerSet ps, const T* in,
   if (want_out) {
     for (int q = 0; q < world; ++q) {
       if (q == me) continue;
-      const T* src = reinterpret_cast<const T*>(mine + world * sreg + q * sreg);
-      T* dst = out + q * s;
-      for_block_packs<T>(
-          len(q),
-          [&](int64_t e) {
-            T v[P];
-            load_pack(src + e, true, v);
-            store_pack(dst + e, aligned, v);
-          },
-          [&](int64_t e) { dst[e] = src[e]; });
+      copy_block(reinterpret_cast<const T*>(mine + world * sreg + q * sreg), out + q * s, len(q), true,
+                 aligned);
     }
   }
   finish_op(ps, epoch);
@@ -272,16 +219,8 @@ __global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(PeerSet ps, Pt
   const uint64_t region = align256(n * sizeof(T));
   for (int q = 0; q < world; ++q) {
     if (q == me) continue;
-    const T* src = reinterpret_cast<const T*>(ins.p[q]);
-    T* dst = reinterpret_cast<T*>(half_of(ps, q, epoch) + me * region);
-    for_block_packs<T>(
-        n,
-        [&](int64_t e) {
-          T v[P];
-          load_pack(src + e, aligned, v);
-          store_pack(dst + e, true, v);
-        },
-        [&](int64_t e) { dst[e] = src[e]; });
+    copy_block(reinterpret_cast<const T*>(ins.p[q]),
+               reinterpret_cast<T*>(half_of(ps, q, epoch) + me * region), n, aligned, true);
   }
   if (!block_barrier(ps, flag_value(epoch, 0))) return finish_op(ps, epoch);
   const char* mine = half_of(ps, me, epoch);
@@ -314,7 +253,7 @@ __global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(PeerSet ps, Pt
   finish_op(ps, epoch);
 }
 
-enum class Kind { kFlat, kFlatLL, kTree, kReduceScatter };
+enum class Kind { kFlat, kFlatLL, kTree, kReduceScatter, kReduceScatterLL };
 
 template <typename T, int OP>
 void launch_typed(Kind kind, const PeerSet& ps, const void* in, const PtrList* ins, void* out,
@@ -328,9 +267,14 @@ void launch_typed(Kind kind, const PeerSet& ps, const void* in, const PtrList* i
       flat_kernel<T, OP><<<grid, block, 0, s>>>(ps, static_cast<const T*>(in), static_cast<T*>(out),
                                                 n, out_rank, rd, rs.aligned);
       break;
-    case Kind::kFlatLL:
-      flat_ll_kernel<T, OP><<<grid, block, 0, s>>>(ps, static_cast<const T*>(in),
-                                                   static_cast<T*>(out), n, rd);
+    case Kind::kFlatLL: {
+      PtrList all{};
+      for (int q = 0; q < ps.world; ++q) all.p[q] = static_cast<char*>(const_cast<void*>(in));
+      flat_ll_kernel<T, OP><<<grid, block, 0, s>>>(ps, all, static_cast<T*>(out), n, rd);
+      break;
+    }
+    case Kind::kReduceScatterLL:
+      flat_ll_kernel<T, OP><<<grid, block, 0, s>>>(ps, *ins, static_cast<T*>(out), n, rd);
       break;
     case Kind::kTree:
       tree_kernel<T, OP><<<grid, block, 0, s>>>(ps, static_cast<const T*>(in), static_cast<T*>(out),
@@ -433,6 +377,11 @@ void launch_allreduce_ll(const PeerSet& ps, const void* in, void* out, int64_t n
 void launch_allreduce_tree(const PeerSet& ps, const void* in, void* out, int64_t n, int out_rank,
                            const ReduceSpec& rs, int blocks, cudaStream_t s) {
   launch(Kind::kTree, ps, in, nullptr, out, n, out_rank, rs, blocks, s);
+}
+
+void launch_reduce_scatter_ll(const PeerSet& ps, const PtrList& ins, void* out, int64_t n,
+                              const ReduceSpec& rs, int blocks, cudaStream_t s) {
+  launch(Kind::kReduceScatterLL, ps, nullptr, &ins, out, n, -1, rs, blocks, s);
 }
 
 void launch_reduce_scatter(const PeerSet& ps, const PtrList& ins, void* out, int64_t n,

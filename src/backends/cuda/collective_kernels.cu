@@ -13,19 +13,11 @@ using Byte = unsigned char;
 
 __global__ void __launch_bounds__(kThreads) exchange_kernel(PeerSet ps, PtrList src, PtrList dst,
                                                              int64_t n, bool aligned) {
-  constexpr int P = kPack<Byte>;
   const unsigned long long epoch = op_epoch(ps);
   const int me = ps.rank, world = ps.world;
   const uint64_t region = (static_cast<uint64_t>(n) + 255) & ~uint64_t(255);
   auto copy = [&](const Byte* from, Byte* to, bool from_aligned, bool to_aligned) {
-    for_block_packs<Byte>(
-        n,
-        [&](int64_t e) {
-          Byte v[P];
-          load_pack(from + e, from_aligned, v);
-          store_pack(to + e, to_aligned, v);
-        },
-        [&](int64_t e) { to[e] = from[e]; });
+    copy_block(from, to, n, from_aligned, to_aligned);
   };
   for (int q = 0; q < world; ++q) {
     if (!src.p[q]) continue;
@@ -47,6 +39,58 @@ __global__ void __launch_bounds__(kThreads) exchange_kernel(PeerSet ps, PtrList 
   finish_op(ps, epoch);
 }
 
+// LL exchange: 8 payload bytes per 16-byte line with flags; receivers poll, no barrier.
+__global__ void __launch_bounds__(kThreads) exchange_ll_kernel(PeerSet ps, PtrList src, PtrList dst,
+                                                                int64_t n) {
+  const unsigned long long epoch = op_epoch(ps);
+  const uint32_t flag = ll_flag(epoch);
+  const int me = ps.rank, world = ps.world;
+  const int64_t lines = (n + 7) / 8;
+  const uint64_t region = (static_cast<uint64_t>(lines) * 16 + 255) & ~uint64_t(255);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t l = first; l < lines; l += stride) {
+    for (int q = 0; q < world; ++q) {
+      if (q == me || !src.p[q]) continue;
+      const Byte* from = reinterpret_cast<const Byte*>(src.p[q]) + l * 8;
+      uint32_t d[2] = {0, 0};
+      if (l * 8 + 8 <= n && (reinterpret_cast<uintptr_t>(from) & 7) == 0) {
+        uint2 u = *reinterpret_cast<const uint2*>(from);
+        d[0] = u.x;
+        d[1] = u.y;
+      } else {
+        Byte b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int k = 0; k < 8 && l * 8 + k < n; ++k) b[k] = from[k];
+        memcpy(d, b, 8);
+      }
+      st_ll(half_of(ps, q, epoch) + me * region + l * 16, d[0], d[1], flag);
+    }
+  }
+  if (src.p[me] && dst.p[me] && src.p[me] != dst.p[me])
+    for (int64_t i = first; i < n; i += stride) dst.p[me][i] = src.p[me][i];
+  const char* mine = half_of(ps, me, epoch);
+  bool ok = true;  // every thread must reach finish_op (it synchronises the block)
+  for (int q = 0; q < world && ok; ++q) {
+    if (q == me || !dst.p[q]) continue;
+    for (int64_t l = first; l < lines; l += stride) {
+      uint32_t d[2];
+      if (!ld_ll(ps, mine + q * region + l * 16, flag, q, d[0], d[1])) {
+        ok = false;
+        break;
+      }
+      Byte* to = reinterpret_cast<Byte*>(dst.p[q]) + l * 8;
+      if (l * 8 + 8 <= n && (reinterpret_cast<uintptr_t>(to) & 7) == 0) {
+        *reinterpret_cast<uint2*>(to) = make_uint2(d[0], d[1]);
+      } else {
+        Byte b[8];
+        memcpy(b, d, 8);
+        for (int k = 0; k < 8 && l * 8 + k < n; ++k) to[k] = b[k];
+      }
+    }
+  }
+  finish_op(ps, epoch);
+}
+
 __global__ void barrier_kernel(PeerSet ps) {
   const unsigned long long epoch = op_epoch(ps);
   block_barrier(ps, flag_value(epoch, 0));
@@ -58,6 +102,11 @@ __global__ void barrier_kernel(PeerSet ps) {
 void launch_exchange(const PeerSet& ps, const PtrList& src, const PtrList& dst, int64_t nbytes,
                      bool aligned, int blocks, cudaStream_t s) {
   exchange_kernel<<<blocks, kThreads, 0, s>>>(ps, src, dst, nbytes, aligned);
+}
+
+void launch_exchange_ll(const PeerSet& ps, const PtrList& src, const PtrList& dst, int64_t nbytes,
+                        int blocks, cudaStream_t s) {
+  exchange_ll_kernel<<<blocks, kThreads, 0, s>>>(ps, src, dst, nbytes);
 }
 
 void launch_barrier(const PeerSet& ps, cudaStream_t s) { barrier_kernel<<<1, 32, 0, s>>>(ps); }

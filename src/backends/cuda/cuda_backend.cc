@@ -185,7 +185,7 @@ void CudaBackend::enqueue_allreduce(const OpDesc& op, int out_rank, cudaStream_t
       int64_t len = std::min(chunk, n - off);
       launch_allreduce_tree(ps, static_cast<const char*>(op.input.data) + off * es,
                             static_cast<char*>(op.output.data) + off * es, len, out_rank, rs,
-                            blocks_for(len * es / world, tuning_.max_blocks), s);
+                            blocks_for(len * es / world, tuning_.max_blocks_large), s);
     }
   }
   COMMX_CUDA_CHECK_CTX(cudaGetLastError(), op_context(ctx_, op));
@@ -238,10 +238,18 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s) {
   }
   if (!native_) return false;
   const uint64_t half = tuning_.buffer_bytes;
-  // Per-pair byte exchange in chunks of at most one region of the buffer.
-  auto exchange = [&](const PtrList& src, const PtrList& dst, uint64_t nbytes) {
+  // Per-pair byte exchange in chunks of at most one region of the buffer. `every_pair`: every rank
+  // receives from every peer (all-gather, all-to-all), which the barrier-free LL variant needs.
+  auto exchange = [&](const PtrList& src, const PtrList& dst, uint64_t nbytes, bool every_pair) {
     if (nbytes == 0) {
       launch_barrier(peers(op), s);
+      return;
+    }
+    if (every_pair && nbytes <= tuning_.ll_max_bytes &&
+        world * region_bytes((nbytes + 7) / 8 * 16) <= half) {
+      launch_exchange_ll(peers(op), src, dst, static_cast<int64_t>(nbytes),
+                         blocks_for(2 * nbytes, tuning_.max_blocks), s);
+      COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
       return;
     }
     bool al = true;
@@ -255,8 +263,8 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s) {
         a.p[q] = at(src.p[q], off);
         b.p[q] = at(dst.p[q], off);
       }
-      launch_exchange(ps, a, b, static_cast<int64_t>(len), al, blocks_for(len, tuning_.max_blocks),
-                      s);
+      launch_exchange(ps, a, b, static_cast<int64_t>(len), al,
+                      blocks_for(len, tuning_.max_blocks_large), s);
     }
     COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
   };
@@ -284,7 +292,7 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s) {
         dst.p[q] = op.type == OpType::kAllGather ? static_cast<char*>(op.outputs[q].data)
                                                  : at(op.output.data, q * nb);
       }
-      exchange(src, dst, nb);
+      exchange(src, dst, nb, true);
       return true;
     }
     case OpType::kAllToAllSingle: {
@@ -293,14 +301,14 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s) {
         src.p[q] = at(op.input.data, q * nb);
         dst.p[q] = at(op.output.data, q * nb);
       }
-      exchange(src, dst, nb);
+      exchange(src, dst, nb, true);
       return true;
     }
     case OpType::kBroadcast: {
       if (me == op.root)
         for (int q = 0; q < world; ++q) src.p[q] = static_cast<char*>(op.input.data);
       dst.p[op.root] = static_cast<char*>(op.output.data);
-      exchange(src, dst, op.input.nbytes());
+      exchange(src, dst, op.input.nbytes(), false);
       return true;
     }
     case OpType::kGather:
@@ -311,14 +319,14 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s) {
         for (int q = 0; q < world; ++q)
           dst.p[q] = op.type == OpType::kGather ? static_cast<char*>(op.outputs[q].data)
                                                 : at(op.output.data, q * nb);
-      exchange(src, dst, nb);
+      exchange(src, dst, nb, false);
       return true;
     }
     case OpType::kScatter: {
       if (me == op.root)
         for (int q = 0; q < world; ++q) src.p[q] = static_cast<char*>(op.inputs[q].data);
       dst.p[op.root] = static_cast<char*>(op.output.data);
-      exchange(src, dst, op.output.nbytes());
+      exchange(src, dst, op.output.nbytes(), false);
       return true;
     }
     case OpType::kReduceScatter:
@@ -337,15 +345,21 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s) {
         return true;
       }
       ReduceSpec rs = make_reduce_spec(op.output.dtype, op.op, world, al);
+      PeerSet ps = peers(op);
+      if (n * es <= tuning_.ll_max_bytes && ll_bytes_needed(n, es, world) <= half) {
+        launch_reduce_scatter_ll(ps, src, op.output.data, n, rs,
+                                 blocks_for(2 * n * es, tuning_.max_blocks), s);
+        COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
+        return true;
+      }
       const int64_t p = static_cast<int64_t>(16 / es);
       int64_t cap = static_cast<int64_t>(((half / world) & ~uint64_t(255)) / es) / p * p;
-      PeerSet ps = peers(op);
       for (int64_t off = 0; off < n; off += cap) {
         int64_t len = std::min(cap, n - off);
         PtrList ins{};
         for (int q = 0; q < world; ++q) ins.p[q] = at(src.p[q], off * es);
         launch_reduce_scatter(ps, ins, at(op.output.data, off * es), len, rs,
-                              blocks_for(len * es, tuning_.max_blocks), s);
+                              blocks_for(len * es, tuning_.max_blocks_large), s);
       }
       COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
       return true;

@@ -48,6 +48,11 @@ void launch_reduce_scatter(const PeerSet& ps, const PtrList& ins, void* out, int
                            const ReduceSpec& rs, int blocks, cudaStream_t s);
 // For each peer q: src.p[q] (if set) is pushed to q, and what q pushed to us lands in dst.p[q]
 // (if set); src.p[rank] -> dst.p[rank] is a local copy. `nbytes` per pair.
+// LL variants: every rank must receive from every peer (reduce-scatter, all-gather, all-to-all).
+void launch_reduce_scatter_ll(const PeerSet& ps, const PtrList& ins, void* out, int64_t n,
+                              const ReduceSpec& rs, int blocks, cudaStream_t s);
+void launch_exchange_ll(const PeerSet& ps, const PtrList& src, const PtrList& dst, int64_t nbytes,
+                        int blocks, cudaStream_t s);
 void launch_exchange(const PeerSet& ps, const PtrList& src, const PtrList& dst, int64_t nbytes,
                      bool aligned, int blocks, cudaStream_t s);
 void launch_barrier(const PeerSet& ps, cudaStream_t s);

@@ -82,4 +82,30 @@ __device__ __forceinline__ void for_block_packs(int64_t len, FPack&& f_pack, FEl
     for (int64_t e = npacks * kPack<T> + threadIdx.x; e < len; e += blockDim.x) f_elem(e);
 }
 
+// Copies this block's part of [0, len) elements (same ownership as for_block_packs), four packs
+// in flight per thread so that remote stores and loads overlap.
+template <typename T>
+__device__ __forceinline__ void copy_block(const T* src, T* dst, int64_t len, bool src_aligned,
+                                           bool dst_aligned) {
+  constexpr int P = kPack<T>;
+  constexpr int U = 4;
+  const int64_t npacks = len / P;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; j + (U - 1) * stride < npacks; j += U * stride) {
+    T v[U][P];
+#pragma unroll
+    for (int u = 0; u < U; ++u) load_pack(src + (j + u * stride) * P, src_aligned, v[u]);
+#pragma unroll
+    for (int u = 0; u < U; ++u) store_pack(dst + (j + u * stride) * P, dst_aligned, v[u]);
+  }
+  for (; j < npacks; j += stride) {
+    T v[P];
+    load_pack(src + j * P, src_aligned, v);
+    store_pack(dst + j * P, dst_aligned, v);
+  }
+  if (blockIdx.x == 0)
+    for (int64_t e = npacks * P + threadIdx.x; e < len; e += blockDim.x) dst[e] = src[e];
+}
+
 }  // namespace commx::cuda

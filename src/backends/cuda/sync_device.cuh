@@ -99,6 +99,44 @@ __device__ __forceinline__ void finish_op(const PeerSet& ps, unsigned long long 
   }
 }
 
+// LL protocol (NCCL's): a 16-byte line {d0, flag, d1, flag} written by one vector store; each
+// 8-byte half is seen whole, so a reader that sees both flags sees both data words.
+__device__ __forceinline__ void st_ll(char* p, uint32_t d0, uint32_t d1, uint32_t flag) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(d0), "r"(flag),
+               "r"(d1), "r"(flag)
+               : "memory");
+}
+
+// Polls one LL line until both flags equal `flag`; false after a timeout or abort (reported).
+__device__ __forceinline__ bool ld_ll(const PeerSet& ps, const char* p, uint32_t flag, int peer,
+                                      uint32_t& d0, uint32_t& d1) {
+  uint32_t f0, f1;
+  unsigned long long start = 0;
+  for (unsigned int spins = 0;; ++spins) {
+    asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
+                 : "l"(p)
+                 : "memory");
+    if (f0 == flag && f1 == flag) return true;
+    if (spins == 0) start = global_timer_ns();
+    if ((spins & 255u) == 255u) {
+      if (ps.ctl->abort) {
+        report_error(ps, kDevAborted, peer);
+        return false;
+      }
+      if (global_timer_ns() - start > ps.timeout_ns) {
+        report_error(ps, kDevTimeout, peer);
+        return false;
+      }
+    }
+  }
+}
+
+// The LL flag of the op numbered `epoch` (lines of op k-2 in the same buffer half differ).
+__device__ __forceinline__ uint32_t ll_flag(unsigned long long epoch) {
+  return static_cast<uint32_t>(epoch) + 1u;
+}
+
 // This op's half of rank r's data area.
 __device__ __forceinline__ char* half_of(const PeerSet& ps, int r, unsigned long long epoch) {
   return ps.data[r] + (epoch & 1ull) * ps.half_bytes;

@@ -46,13 +46,18 @@ const char* algo_name(AllReduceAlgo a) {
 
 Tuning Tuning::resolve(int world, int sms, const Hints& h) {
   Tuning t;
-  // One-shot moves (world-1) full copies per rank but needs a single barrier; at 2 ranks it
-  // moves as much as two-shot, so it wins further up.
-  t.ll_max_bytes = 64u << 10;
-  t.flat_max_bytes = world <= 2 ? (1u << 20) : (256u << 10);
+  // Measured on 2 H200 (bench/results/cuda_h200x2_run2, bf16, graph): LL beats flat up to
+  // 256 KiB, flat beats tree up to 4 MiB (tie at 8 MiB). One-shot moves (world-1) full copies per
+  // rank, so beyond 2 ranks the crossovers come earlier (not yet measured: vLLM-like guesses).
+  t.ll_max_bytes = world <= 2 ? (256u << 10) : (64u << 10);
+  t.flat_max_bytes = world <= 2 ? (4u << 20) : (256u << 10);
   t.tree_max_bytes = UINT64_MAX;
-  t.buffer_bytes = 64ull << 20;
+  // Larger buffers mean fewer kernel boundaries for large messages (256 MiB: 863 us with 256 MiB
+  // halves vs 892 us with 64 MiB); 128 MiB halves cost 256 MiB of GPU memory per rank and comm.
+  t.buffer_bytes = 128ull << 20;
   t.max_blocks = std::min(sms > 0 ? sms : kMaxBlocks, kMaxBlocks);
+  // Two blocks per SM keep more NVLink stores in flight (256 MiB: 850 us vs 892 us).
+  t.max_blocks_large = std::min(sms > 0 ? 2 * sms : kMaxBlocks, kMaxBlocks);
   if (auto e = env_first({"COMMX_DDA_ENABLE", "RCCL_DDA_ENABLE"}))
     t.dda_enable = !(*e == "0" || *e == "false" || *e == "off");
   if (auto it = h.find("dda_enable"); it != h.end()) t.dda_enable = it->second != "0";
@@ -63,6 +68,8 @@ Tuning Tuning::resolve(int world, int sms, const Hints& h) {
   t.buffer_bytes = std::max<uint64_t>(t.buffer_bytes & ~uint64_t(4095), 1u << 20);
   int64_t mb = env_int("COMMX_CUDA_MAX_BLOCKS", t.max_blocks);
   t.max_blocks = static_cast<int>(std::clamp<int64_t>(mb, 1, kMaxBlocks));
+  mb = env_int("COMMX_CUDA_MAX_BLOCKS_LARGE", t.max_blocks_large);
+  t.max_blocks_large = static_cast<int>(std::clamp<int64_t>(mb, 1, kMaxBlocks));
   return t;
 }
 

@@ -19,7 +19,8 @@ struct Tuning {
   uint64_t flat_max_bytes = 0;    // COMMX_DDA_FLAT_MAX_BYTES / hint dda_flat_max_bytes
   uint64_t tree_max_bytes = 0;    // COMMX_DDA_TREE_MAX_BYTES / hint dda_tree_max_bytes
   uint64_t buffer_bytes = 0;      // COMMX_CUDA_BUFFER_BYTES: one half of the registered buffer
-  int max_blocks = 0;             // COMMX_CUDA_MAX_BLOCKS
+  int max_blocks = 0;             // COMMX_CUDA_MAX_BLOCKS: latency paths (LL, flat)
+  int max_blocks_large = 0;       // COMMX_CUDA_MAX_BLOCKS_LARGE: bandwidth paths (tree, exchange)
 
   // Defaults for `world` ranks on a GPU with `sms` multiprocessors, then env, then comm hints.
   static Tuning resolve(int world, int sms, const Hints& comm_hints);
