@@ -60,6 +60,21 @@ if [ "${GPU_CI_BENCH:-1}" = 1 ]; then
     timeout 200 python3 tools/gpu_bench/symm_mem_bench.py --ranks "$NR" --dtypes bf16 --max 64M --factor 4 \
       --json "$OUT/symm_mem.json" > "$LOGS/symm_mem.log" 2>&1 || rc=1
   fi
+  if [ "${GPU_CI_TUNE:-0}" = 2 ]; then
+    # A/B of launch and buffer settings (cuda only, bf16, graph and eager).
+    B="$BUILD/bin/commx-gpu-bench --ranks $NR --backend cuda --dtypes bf16 --ops all_reduce --reps 5 --factor 4"
+    for v in "COMMX_CUDA_PDL=0" "COMMX_CUDA_PDL=1" "COMMX_CUDA_PDL=0 COMMX_CUDA_BUFFER_BYTES=64M" \
+             "COMMX_CUDA_PDL=1 COMMX_CUDA_BUFFER_BYTES=64M"; do
+      tag=$(echo "$v" | tr ' =' '__')
+      timeout 60 env $v $B --modes graph,eager --min 8 --max 512K --json "$LOGS/ab_$tag.json" --md /dev/null > "$LOGS/ab_$tag.log" 2>&1
+      echo "== $v"; awk '{print $4, $5, $6}' "$LOGS/ab_$tag.log" | tr '\n' ' '; echo
+    done
+    for v in "COMMX_CUDA_BUFFER_BYTES=256M" "COMMX_CUDA_BUFFER_BYTES=128M"; do
+      tag=$(echo "$v" | tr ' =' '__')
+      timeout 60 env $v $B --modes graph --min 64M --max 256M --factor 2 --json "$LOGS/ab_$tag.json" --md /dev/null > "$LOGS/ab_$tag.log" 2>&1
+      echo "== $v"; awk '{print $5, $6}' "$LOGS/ab_$tag.log" | tr '\n' ' '; echo
+    done
+  fi
   if [ "${GPU_CI_TUNE:-0}" = 1 ]; then
     # Threshold tuning: each all-reduce algorithm forced over its size range, and block/buffer
     # variants for large messages (cuda only, bf16, graph).

@@ -7,6 +7,7 @@
 
 #include "commx/error.h"
 #include "cuda/kernels.h"
+#include "cuda/launch.cuh"
 #include "cuda/reduce_device.cuh"
 #include "cuda/sync_device.cuh"
 
@@ -29,7 +30,7 @@ __global__ void __launch_bounds__(kThreads) flat_kernel(PeerSet ps, const T* in,
                                                          bool aligned) {
   using A = typename AccOf<T>::type;
   constexpr int P = kPack<T>;
-  const unsigned long long epoch = op_epoch(ps);
+  const unsigned long long epoch = begin_op(ps);
   const uint64_t region = align256(n * sizeof(T));
   const int me = ps.rank, world = ps.world;
   // 1. Push this rank's input into region `me` of every peer's buffer.
@@ -79,7 +80,7 @@ __global__ void __launch_bounds__(kThreads) flat_ll_kernel(PeerSet ps, PtrList i
                                                             int64_t n, Reducer<T, OP> rd) {
   using A = typename AccOf<T>::type;
   constexpr int E = 8 / sizeof(T);  // elements per line
-  const unsigned long long epoch = op_epoch(ps);
+  const unsigned long long epoch = begin_op(ps);
   const uint32_t flag = ll_flag(epoch);
   const int me = ps.rank, world = ps.world;
   // ins.p[q]: what this rank contributes to rank q's result (all equal for all-reduce).
@@ -140,7 +141,7 @@ __global__ void __launch_bounds__(kThreads) tree_kernel(PeerSet ps, const T* in,
                                                          bool aligned) {
   using A = typename AccOf<T>::type;
   constexpr int P = kPack<T>;
-  const unsigned long long epoch = op_epoch(ps);
+  const unsigned long long epoch = begin_op(ps);
   const int me = ps.rank, world = ps.world;
   // Slice q of the tensor is owned (reduced) by rank q; slices are whole packs except the last.
   const int64_t s = ((n + world - 1) / world + P - 1) / P * P;
@@ -214,7 +215,7 @@ __global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(PeerSet ps, Pt
                                                                    bool aligned) {
   using A = typename AccOf<T>::type;
   constexpr int P = kPack<T>;
-  const unsigned long long epoch = op_epoch(ps);
+  const unsigned long long epoch = begin_op(ps);
   const int me = ps.rank, world = ps.world;
   const uint64_t region = align256(n * sizeof(T));
   for (int q = 0; q < world; ++q) {
@@ -261,28 +262,27 @@ void launch_typed(Kind kind, const PeerSet& ps, const void* in, const PtrList* i
   Reducer<T, OP> rd;
   rd.scale = static_cast<typename AccOf<T>::type>(rs.scale);
   rd.scaled = rs.scale != 1.0;
-  dim3 grid(blocks), block(kThreads);
   switch (kind) {
     case Kind::kFlat:
-      flat_kernel<T, OP><<<grid, block, 0, s>>>(ps, static_cast<const T*>(in), static_cast<T*>(out),
-                                                n, out_rank, rd, rs.aligned);
+      launch_kernel(flat_kernel<T, OP>, blocks, kThreads, s, ps, static_cast<const T*>(in),
+                    static_cast<T*>(out), n, out_rank, rd, rs.aligned);
       break;
     case Kind::kFlatLL: {
       PtrList all{};
       for (int q = 0; q < ps.world; ++q) all.p[q] = static_cast<char*>(const_cast<void*>(in));
-      flat_ll_kernel<T, OP><<<grid, block, 0, s>>>(ps, all, static_cast<T*>(out), n, rd);
+      launch_kernel(flat_ll_kernel<T, OP>, blocks, kThreads, s, ps, all, static_cast<T*>(out), n, rd);
       break;
     }
     case Kind::kReduceScatterLL:
-      flat_ll_kernel<T, OP><<<grid, block, 0, s>>>(ps, *ins, static_cast<T*>(out), n, rd);
+      launch_kernel(flat_ll_kernel<T, OP>, blocks, kThreads, s, ps, *ins, static_cast<T*>(out), n, rd);
       break;
     case Kind::kTree:
-      tree_kernel<T, OP><<<grid, block, 0, s>>>(ps, static_cast<const T*>(in), static_cast<T*>(out),
-                                                n, out_rank, rd, rs.aligned);
+      launch_kernel(tree_kernel<T, OP>, blocks, kThreads, s, ps, static_cast<const T*>(in),
+                    static_cast<T*>(out), n, out_rank, rd, rs.aligned);
       break;
     case Kind::kReduceScatter:
-      reduce_scatter_kernel<T, OP><<<grid, block, 0, s>>>(ps, *ins, static_cast<T*>(out), n, rd,
-                                                          rs.aligned);
+      launch_kernel(reduce_scatter_kernel<T, OP>, blocks, kThreads, s, ps, *ins, static_cast<T*>(out),
+                    n, rd, rs.aligned);
       break;
   }
 }

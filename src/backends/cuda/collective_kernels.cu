@@ -3,6 +3,7 @@
 // `rank` of the receiver's registered buffer; after one per-block barrier receivers copy their
 // regions out. One kernel, one barrier per call.
 #include "cuda/kernels.h"
+#include "cuda/launch.cuh"
 #include "cuda/reduce_device.cuh"
 #include "cuda/sync_device.cuh"
 
@@ -13,7 +14,7 @@ using Byte = unsigned char;
 
 __global__ void __launch_bounds__(kThreads) exchange_kernel(PeerSet ps, PtrList src, PtrList dst,
                                                              int64_t n, bool aligned) {
-  const unsigned long long epoch = op_epoch(ps);
+  const unsigned long long epoch = begin_op(ps);
   const int me = ps.rank, world = ps.world;
   const uint64_t region = (static_cast<uint64_t>(n) + 255) & ~uint64_t(255);
   auto copy = [&](const Byte* from, Byte* to, bool from_aligned, bool to_aligned) {
@@ -42,7 +43,7 @@ __global__ void __launch_bounds__(kThreads) exchange_kernel(PeerSet ps, PtrList 
 // LL exchange: 8 payload bytes per 16-byte line with flags; receivers poll, no barrier.
 __global__ void __launch_bounds__(kThreads) exchange_ll_kernel(PeerSet ps, PtrList src, PtrList dst,
                                                                 int64_t n) {
-  const unsigned long long epoch = op_epoch(ps);
+  const unsigned long long epoch = begin_op(ps);
   const uint32_t flag = ll_flag(epoch);
   const int me = ps.rank, world = ps.world;
   const int64_t lines = (n + 7) / 8;
@@ -66,8 +67,10 @@ __global__ void __launch_bounds__(kThreads) exchange_ll_kernel(PeerSet ps, PtrLi
       st_ll(half_of(ps, q, epoch) + me * region + l * 16, d[0], d[1], flag);
     }
   }
-  if (src.p[me] && dst.p[me] && src.p[me] != dst.p[me])
-    for (int64_t i = first; i < n; i += stride) dst.p[me][i] = src.p[me][i];
+  if (src.p[me] && dst.p[me] && src.p[me] != dst.p[me]) {
+    const bool al = ((reinterpret_cast<uintptr_t>(src.p[me]) | reinterpret_cast<uintptr_t>(dst.p[me])) & 15) == 0;
+    copy_block(reinterpret_cast<const Byte*>(src.p[me]), reinterpret_cast<Byte*>(dst.p[me]), n, al, al);
+  }
   const char* mine = half_of(ps, me, epoch);
   bool ok = true;  // every thread must reach finish_op (it synchronises the block)
   for (int q = 0; q < world && ok; ++q) {
@@ -92,7 +95,7 @@ __global__ void __launch_bounds__(kThreads) exchange_ll_kernel(PeerSet ps, PtrLi
 }
 
 __global__ void barrier_kernel(PeerSet ps) {
-  const unsigned long long epoch = op_epoch(ps);
+  const unsigned long long epoch = begin_op(ps);
   block_barrier(ps, flag_value(epoch, 0));
   finish_op(ps, epoch);
 }
@@ -101,14 +104,14 @@ __global__ void barrier_kernel(PeerSet ps) {
 
 void launch_exchange(const PeerSet& ps, const PtrList& src, const PtrList& dst, int64_t nbytes,
                      bool aligned, int blocks, cudaStream_t s) {
-  exchange_kernel<<<blocks, kThreads, 0, s>>>(ps, src, dst, nbytes, aligned);
+  launch_kernel(exchange_kernel, blocks, kThreads, s, ps, src, dst, nbytes, aligned);
 }
 
 void launch_exchange_ll(const PeerSet& ps, const PtrList& src, const PtrList& dst, int64_t nbytes,
                         int blocks, cudaStream_t s) {
-  exchange_ll_kernel<<<blocks, kThreads, 0, s>>>(ps, src, dst, nbytes);
+  launch_kernel(exchange_ll_kernel, blocks, kThreads, s, ps, src, dst, nbytes);
 }
 
-void launch_barrier(const PeerSet& ps, cudaStream_t s) { barrier_kernel<<<1, 32, 0, s>>>(ps); }
+void launch_barrier(const PeerSet& ps, cudaStream_t s) { launch_kernel(barrier_kernel, 1, 32, s, ps); }
 
 }  // namespace commx::cuda

@@ -81,21 +81,27 @@ __device__ __forceinline__ bool block_barrier(const PeerSet& ps, unsigned long l
   return __syncthreads_and(ok) != 0;
 }
 
-// The op counter of this kernel (set by the previous kernel of this comm).
-__device__ __forceinline__ unsigned long long op_epoch(const PeerSet& ps) {
+// Start of every kernel: with programmatic dependent launch (PDL) the kernel may start before
+// the previous kernel on the stream ended; griddepcontrol.wait returns once it has completed and
+// its writes are visible (a no-op without PDL). Then lets the next kernel launch early, and
+// returns the op counter of this kernel (set by the previous kernel of this comm).
+__device__ __forceinline__ unsigned long long begin_op(const PeerSet& ps) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   return *reinterpret_cast<volatile unsigned long long*>(&ps.state->epoch);
 }
 
-// Called by every block at its end: the last block advances the op counter for the next kernel.
+// Called by every block at its end: the last block advances the op counter for the next kernel
+// (kernel completion, or griddepcontrol.wait in the next kernel, publishes it).
 __device__ __forceinline__ void finish_op(const PeerSet& ps, unsigned long long epoch) {
+  if (gridDim.x == 1) {
+    if (threadIdx.x == 0) ps.state->epoch = epoch + 1;
+    return;
+  }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    if (atomicAdd(&ps.state->done_blocks, 1u) == gridDim.x - 1) {
-      ps.state->done_blocks = 0;
-      ps.state->epoch = epoch + 1;
-      __threadfence();
-    }
+  if (threadIdx.x == 0 && atomicAdd(&ps.state->done_blocks, 1u) == gridDim.x - 1) {
+    ps.state->done_blocks = 0;
+    ps.state->epoch = epoch + 1;
   }
 }
 
