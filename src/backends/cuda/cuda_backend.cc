@@ -171,7 +171,7 @@ void CudaBackend::enqueue_allreduce(const OpDesc& op, int out_rank, cudaStream_t
   // LL needs every rank to receive (all_reduce only); reduce takes the flat path instead.
   if (algo == AllReduceAlgo::kLL && out_rank < 0 && ll_bytes_needed(n, es, world) <= half) {
     launch_allreduce_ll(ps, op.input.data, op.output.data, n, rs,
-                        blocks_for(2 * bytes, tuning_.max_blocks), s);
+                        ll_blocks(bytes, tuning_.max_blocks), s);
   } else if ((algo == AllReduceAlgo::kFlat || algo == AllReduceAlgo::kLL) &&
              flat_bytes_needed(n, es, world) <= half) {
     launch_allreduce_flat(ps, op.input.data, op.output.data, n, out_rank, rs,
@@ -248,7 +248,7 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s) {
     if (every_pair && nbytes <= tuning_.ll_max_bytes &&
         world * region_bytes((nbytes + 7) / 8 * 16) <= half) {
       launch_exchange_ll(peers(op), src, dst, static_cast<int64_t>(nbytes),
-                         blocks_for(2 * nbytes, tuning_.max_blocks), s);
+                         ll_blocks(nbytes, tuning_.max_blocks), s);
       COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
       return;
     }
@@ -348,7 +348,7 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s) {
       PeerSet ps = peers(op);
       if (n * es <= tuning_.ll_max_bytes && ll_bytes_needed(n, es, world) <= half) {
         launch_reduce_scatter_ll(ps, src, op.output.data, n, rs,
-                                 blocks_for(2 * n * es, tuning_.max_blocks), s);
+                                 ll_blocks(n * es, tuning_.max_blocks), s);
         COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
         return true;
       }

@@ -52,9 +52,10 @@ Tuning Tuning::resolve(int world, int sms, const Hints& h) {
   t.ll_max_bytes = world <= 2 ? (256u << 10) : (64u << 10);
   t.flat_max_bytes = world <= 2 ? (4u << 20) : (256u << 10);
   t.tree_max_bytes = UINT64_MAX;
-  // Larger buffers mean fewer kernel boundaries for large messages (256 MiB: 863 us with 256 MiB
-  // halves vs 892 us with 64 MiB); 128 MiB halves cost 256 MiB of GPU memory per rank and comm.
-  t.buffer_bytes = 128ull << 20;
+  // Larger buffers mean fewer kernel boundaries for large messages (256 MiB all-reduce: 804 us with
+  // 256 MiB halves, 817 us with 128 MiB); two halves cost 512 MiB of GPU memory per rank and comm
+  // (COMMX_CUDA_BUFFER_BYTES lowers it).
+  t.buffer_bytes = 256ull << 20;
   t.max_blocks = std::min(sms > 0 ? sms : kMaxBlocks, kMaxBlocks);
   // Two blocks per SM keep more NVLink stores in flight (256 MiB: 850 us vs 892 us).
   t.max_blocks_large = std::min(sms > 0 ? 2 * sms : kMaxBlocks, kMaxBlocks);
@@ -87,6 +88,12 @@ AllReduceAlgo choose_allreduce(const Tuning& t, uint64_t bytes, const Hints& op_
   if (bytes <= t.flat_max_bytes) return AllReduceAlgo::kFlat;
   if (bytes <= t.tree_max_bytes) return AllReduceAlgo::kTree;
   return AllReduceAlgo::kNccl;
+}
+
+int ll_blocks(uint64_t bytes, int max_blocks) {
+  uint64_t lines = (bytes + 7) / 8;
+  uint64_t b = (lines + kThreads - 1) / kThreads;
+  return static_cast<int>(std::clamp<uint64_t>(b, 1, static_cast<uint64_t>(max_blocks)));
 }
 
 int blocks_for(uint64_t bytes, int max_blocks) {
