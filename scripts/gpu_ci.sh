@@ -53,7 +53,7 @@ if [ "${GPU_CI_BENCH:-1}" = 1 ]; then
   timeout 300 "$BUILD/bin/commx-gpu-bench" $ARGS ${BENCH_ARGS:-} --json "$OUT/allreduce.json" --md "$OUT/allreduce.md" > "$LOGS/bench.log" 2>&1 || rc=1
   if [ "${GPU_CI_COLL:-1}" = 1 ]; then
     timeout 200 "$BUILD/bin/commx-gpu-bench" --ranks "$NR" --backend cuda,nccl --dtypes bf16 \
-      --ops all_gather,reduce_scatter,all_to_all --modes graph --min 1K --max 256M --factor 4 --reps 5 \
+      --ops all_gather,reduce_scatter,all_to_all --modes graph,eager --min 1K --max 256M --factor 4 --reps 5 \
       --json "$OUT/collectives.json" --md "$OUT/collectives.md" >> "$LOGS/bench.log" 2>&1 || rc=1
   fi
   if [ "${GPU_CI_SYMM:-1}" = 1 ]; then
