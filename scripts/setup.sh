@@ -3,8 +3,10 @@
 # Debian packages come from scripts/deps/*.apt, Python packages from scripts/deps/*.pip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+shopt -s nullglob
+list() { local f; for f in "$@"; do sed 's/#.*//' "$f"; done | xargs -r echo; }
 
-apt_pkgs=$(cat scripts/deps/*.apt 2>/dev/null | sed 's/#.*//' | xargs -r echo)
+apt_pkgs=$(list scripts/deps/*.apt)
 missing=""
 for p in $apt_pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -17,7 +19,7 @@ if [ -n "$missing" ]; then
 fi
 
 if [ "${COMMX_SKIP_PIP:-0}" != 1 ]; then
-  pip_reqs=$(cat scripts/deps/*.pip 2>/dev/null | sed 's/#.*//' | xargs -r echo)
+  pip_reqs=$(list scripts/deps/*.pip)
   if [ -n "$pip_reqs" ]; then
     py=${PYTHON:-python3}
     need=0

@@ -1,11 +1,14 @@
 // HashStore: an in-process store (threads as ranks, single-rank jobs, tests).
 // Layer: store.
+#include <cerrno>
 #include <condition_variable>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
 #include "commx/error.h"
 #include "commx/store.h"
+#include "store/socket_io.h"
 
 namespace commx {
 namespace {
@@ -20,8 +23,9 @@ class HashStore : public Store {
     cv_.notify_all();
   }
   Bytes get(const std::string& key) override {
-    wait({key}, timeout());
-    std::lock_guard<std::mutex> g(mu_);
+    // One lock across wait and read: a delete in between cannot make the read fail.
+    std::unique_lock<std::mutex> g(mu_);
+    wait_locked(g, {key}, timeout());
     return kv_.at(key);
   }
   int64_t add(const std::string& key, int64_t delta) override {
@@ -30,8 +34,10 @@ class HashStore : public Store {
       std::lock_guard<std::mutex> g(mu_);
       auto it = kv_.find(key);
       int64_t cur = 0;
-      if (it != kv_.end()) cur = std::stoll(std::string(it->second.begin(), it->second.end()));
-      v = cur + delta;
+      if (it != kv_.end() && !parse_int(it->second, cur))
+        throw Error(ErrorCode::kInvalidArgument,
+                    "HashStore: add on key '" + key + "' whose value is not an integer");
+      v = static_cast<int64_t>(static_cast<uint64_t>(cur) + static_cast<uint64_t>(delta));
       std::string s = std::to_string(v);
       kv_[key] = Bytes(s.begin(), s.end());
     }
@@ -63,13 +69,7 @@ class HashStore : public Store {
   }
   void wait(const std::vector<std::string>& keys, Timeout timeout) override {
     std::unique_lock<std::mutex> g(mu_);
-    if (!cv_.wait_for(g, timeout, [&] { return all_present(keys); })) {
-      std::string names;
-      for (auto& k : keys)
-        if (!kv_.count(k)) names += (names.empty() ? "" : ", ") + k;
-      throw Error(ErrorCode::kTimeout, "store wait timed out after " + std::to_string(timeout.count()) +
-                                           " ms for keys: " + names);
-    }
+    wait_locked(g, keys, timeout);
   }
   bool delete_key(const std::string& key) override {
     std::lock_guard<std::mutex> g(mu_);
@@ -88,15 +88,16 @@ class HashStore : public Store {
     cv_.notify_all();
   }
   std::vector<Bytes> multi_get(const std::vector<std::string>& keys) override {
-    wait(keys, timeout());
-    std::lock_guard<std::mutex> g(mu_);
+    std::unique_lock<std::mutex> g(mu_);
+    wait_locked(g, keys, timeout());
     std::vector<Bytes> out;
     for (auto& k : keys) out.push_back(kv_.at(k));
     return out;
   }
   void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override {
     if (keys.size() != values.size())
-      throw Error(ErrorCode::kInvalidArgument, "multi_set: " + std::to_string(keys.size()) + " keys but " +
+      throw Error(ErrorCode::kInvalidArgument, "HashStore multi_set: " +
+                                                   std::to_string(keys.size()) + " keys but " +
                                                    std::to_string(values.size()) + " values");
     {
       std::lock_guard<std::mutex> g(mu_);
@@ -106,6 +107,28 @@ class HashStore : public Store {
   }
 
  private:
+  // wait_until with a saturated deadline: wait_for(Timeout::max()) would overflow the clock.
+  void wait_locked(std::unique_lock<std::mutex>& g, const std::vector<std::string>& keys,
+                   Timeout timeout) {
+    if (cv_.wait_until(g, sockio::deadline_after(timeout), [&] { return all_present(keys); }))
+      return;
+    std::string names;
+    for (auto& k : keys)
+      if (!kv_.count(k)) names += (names.empty() ? "'" : ", '") + k + "'";
+    throw Error(ErrorCode::kTimeout, "HashStore: wait timed out after " +
+                                         std::to_string(timeout.count()) +
+                                         " ms; missing keys: " + names);
+  }
+  static bool parse_int(const Bytes& b, int64_t& out) {
+    std::string s(b.begin(), b.end());
+    if (s.empty()) return false;
+    errno = 0;
+    char* end = nullptr;
+    long long v = std::strtoll(s.c_str(), &end, 10);
+    if (errno != 0 || end != s.c_str() + s.size()) return false;
+    out = v;
+    return true;
+  }
   bool all_present(const std::vector<std::string>& keys) const {
     for (auto& k : keys)
       if (!kv_.count(k)) return false;
