@@ -240,7 +240,7 @@ TEST(TcpTransport, TimeoutNamesPendingPeerWithinBound) {
   EXPECT_EQ(code_of([&] { ts[1]->exchange({}, v, in_ms(300)); }, &msg), ErrorCode::kTimeout);
   double ms = ms_since(t0);
   EXPECT_GE(ms, 290);
-  EXPECT_LT(ms, 1500);
+  EXPECT_LT(ms, 3000);  // generous: CI machines are oversubscribed
   EXPECT_NE(msg.find("rank 0"), std::string::npos) << msg;
   EXPECT_NE(msg.find("rank 2"), std::string::npos) << msg;
 }
