@@ -360,8 +360,21 @@ TEST(TcpTransport, WrongCommIsRejected) {
   EXPECT_NE(msg.find("another comm"), std::string::npos) << msg;
 }
 
+size_t open_fds() {
+  size_t n = 0;
+  for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
 TEST(TcpTransport, BadArgumentsAndHints) {
   auto store = make_hash_store();
+  size_t fds = open_fds();
+  // A failed construction (here: publishing to a store that cannot write) leaks no descriptor.
+  auto broken_store = std::make_shared<DirStore>("/nonexistent/commx");
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_THROW(make_tcp_transport(0, 2, broken_store, "h", {}), std::exception);
+  }
+  EXPECT_EQ(open_fds(), fds);
   EXPECT_EQ(code_of([&] {
               make_tcp_transport(0, 2, store, "h", {{"socket_ifaddr", "no.such"}});
             }),
@@ -369,6 +382,8 @@ TEST(TcpTransport, BadArgumentsAndHints) {
   EXPECT_EQ(code_of([&] {
               make_tcp_transport(0, 2, store, "h", {{"socket_ifname", "nope0"}});
             }),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] { make_tcp_transport(0, 0, store, "h", {}); }),
             ErrorCode::kInvalidArgument);
   EXPECT_EQ(code_of([&] { make_tcp_transport(2, 2, store, "h", {}); }),
             ErrorCode::kInvalidArgument);
