@@ -1,7 +1,8 @@
 // Network fault tests of the TCP transport: two ranks in two network namespaces joined by a veth
 // pair (addresses 10.231.7.1/.2, only inside the namespaces this test creates); data must flow,
 // and cutting the link mid-transfer must end both ranks' waits with PeerFailure or Timeout within
-// the deadline, never a hang. Skips unless run as root with a working `ip netns`.
+// the deadline, never a hang; the same for a cpu comm forced onto TCP. Skips unless run as root
+// with a working `ip netns`.
 // Layer: tests.
 #include <fcntl.h>
 #include <gtest/gtest.h>

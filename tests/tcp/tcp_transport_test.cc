@@ -1,6 +1,7 @@
 // TCP transport tests with threads as ranks over loopback: FIFO matching, rings and all-to-all at
-// 2..8 ranks, large and zero-byte messages, and the error paths (size mismatch, timeout, abort,
-// wrong peer, bad hints). Layer: tests.
+// 2..8 ranks, large, small-and-many and zero-byte messages, the listen address (hints, env,
+// MASTER_ADDR, IPv6), and the error paths (size mismatch, timeout, abort, wrong peer, late or
+// missing peer address, bad hints, no descriptor leak). Layer: tests.
 #include <gtest/gtest.h>
 
 #include <atomic>
