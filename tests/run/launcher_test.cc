@@ -120,8 +120,8 @@ TEST(CommxRun, EveryRankGetsItsEnvironment) {
       auto& e = env[r];
       for (const char* k : {"COMMX_RANK", "RANK", "COMMX_LOCAL_RANK", "LOCAL_RANK"})
         EXPECT_EQ(e[k], std::to_string(r)) << k;
-      for (const char* k : {"COMMX_WORLD_SIZE", "WORLD_SIZE", "COMMX_LOCAL_WORLD_SIZE",
-                            "LOCAL_WORLD_SIZE"})
+      for (const char* k :
+           {"COMMX_WORLD_SIZE", "WORLD_SIZE", "COMMX_LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE"})
         EXPECT_EQ(e[k], std::to_string(n)) << k;
       EXPECT_EQ(e["MASTER_ADDR"], "127.0.0.1");
       EXPECT_EQ(e["COMMX_STORE_HOSTED"], "1");
@@ -236,9 +236,13 @@ TEST(CommxRun, RanksRendezvousThroughTheHostedStore) {
 }
 
 TEST(CommxRun, UsageErrorsAndMissingProgram) {
-  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
-           {}, {"-n", "0", "true"}, {"-n", "x", "true"}, {"--bogus", "-n", "1", "true"}, {"-n", "2"},
-           {"-n", "1", "--timeout", "-3", "true"}}) {
+  for (std::vector<std::string> args :
+       std::vector<std::vector<std::string>>{{},
+                                             {"-n", "0", "true"},
+                                             {"-n", "x", "true"},
+                                             {"--bogus", "-n", "1", "true"},
+                                             {"-n", "2"},
+                                             {"-n", "1", "--timeout", "-3", "true"}}) {
     Launch l(args);
     EXPECT_EQ(l.wait(), 2) << "args: " << testing::PrintToString(args) << " " << l.err();
   }
