@@ -106,6 +106,11 @@ class Comm : public std::enable_shared_from_this<Comm> {
   bool is_aborted() const;
   void finalize();
 
+  // The flight recorder's record of the last ops (JSON), and writing it to $COMMX_TRACE_DIR
+  // (returns the file's path, empty when the variable is unset). Read dumps with commx-analyze.
+  std::string flight_record_json();
+  std::string dump_flight_record();
+
   void register_pre_hook(PreHook h);
   void register_post_hook(PostHook h);
   void register_abort_hook(AbortHook h);

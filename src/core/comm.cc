@@ -30,6 +30,14 @@ Timeout resolve_timeout(const CommOptions& o) {
   return kDefaultTimeout;
 }
 
+std::unique_ptr<FlightRecorder> make_recorder() {
+  return std::make_unique<FlightRecorder>(static_cast<size_t>(env_int("COMMX_FLIGHT_RECORDER_SIZE", 1024)));
+}
+
+bool is_fault(ErrorCode c) {
+  return c == ErrorCode::kTimeout || c == ErrorCode::kPeerFailure || c == ErrorCode::kAborted;
+}
+
 OpInfo info_of(const OpDesc& op) {
   OpInfo i{op.type, op.seq, op.input.dtype, op.input.count, op.root};
   if (op.input.count == 0 && !op.outputs.empty()) {
@@ -79,6 +87,7 @@ std::shared_ptr<Comm> Comm::create(const std::string& backend, Device device, co
   options.timeout = c.timeout;
   c.options = options;
 
+  c.recorder = make_recorder();
   c.backend = create_backend(backend);
   if (!c.backend->accepts_device(device))
     throw Error(ErrorCode::kInvalidArgument, "comm '" + name + "' rank " + std::to_string(c.rank) +
@@ -123,17 +132,24 @@ Work Comm::issue(OpDesc op, bool async_op, const OpOptions& o) {
     std::lock_guard<std::mutex> g(c.hooks_mu);
     for (auto& h : c.pre_hooks) h(*this, info);
   }
+  uint64_t rec = c.recorder->record_start(info.type, info.seq, info.dtype, info.count, info.root);
   Work w;
   try {
     w = c.backend->run(op, async_op);
   } catch (const Error& e) {
+    c.recorder->record_failed(rec, e.what());
+    if (is_fault(e.code())) dump_flight_record();
     if ((e.code() == ErrorCode::kTimeout || e.code() == ErrorCode::kPeerFailure) && c.abort_process) {
       std::cerr << "commx: " << e.what() << " (aborting the process: abort_process_on_timeout_or_error)\n";
       abort();
       std::abort();
     }
     throw;
+  } catch (const std::exception& e) {
+    c.recorder->record_failed(rec, e.what());
+    throw;
   }
+  c.recorder->record_issued(rec, w);
   {
     std::lock_guard<std::mutex> g(c.hooks_mu);
     for (auto& h : c.post_hooks) h(*this, info, w);
@@ -364,6 +380,7 @@ std::shared_ptr<Comm> Comm::split(const std::vector<int>& ranks, const std::stri
   options.timeout = n.timeout;
   if (options.hints.empty()) options.hints = c.options.hints;
   n.options = options;
+  n.recorder = make_recorder();
   n.backend = create_backend(n.backend_name);
   BackendContext ctx{name, n.rank, n.size, n.device, n.store, options, n.world_ranks};
   n.backend->init(ctx);
@@ -374,6 +391,7 @@ void Comm::abort() {
   CommImpl& c = *impl_;
   if (c.aborted.exchange(true)) return;
   c.backend->abort();
+  dump_flight_record();
   std::vector<AbortHook> hooks;
   {
     std::lock_guard<std::mutex> g(c.hooks_mu);
@@ -387,6 +405,14 @@ bool Comm::is_aborted() const { return impl_->aborted.load(); }
 void Comm::finalize() {
   if (impl_->finalized.exchange(true)) return;
   impl_->backend->finalize();
+}
+
+std::string Comm::flight_record_json() {
+  return impl_->recorder->dump_json(impl_->name, impl_->rank, impl_->size, impl_->backend_name);
+}
+
+std::string Comm::dump_flight_record() {
+  return write_trace_file(impl_->name, impl_->rank, flight_record_json());
 }
 
 void Comm::register_pre_hook(PreHook h) {

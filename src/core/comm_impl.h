@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "commx/comm.h"
+#include "core/flight_recorder.h"
 
 namespace commx {
 
@@ -29,6 +30,7 @@ class CommImpl {
   std::atomic<bool> aborted{false};
   std::atomic<bool> finalized{false};
   uint64_t split_count = 0;
+  std::unique_ptr<FlightRecorder> recorder;
 
   std::mutex hooks_mu;
   std::vector<PreHook> pre_hooks;
