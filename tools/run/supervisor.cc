@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -20,7 +21,6 @@
 #include <cstring>
 #include <memory>
 #include <optional>
-#include <algorithm>
 
 #include "line_prefixer.h"
 
@@ -78,8 +78,8 @@ Clock::time_point after_seconds(double s) {
   auto set = [](const char* k, const std::string& v) { ::setenv(k, v.c_str(), 1); };
   std::string r = std::to_string(rank), n = std::to_string(o.nprocs);
   for (const char* k : {"COMMX_RANK", "RANK", "COMMX_LOCAL_RANK", "LOCAL_RANK"}) set(k, r);
-  for (const char* k : {"COMMX_WORLD_SIZE", "WORLD_SIZE", "COMMX_LOCAL_WORLD_SIZE",
-                        "LOCAL_WORLD_SIZE"})
+  for (const char* k :
+       {"COMMX_WORLD_SIZE", "WORLD_SIZE", "COMMX_LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE"})
     set(k, n);
   set("MASTER_ADDR", "127.0.0.1");
   set("MASTER_PORT", std::to_string(port));
@@ -287,7 +287,8 @@ class Supervisor {
     }
     if (kill_deadline_ && now >= *kill_deadline_ && running_ > 0 && !killed_) {
       killed_ = true;
-      say("ranks still running after the " + seconds(o_.grace_s) + " grace period; sending SIGKILL");
+      say("ranks still running after the " + seconds(o_.grace_s) +
+          " grace period; sending SIGKILL");
       for (auto& k : ranks_)
         if (k.running) {
           ::kill(-k.pid, SIGKILL);
@@ -317,7 +318,8 @@ class Supervisor {
   bool terminating_ = false;  // the launcher is ending the job: later exits are its doing
   bool timed_out_ = false;
   bool killed_ = false;
-  std::optional<Clock::time_point> job_deadline_, kill_deadline_, drain_deadline_, settle_deadline_;
+  std::optional<Clock::time_point> job_deadline_, kill_deadline_, drain_deadline_;
+  std::optional<Clock::time_point> settle_deadline_;
 };
 
 }  // namespace
