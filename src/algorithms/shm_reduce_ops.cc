@@ -15,6 +15,20 @@ namespace {
 struct Part {
   size_t off, len;
 };
+// Source pointers of one reduction; on the stack for the usual rank counts (no allocation per op).
+class SrcList {
+ public:
+  explicit SrcList(int n) : p_(n <= kInline ? inline_ : (heap_.resize(n), heap_.data())) {}
+  const void*& operator[](int i) { return p_[i]; }
+  const void* const* data() const { return p_; }
+
+ private:
+  static constexpr int kInline = 64;
+  const void* inline_[kInline];
+  std::vector<const void*> heap_;
+  const void** p_;
+};
+
 Part part_of(size_t m, int n, int p) {
   size_t q = ((m + n - 1) / n + 15) / 16 * 16;
   size_t a = std::min(m, q * p), b = std::min(m, q * (p + 1));
@@ -27,7 +41,7 @@ void shm_all_reduce_dda(ShmColl& c, const void* in, void* out, size_t count, con
   Steps st(c);
   const size_t es = r.elem_size();
   const size_t per = st.cap() / es;
-  std::vector<const void*> srcs(st.n());
+  SrcList srcs(st.n());
   size_t done = 0;
   bool first = true;
   do {
@@ -54,7 +68,7 @@ static void rsag_rounds(ShmColl& c, const void* in, void* out, size_t count, con
   const size_t bytes = c.chunk_bytes && c.chunk_bytes < st.cap() ? c.chunk_bytes : st.cap();
   const size_t per = std::max<size_t>(1, bytes / es);
   const int n = st.n(), me = st.me();
-  std::vector<const void*> srcs(n);
+  SrcList srcs(n);
   size_t done = 0;
   bool first = true;
   do {
@@ -95,7 +109,7 @@ void shm_reduce(ShmColl& c, const void* in, void* out, size_t count, int root, c
   Steps st(c);
   const size_t es = r.elem_size();
   const size_t per = st.cap() / es;
-  std::vector<const void*> srcs(st.n());
+  SrcList srcs(st.n());
   size_t done = 0;
   bool first = true;
   do {
@@ -125,7 +139,7 @@ void shm_reduce_scatter(ShmColl& c, std::span<const void* const> ins, std::span<
   size_t most = 0;
   for (size_t k : counts) most = std::max(most, k);
   const size_t rounds = std::max<size_t>(1, (most + per - 1) / per);
-  std::vector<const void*> srcs(n);
+  SrcList srcs(n);
   for (size_t k = 0; k < rounds; ++k) {
     uint64_t s = st.begin(true);
     if (k == 0) st.write_sig(s);

@@ -194,15 +194,15 @@ void CpuBackend::finalize() {
 }
 
 void CpuBackend::execute(const OpDesc& op) {
-  std::string ctx = op_context(ctx_, op);
-  if (aborted_.load()) throw Error(ErrorCode::kAborted, ctx + "the comm was aborted");
-  {
+  // The error prefix is formatted only when something fails: it costs more than a small op.
+  if (aborted_.load()) throw Error(ErrorCode::kAborted, op_context(ctx_, op) + "the comm was aborted");
+  if (has_failed_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> g(failed_mu_);
-    if (!failed_.empty())
-      throw Error(ErrorCode::kInvalidArgument,
-                  ctx + "the comm is unusable: an earlier op failed midway (" + failed_ + ")");
+    throw Error(ErrorCode::kInvalidArgument, op_context(ctx_, op) +
+                                                 "the comm is unusable: an earlier op failed midway (" +
+                                                 failed_ + ")");
   }
-  if (!transport_) throw Error(ErrorCode::kInvalidArgument, ctx + "the comm was finalized");
+  if (!transport_) throw Error(ErrorCode::kInvalidArgument, op_context(ctx_, op) + "the comm was finalized");
   try {
     dispatch(op, Clock::now() + op.timeout);
   } catch (const Error& e) {
@@ -210,7 +210,8 @@ void CpuBackend::execute(const OpDesc& op) {
       std::lock_guard<std::mutex> g(failed_mu_);
       failed_ = e.what();
     }
-    rethrow_with_prefix(ctx);
+    has_failed_.store(true, std::memory_order_release);
+    rethrow_with_prefix(op_context(ctx_, op));
   }
 }
 

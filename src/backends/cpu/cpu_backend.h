@@ -51,6 +51,7 @@ class CpuBackend : public Backend {
   std::vector<char> scratch_;
   std::atomic<bool> aborted_{false};
   std::atomic<ShmWord*> sleeping_on_{nullptr};
+  std::atomic<bool> has_failed_{false};
   std::mutex failed_mu_;
   std::string failed_;  // set when an op failed midway: the ranks' step counters no longer agree
   bool finalized_ = false;
