@@ -38,6 +38,9 @@ struct ShmHeader {
   int32_t size;
   ShmWord arrive;    // last collective step the owner arrived at
   ShmWord doorbell;  // rung by peers that changed one of the owner's rings (or its inbound ones)
+  // The CPU the owner last waited on: a waiter that finds the awaited peer on its own CPU yields
+  // at once instead of spinning (spinning would only keep that peer from running).
+  alignas(64) std::atomic<int32_t> cpu;
 };
 
 class ShmGroup : public PeerWatch {

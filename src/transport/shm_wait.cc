@@ -41,7 +41,7 @@ void wait_slow(const std::function<bool()>& pred, ShmWord& word, std::span<const
   static const WaitTuning kDefault;
   const WaitTuning& t = sc.tuning ? *sc.tuning : kDefault;
   const auto start = Clock::now();
-  const auto spin_end = start + std::chrono::nanoseconds(t.spin_ns);
+  const auto spin_end = start + std::chrono::nanoseconds(sc.skip_spin ? 0 : t.spin_ns);
   const auto yield_end = spin_end + std::chrono::nanoseconds(t.yield_ns);
   auto next_check = start + std::chrono::milliseconds(1);
   for (unsigned i = 1;; ++i) {
