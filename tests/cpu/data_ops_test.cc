@@ -183,7 +183,7 @@ TEST_P(DataOps, SmallSizes) {
   EXPECT_TRUE(res.all_ok()) << res.describe();
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, DataOps, ::testing::Values(1, 2, 3, 4, 5, 8));
+INSTANTIATE_TEST_SUITE_P(WorldSizes, DataOps, ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8));
 
 class DataOpsTcp : public ::testing::TestWithParam<int> {};
 

@@ -109,7 +109,7 @@ TEST_P(ReduceOps, FullMatrixSmallSizes) {
   EXPECT_TRUE(res.all_ok()) << res.describe();
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, ReduceOps, ::testing::Values(1, 2, 3, 4, 5, 8));
+INSTANTIATE_TEST_SUITE_P(WorldSizes, ReduceOps, ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8));
 
 class ReduceOpsTcp : public ::testing::TestWithParam<int> {};
 
