@@ -199,10 +199,26 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, DataOpsTcp, ::testing::Values(2, 3, 5));
 
 TEST(DataOpsLarge, MultiMiB) {
   auto res = run_forked(3, [](RankEnv& env) {
-    data_matrix(env, {(size_t{3} << 20) + 5}, {DataType::kUInt8}, kAlgos);
+    data_matrix(env, {(size_t{2} << 20) + 5}, {DataType::kUInt8}, kAlgos);
     data_matrix(env, {(size_t{1} << 20) + 5}, {DataType::kUInt8}, {""}, "tcp");
   });
   EXPECT_TRUE(res.all_ok()) << res.describe();
+}
+
+}  // namespace
+
+namespace {
+
+// Tiny slots and rings: many rounds and ring wrap-arounds at small sizes, cheaply.
+TEST(DataOpsSmallSlots, ManyRounds) {
+  for (int n : {3, 5}) {
+    auto res = run_forked(n, [](RankEnv& env) {
+      setenv("COMMX_CPU_SLOT_BYTES", "65536", 1);
+      setenv("COMMX_CPU_RING_BYTES", "4096", 1);
+      data_matrix(env, {20000, 30001}, {DataType::kUInt8, DataType::kFloat64}, kAlgos);
+    });
+    EXPECT_TRUE(res.all_ok()) << "world " << n << ": " << res.describe();
+  }
 }
 
 }  // namespace

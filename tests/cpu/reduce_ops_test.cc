@@ -128,10 +128,29 @@ TEST(ReduceOpsLarge, MultiMiB) {
   for (int n : {2, 3}) {
     auto res = run_forked(n, [](RankEnv& env) {
       reduce_matrix(env, {(size_t{5} << 20) / 4 + 3}, {DataType::kFloat32}, {ReduceKind::kSum},
-                    {"", "dda", "rsag", "ring"});
+                    {"", "dda", "ring"});
       reduce_matrix(env, {(size_t{3} << 20) + 1}, {DataType::kBFloat16, DataType::kInt8},
                     {ReduceKind::kAvg}, {""});
       reduce_matrix(env, {(size_t{2} << 20) + 1}, {DataType::kFloat32}, {ReduceKind::kSum}, {"", "ring"}, "tcp");
+    });
+    EXPECT_TRUE(res.all_ok()) << "world " << n << ": " << res.describe();
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// Tiny slots, rounds and rings: many rounds and ring wrap-arounds at small sizes, cheaply.
+TEST(ReduceOpsSmallSlots, ManyRounds) {
+  for (int n : {3, 5}) {
+    auto res = run_forked(n, [](RankEnv& env) {
+      setenv("COMMX_CPU_SLOT_BYTES", "65536", 1);
+      setenv("COMMX_CPU_CHUNK_BYTES", "4096", 1);
+      setenv("COMMX_CPU_RING_BYTES", "4096", 1);
+      setenv("COMMX_CPU_DDA_MAX_BYTES", "8192", 1);
+      reduce_matrix(env, {5000, 30001}, {DataType::kFloat32, DataType::kFloat16, DataType::kInt64},
+                    {ReduceKind::kSum, ReduceKind::kAvg}, kAlgos);
     });
     EXPECT_TRUE(res.all_ok()) << "world " << n << ": " << res.describe();
   }
