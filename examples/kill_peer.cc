@@ -21,7 +21,8 @@ int main() {
         std::fprintf(stderr, "rank %d: exiting abruptly at iteration %d\n", rank, iter);
         _exit(3);  // no finalize, no goodbye
       }
-      comm->all_reduce(commx::make_tensor(v.data(), static_cast<int64_t>(v.size())), commx::ReduceOp::MAX);
+      comm->all_reduce(commx::make_tensor(v.data(), static_cast<int64_t>(v.size())),
+                       commx::ReduceOp::MAX);
     }
     std::printf("rank %d: finished without noticing a failure\n", rank);
     return 0;

@@ -111,7 +111,8 @@ static void rsag_rounds(ShmColl& c, const void* in, void* out, size_t count, con
   } while (done < count);
 }
 
-void shm_all_reduce_rsag(ShmColl& c, const void* in, void* out, size_t count, const HostReducer& r) {
+void shm_all_reduce_rsag(ShmColl& c, const void* in, void* out, size_t count,
+                         const HostReducer& r) {
   rsag_rounds(c, in, out, count, r, -1);
 }
 
@@ -141,8 +142,8 @@ void shm_reduce(ShmColl& c, const void* in, void* out, size_t count, int root, c
   } while (done < count);
 }
 
-void shm_reduce_scatter(ShmColl& c, std::span<const void* const> ins, std::span<const size_t> counts,
-                        void* out, const HostReducer& r) {
+void shm_reduce_scatter(ShmColl& c, std::span<const void* const> ins,
+                        std::span<const size_t> counts, void* out, const HostReducer& r) {
   Steps st(c);
   const int n = st.n(), me = st.me();
   const size_t es = r.elem_size();

@@ -46,8 +46,8 @@ class CpuBackend : public Backend {
   BackendContext ctx_;
   CpuTuning tuning_;
   bool use_shm_ = true;
-  std::unique_ptr<ShmGroup> group_;        // ranks on one host
-  std::unique_ptr<Transport> transport_;   // shm rings, or TCP across hosts
+  std::unique_ptr<ShmGroup> group_;       // ranks on one host
+  std::unique_ptr<Transport> transport_;  // shm rings, or TCP across hosts
   std::vector<char> scratch_;
   std::atomic<bool> aborted_{false};
   std::atomic<ShmWord*> sleeping_on_{nullptr};
