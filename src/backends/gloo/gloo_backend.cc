@@ -50,6 +50,11 @@ bool is_reduction(OpType t) {
          t == OpType::kReduceScatterSingle || t == OpType::kReduceScatterV;
 }
 
+// memmove that accepts empty views (whose pointers may be null).
+void copy_bytes(void* dst, const void* src, size_t n) {
+  if (n > 0 && dst != src) std::memmove(dst, src, n);
+}
+
 char* bytes_of(const Tensor& t) { return static_cast<char*>(t.data); }
 
 // True when the list's tensors lie back to back in memory (then Gloo can use them directly).
@@ -178,7 +183,7 @@ void GlooBackend::dispatch(const OpDesc& op) {
       scratch_.resize(total_bytes(op.outputs));
       all_gather_into(op, op.input, scratch_.data());
       for (int r = 0; r < ctx_.size; ++r)
-        std::memcpy(op.outputs[r].data, scratch_.data() + r * op.input.nbytes(), op.input.nbytes());
+        copy_bytes(op.outputs[r].data, scratch_.data() + r * op.input.nbytes(), op.input.nbytes());
       return;
     case OpType::kAllGatherV:
       return all_gather_v(op);
@@ -243,7 +248,7 @@ void GlooBackend::reduce(const OpDesc& op) {
     void* out = t.data;
     if (!root) {
       scratch_.resize(t.nbytes());
-      std::memcpy(scratch_.data(), t.data, t.nbytes());
+      copy_bytes(scratch_.data(), t.data, t.nbytes());
       out = scratch_.data();
     }
     ReduceFn fn = pairwise_reduce_fn(t.dtype, op.op.kind);
@@ -284,7 +289,7 @@ void GlooBackend::all_gather_into(const OpDesc& op, const Tensor& in, void* out)
   if (in.count == 0) return;
   char* mine = static_cast<char*>(out) + ctx_.rank * in.nbytes();
   if (ctx_.size == 1) {
-    if (mine != in.data) std::memmove(mine, in.data, in.nbytes());
+    if (mine != in.data) copy_bytes(mine, in.data, in.nbytes());
     return;
   }
   with_elem(dtype_size(in.dtype), [&](auto e) {
@@ -323,7 +328,7 @@ void GlooBackend::all_gather_v(const OpDesc& op) {
   if (!direct) {
     char* p = out;
     for (const auto& t : op.outputs) {
-      std::memcpy(t.data, p, t.nbytes());
+      copy_bytes(t.data, p, t.nbytes());
       p += t.nbytes();
     }
   }
@@ -344,16 +349,16 @@ void GlooBackend::reduce_scatter(const OpDesc& op) {
   }
   scratch_.resize(total * esize);
   if (op.type == OpType::kReduceScatterSingle) {
-    std::memcpy(scratch_.data(), op.input.data, total * esize);
+    copy_bytes(scratch_.data(), op.input.data, total * esize);
   } else {
     char* p = reinterpret_cast<char*>(scratch_.data());
     for (const auto& t : op.inputs) {
-      std::memcpy(p, t.data, t.nbytes());
+      copy_bytes(p, t.data, t.nbytes());
       p += t.nbytes();
     }
   }
   all_reduce(op, scratch_.data(), total);
-  std::memcpy(out.data, scratch_.data() + offset * esize, out.nbytes());
+  copy_bytes(out.data, scratch_.data() + offset * esize, out.nbytes());
 }
 
 void GlooBackend::all_to_all(const OpDesc& op) {
@@ -371,11 +376,11 @@ void GlooBackend::all_to_all(const OpDesc& op) {
     if (list) {
       char* p = reinterpret_cast<char*>(scratch_.data());
       for (const auto& t : op.inputs) {
-        std::memcpy(p, t.data, t.nbytes());
+        copy_bytes(p, t.data, t.nbytes());
         p += t.nbytes();
       }
     } else {
-      std::memcpy(scratch_.data(), in, bytes);
+      copy_bytes(scratch_.data(), in, bytes);
     }
     in = reinterpret_cast<char*>(scratch_.data());
   }
@@ -396,7 +401,7 @@ void GlooBackend::all_to_all(const OpDesc& op) {
   if (list) {
     char* p = out;
     for (const auto& t : op.outputs) {
-      std::memcpy(t.data, p, t.nbytes());
+      copy_bytes(t.data, p, t.nbytes());
       p += t.nbytes();
     }
   }
@@ -412,7 +417,7 @@ void GlooBackend::all_to_all_v(const OpDesc& op) {
   const char* in = bytes_of(op.input);
   if (in == bytes_of(op.output)) {
     scratch_.resize(in_total * esize);
-    std::memcpy(scratch_.data(), in, in_total * esize);
+    copy_bytes(scratch_.data(), in, in_total * esize);
     in = reinterpret_cast<char*>(scratch_.data());
   }
   with_elem(esize, [&](auto e) {
@@ -456,7 +461,7 @@ void GlooBackend::gather(const OpDesc& op) {
   });
   if (root && list)
     for (int r = 0; r < ctx_.size; ++r)
-      std::memcpy(op.outputs[r].data, out + r * in.nbytes(), in.nbytes());
+      copy_bytes(op.outputs[r].data, out + r * in.nbytes(), in.nbytes());
 }
 
 void GlooBackend::scatter(const OpDesc& op) {

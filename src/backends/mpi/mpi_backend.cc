@@ -28,6 +28,11 @@ void finalize_mpi_at_exit() {
   if (!fin) MPI_Finalize();
 }
 
+// memmove that accepts empty views (whose pointers may be null).
+void copy_bytes(void* dst, const void* src, size_t n) {
+  if (n > 0 && dst != src) std::memmove(dst, src, n);
+}
+
 char* bytes_of(const Tensor& t) { return static_cast<char*>(t.data); }
 
 bool contiguous(const std::vector<Tensor>& ts) {
@@ -253,7 +258,7 @@ void MpiBackend::collective(const OpDesc& op) {
       int c = icount(in.count);
       COMMX_MPI_CALL(MPI_Allgather, MPI_Iallgather, in_place ? MPI_IN_PLACE : in.data, c, t, dst, c, t, comm_);
       if (list)
-        for (int r = 0; r < n; ++r) std::memcpy(op.outputs[r].data, dst + r * in.nbytes(), in.nbytes());
+        for (int r = 0; r < n; ++r) copy_bytes(op.outputs[r].data, dst + r * in.nbytes(), in.nbytes());
       return;
     }
     case OpType::kAllGatherV: {
@@ -276,7 +281,7 @@ void MpiBackend::collective(const OpDesc& op) {
       COMMX_MPI_CALL(MPI_Allgatherv, MPI_Iallgatherv, in.data, icount(in.count), t, dst, counts.data(), displs.data(), t,
                      comm_);
       if (!direct)
-        for (int r = 0; r < n; ++r) std::memcpy(op.outputs[r].data, dst + displs[r] * es, op.outputs[r].nbytes());
+        for (int r = 0; r < n; ++r) copy_bytes(op.outputs[r].data, dst + displs[r] * es, op.outputs[r].nbytes());
       return;
     }
     case OpType::kReduceScatterSingle:
@@ -296,10 +301,10 @@ void MpiBackend::collective(const OpDesc& op) {
         scratch_.resize(total * es);
         char* p = reinterpret_cast<char*>(scratch_.data());
         if (src) {
-          std::memcpy(p, src, total * es);
+          copy_bytes(p, src, total * es);
         } else {
           for (const auto& t : op.inputs) {
-            std::memcpy(p, t.data, t.nbytes());
+            copy_bytes(p, t.data, t.nbytes());
             p += t.nbytes();
           }
         }
@@ -327,7 +332,7 @@ void MpiBackend::collective(const OpDesc& op) {
       if (list) {
         scratch_.resize(chunk * n * es);
         staged.resize(chunk * n * es);
-        for (int r = 0; r < n; ++r) std::memcpy(scratch_.data() + r * chunk * es, op.inputs[r].data, chunk * es);
+        for (int r = 0; r < n; ++r) copy_bytes(scratch_.data() + r * chunk * es, op.inputs[r].data, chunk * es);
         src = reinterpret_cast<char*>(scratch_.data());
         dst = reinterpret_cast<char*>(staged.data());
       }
@@ -335,7 +340,7 @@ void MpiBackend::collective(const OpDesc& op) {
       int c = icount(chunk);
       COMMX_MPI_CALL(MPI_Alltoall, MPI_Ialltoall, src == dst ? MPI_IN_PLACE : src, c, t, dst, c, t, comm_);
       if (list)
-        for (int r = 0; r < n; ++r) std::memcpy(op.outputs[r].data, dst + r * chunk * es, chunk * es);
+        for (int r = 0; r < n; ++r) copy_bytes(op.outputs[r].data, dst + r * chunk * es, chunk * es);
       return;
     }
     case OpType::kAllToAllVSingle: {
@@ -354,7 +359,7 @@ void MpiBackend::collective(const OpDesc& op) {
       size_t es = dtype_size(in.dtype);
       if (src == bytes_of(out)) {
         scratch_.resize(st * es);
-        std::memcpy(scratch_.data(), src, st * es);
+        copy_bytes(scratch_.data(), src, st * es);
         src = reinterpret_cast<char*>(scratch_.data());
       }
       MPI_Datatype t = move_type(in.dtype);
@@ -379,7 +384,7 @@ void MpiBackend::collective(const OpDesc& op) {
       int c = icount(in.count);
       COMMX_MPI_CALL(MPI_Gather, MPI_Igather, in_place ? MPI_IN_PLACE : in.data, c, t, dst, c, t, op.root, comm_);
       if (list)
-        for (int r = 0; r < n; ++r) std::memcpy(op.outputs[r].data, dst + r * in.nbytes(), in.nbytes());
+        for (int r = 0; r < n; ++r) copy_bytes(op.outputs[r].data, dst + r * in.nbytes(), in.nbytes());
       return;
     }
     case OpType::kScatter: {
@@ -391,7 +396,7 @@ void MpiBackend::collective(const OpDesc& op) {
           src = bytes_of(op.inputs[0]);
         } else {
           scratch_.resize(out.nbytes() * n);
-          for (int r = 0; r < n; ++r) std::memcpy(scratch_.data() + r * out.nbytes(), op.inputs[r].data, out.nbytes());
+          for (int r = 0; r < n; ++r) copy_bytes(scratch_.data() + r * out.nbytes(), op.inputs[r].data, out.nbytes());
           src = reinterpret_cast<char*>(scratch_.data());
         }
       }
