@@ -145,7 +145,9 @@ Work GlooBackend::run(const OpDesc& op, bool async_op) {
   if (aborted_.load())
     throw Error(ErrorCode::kAborted, op_context(ctx_, op) + "the comm was aborted");
   if (!gloo_) throw Error(ErrorCode::kInvalidArgument, op_context(ctx_, op) + "gloo: finalized");
-  return exec_.submit([this, op] { execute(op); }, async_op);
+  // A synchronous op runs inline before submit returns: no need to copy its description.
+  if (!async_op) return exec_.submit([this, &op] { execute(op); }, false);
+  return exec_.submit([this, op] { execute(op); }, true);
 }
 
 void GlooBackend::execute(const OpDesc& op) {

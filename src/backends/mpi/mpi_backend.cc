@@ -139,7 +139,9 @@ Work MpiBackend::run(const OpDesc& op, bool async_op) {
     throw Error(ErrorCode::kAborted, op_context(ctx_, op) + "the comm was aborted");
   if (comm_ == MPI_COMM_NULL)
     throw Error(ErrorCode::kInvalidArgument, op_context(ctx_, op) + "mpi: finalized");
-  return exec_.submit([this, op] { execute(op); }, async_op);
+  // A synchronous op runs inline before submit returns: no need to copy its description.
+  if (!async_op) return exec_.submit([this, &op] { execute(op); }, false);
+  return exec_.submit([this, op] { execute(op); }, true);
 }
 
 void MpiBackend::check(int rc, const OpDesc& op, const char* call) {
