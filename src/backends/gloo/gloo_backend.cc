@@ -37,10 +37,14 @@ constexpr uint8_t kP2PSlotPrefix = 0x40;
 template <typename F>
 void with_elem(size_t size, F&& f) {
   switch (size) {
-    case 1: return f(uint8_t{});
-    case 2: return f(uint16_t{});
-    case 4: return f(uint32_t{});
-    case 8: return f(uint64_t{});
+    case 1:
+      return f(uint8_t{});
+    case 2:
+      return f(uint16_t{});
+    case 4:
+      return f(uint32_t{});
+    case 8:
+      return f(uint64_t{});
   }
   throw Error(ErrorCode::kInternal, "gloo backend: element size " + std::to_string(size));
 }
@@ -82,9 +86,7 @@ std::string local_hostname() {
 
 }  // namespace
 
-GlooBackend::~GlooBackend() {
-  exec_.drain();
-}
+GlooBackend::~GlooBackend() { exec_.drain(); }
 
 void GlooBackend::init(const BackendContext& ctx) {
   ctx_ = ctx;
@@ -118,11 +120,10 @@ void GlooBackend::init(const BackendContext& ctx) {
     context->connectFullMesh(store, device);
     gloo_ = context;
   } catch (const ::gloo::Exception& e) {
-    throw Error(ErrorCode::kPeerFailure, "[comm '" + ctx.comm_name + "' rank " +
-                                             std::to_string(ctx.rank) + "/" +
-                                             std::to_string(ctx.size) +
-                                             "] gloo: connecting the full mesh over " + bind +
-                                             " failed: " + e.what());
+    throw Error(ErrorCode::kPeerFailure,
+                "[comm '" + ctx.comm_name + "' rank " + std::to_string(ctx.rank) + "/" +
+                    std::to_string(ctx.size) + "] gloo: connecting the full mesh over " + bind +
+                    " failed: " + e.what());
   }
 }
 
