@@ -167,7 +167,7 @@ void CudaBackend::enqueue_allreduce(const OpDesc& op, int out_rank, cudaStream_t
   PeerSet ps = peers(op);
   ReduceSpec rs = make_reduce_spec(op.input.dtype, op.op, world,
                                    aligned16(op.input.data) && aligned16(op.output.data));
-  AllReduceAlgo algo = choose_allreduce(tuning_, bytes, op.hints);
+  AllReduceAlgo algo = choose_allreduce(tuning_, bytes, op.hints, op_context(ctx_, op));
   // LL needs every rank to receive (all_reduce only); reduce takes the flat path instead.
   if (algo == AllReduceAlgo::kLL && out_rank < 0 && ll_bytes_needed(n, es, world) <= half) {
     launch_allreduce_ll(ps, op.input.data, op.output.data, n, rs,
@@ -275,7 +275,7 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s) {
       if (!native_reduce_supported(op.input.dtype, op.op.kind)) return false;
       int out_rank = op.type == OpType::kReduce ? op.root : -1;
       if (op.type == OpType::kAllReduce &&
-          choose_allreduce(tuning_, op.input.nbytes(), op.hints) == AllReduceAlgo::kNccl)
+          choose_allreduce(tuning_, op.input.nbytes(), op.hints, where) == AllReduceAlgo::kNccl)
         return false;
       if (op.input.count == 0) {
         launch_barrier(peers(op), s);
