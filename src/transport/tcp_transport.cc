@@ -559,6 +559,9 @@ class TcpTransport final : public Transport {
       p.rend -= p.rpos;
       p.rpos = 0;
     }
+    if (p.rend == p.stage.size()) {  // callers consume staged bytes first: cannot happen
+      throw Error(ErrorCode::kInternal, prefix_ + "staging buffer full");
+    }
     for (;;) {
       ssize_t g = recv(p.fd, p.stage.data() + p.rend, p.stage.size() - p.rend, MSG_DONTWAIT);
       if (g > 0) {

@@ -17,10 +17,12 @@ constexpr int kMaxProcs = 4096;
 
 void usage(FILE* f) {
   std::fprintf(f,
-               "usage: commx-run -n N [--timeout S] [--grace S] [--] program [args...]\n"
+               "usage: commx-run -n N [--timeout S] [--grace S] [--settle S] [--] program [args...]\n"
                "  -n, --nproc N   number of ranks to start on this host (1..%d)\n"
                "  --timeout S     end the job after S seconds (exit code 124)\n"
                "  --grace S       seconds between SIGTERM and SIGKILL when ending a job (3)\n"
+               "  --settle S      after a rank fails, seconds the others get to exit on their\n"
+               "                  own (and report the failure) before SIGTERM (2)\n"
                "Each rank gets COMMX_RANK/RANK, COMMX_WORLD_SIZE/WORLD_SIZE, the LOCAL_ forms,\n"
                "MASTER_ADDR=127.0.0.1, MASTER_PORT (the store commx-run hosts) and\n"
                "COMMX_STORE_HOSTED=1. Output lines are prefixed with \"[rank] \". The exit code is\n"
@@ -75,6 +77,11 @@ int main(int argc, char** argv) {
     } else if ((v = value("--grace"))) {
       if (!parse_seconds(v, o.grace_s)) {
         std::fprintf(stderr, "commx-run: bad --grace '%s'\n", v);
+        return kUsageExitCode;
+      }
+    } else if ((v = value("--settle"))) {
+      if (!parse_seconds(v, o.settle_s)) {
+        std::fprintf(stderr, "commx-run: bad --settle '%s'\n", v);
         return kUsageExitCode;
       }
     } else {
