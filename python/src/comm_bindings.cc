@@ -41,6 +41,13 @@ std::vector<int64_t> to_splits(py::handle seq, const char* what) {
   return out;
 }
 
+std::shared_ptr<PyComm> make_py_comm(std::shared_ptr<commx::Comm> comm, py::object store_owner) {
+  auto p = std::make_shared<PyComm>();
+  p->comm = std::move(comm);
+  p->store_owner = std::move(store_owner);
+  return p;
+}
+
 // Send/recv collected in Python and issued together.
 struct PyBatchOp {
   std::shared_ptr<commx::Comm> comm;
@@ -301,7 +308,7 @@ void bind_comm(py::module_& m) {
                child = get(p).split(ranks, name, o);
              }
              if (!child) return nullptr;
-             return std::make_shared<PyComm>(PyComm{child, p.store_owner});
+             return make_py_comm(std::move(child), p.store_owner);
            },
            py::arg("ranks"), py::arg("name"), hints, timeout,
            "Collective; the new rank is the position in `ranks`; an empty list returns None.");
@@ -325,7 +332,7 @@ void bind_comm(py::module_& m) {
           py::gil_scoped_release nogil;
           comm = commx::Comm::create(backend, dev, name, o);
         }
-        return std::make_shared<PyComm>(PyComm{comm, store_owner});
+        return make_py_comm(std::move(comm), store_owner);
       },
       py::arg("backend"), py::arg("device"), py::arg("name"),
       py::arg("abort_process_on_timeout_or_error") = py::none(), timeout,
