@@ -67,8 +67,13 @@ def test_torch_tensors_through_bindings():
 def _init_pg(rank, size, port, backend="commx"):
     if backend == "commx":
         _use_commx_backend()
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=size)
+    from ranks import init_agent_store_env, native_tcp_store
+    if native_tcp_store():  # the parent hosts a commx TCPStore: torch joins it as a client
+        init_agent_store_env(rank, size, port)
+        dist.init_process_group(backend)
+    else:
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=size)
 
 
 def _pg_collectives(rank, size, port):
