@@ -98,8 +98,8 @@ def run_ranks(size, fn, *args, timeout=90, method="fork", with_store=True):
         import commx
         host = commx.TCPStore(HOST, 0, is_server=True, timeout=timeout)
         port = host.port
-    procs = [ctx.Process(target=_entry, args=(fn, r, size, port, queue, args, with_store), daemon=True)
-             for r in range(size)]
+    procs = [ctx.Process(target=_entry, args=(fn, r, size, port, queue, args, with_store),
+                         daemon=True) for r in range(size)]
     for p in procs:
         p.start()
     results, errors = {}, {}

@@ -29,7 +29,7 @@ def _use_commx_backend():
     ct.set_device_backend("cpu", CPU_BACKEND)
 
 
-# -- torch tensors straight through the bindings ---------------------------------------------------
+# -- torch tensors straight through the bindings ----------------------------------------------
 
 def _bindings_with_torch(rank, size, store):
     if not NATIVE_CPU:
@@ -62,7 +62,7 @@ def test_torch_tensors_through_bindings():
     run_ranks(2, _bindings_with_torch)
 
 
-# -- the torch.distributed backend -------------------------------------------------------------------
+# -- the torch.distributed backend ------------------------------------------------------------
 
 def _init_pg(rank, size, port, backend="commx"):
     if backend == "commx":
