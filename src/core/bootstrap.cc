@@ -30,7 +30,10 @@ std::shared_ptr<Store> tcp_store_from_env(const RankInfo& ri, Timeout timeout) {
     std::lock_guard<std::mutex> g(m);
     if (!hosted_server()) {
       try {
-        hosted_server() = start_tcp_store_server(host == "localhost" ? "127.0.0.1" : "0.0.0.0", port);
+        // A loopback MASTER_ADDR keeps the store off the network; otherwise listen everywhere.
+        bool loopback = host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+        hosted_server() = start_tcp_store_server(
+            loopback ? (host == "localhost" ? "127.0.0.1" : host) : "0.0.0.0", port);
       } catch (const Error&) {
         // Someone already listens on the port (a launcher's store): join it as a client.
       }

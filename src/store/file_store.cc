@@ -23,8 +23,11 @@ namespace {
 
 constexpr uint8_t kRecSet = 1;
 constexpr uint8_t kRecDelete = 2;
-// Counts the stores that finished; the last of `num_workers` removes the file. Not a user key.
-constexpr const char* kFinishedKey = "\x01commx/file_store/finished";
+// Bookkeeping keys (hidden from num_keys): handles opened so far and handles open now. The file
+// is removed when no handle is open any more and at least num_workers were opened, so a process
+// that closes one store and opens another (one per comm) never sees the file vanish under it.
+constexpr const char* kOpenedKey = "\x01commx/file_store/opened";
+constexpr const char* kOpenKey = "\x01commx/file_store/open";
 
 // flock for the life of the object (exclusive or shared).
 class FileLock {
@@ -46,14 +49,32 @@ class FileLock {
 class FileStore : public Store {
  public:
   FileStore(std::string path, int num_workers) : path_(std::move(path)), num_workers_(num_workers) {
-    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (fd_ < 0)
-      throw Error(ErrorCode::kSystem, "FileStore: cannot open " + path_ + ": " + strerror(errno));
+    for (;;) {
+      fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+      if (fd_ < 0)
+        throw Error(ErrorCode::kSystem, "FileStore: cannot open " + path_ + ": " + strerror(errno));
+      if (num_workers_ <= 0) return;
+      FileLock l(fd_, LOCK_EX, path_);
+      struct stat st;
+      if (::fstat(fd_, &st) == 0 && st.st_nlink == 0) {
+        // The last handle of a finished job removed it between our open and lock: open anew.
+        ::close(fd_);
+        continue;
+      }
+      add_under_lock(kOpenedKey, 1);
+      add_under_lock(kOpenKey, 1);
+      return;
+    }
   }
 
   ~FileStore() override {
     try {
-      if (num_workers_ > 0 && add_locked_op(kFinishedKey, 1) >= num_workers_) ::unlink(path_.c_str());
+      if (num_workers_ > 0) {
+        std::lock_guard<std::mutex> g(mu_);
+        FileLock l(fd_, LOCK_EX, path_);
+        if (add_under_lock(kOpenKey, -1) == 0 && add_under_lock(kOpenedKey, 0) >= num_workers_)
+          ::unlink(path_.c_str());
+      }
     } catch (const Error&) {
       // A destructor must not throw; the file then stays behind.
     }
@@ -81,7 +102,11 @@ class FileStore : public Store {
     }
   }
 
-  int64_t add(const std::string& key, int64_t delta) override { return add_locked_op(key, delta); }
+  int64_t add(const std::string& key, int64_t delta) override {
+    std::lock_guard<std::mutex> g(mu_);
+    FileLock l(fd_, LOCK_EX, path_);
+    return add_under_lock(key, delta);
+  }
 
   Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override {
     std::lock_guard<std::mutex> g(mu_);
@@ -120,7 +145,7 @@ class FileStore : public Store {
   int64_t num_keys() override {
     std::lock_guard<std::mutex> g(mu_);
     refresh_if_grown();
-    return static_cast<int64_t>(kv_.size() - kv_.count(kFinishedKey));
+    return static_cast<int64_t>(kv_.size() - kv_.count(kOpenedKey) - kv_.count(kOpenKey));
   }
 
   void append(const std::string& key, const Bytes& value) override {
@@ -176,9 +201,8 @@ class FileStore : public Store {
     }
   }
 
-  int64_t add_locked_op(const std::string& key, int64_t delta) {
-    std::lock_guard<std::mutex> g(mu_);
-    FileLock l(fd_, LOCK_EX, path_);
+  // mu_ and the exclusive flock are held.
+  int64_t add_under_lock(const std::string& key, int64_t delta) {
     refresh_locked();
     int64_t cur = 0;
     auto it = kv_.find(key);

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "commx/error.h"
+#include "core/bootstrap.h"
 #include "store/raw_socket.h"
 #include "store/store_env.h"
 
@@ -117,6 +118,45 @@ TEST(StoreMultiProcess, FileStoreRendezvousAndCleanup) {
   }
 }
 
+TEST(StoreMultiProcess, FileStoreSurvivesOneStorePerCommReopening) {
+  // Each rank closes one store and opens another on the same path (a store per comm): the file
+  // must not be removed while any handle is open, only after the last one closes.
+  constexpr int n = 4;
+  std::string path = temp_store_path("reopen");
+  run_ranks(n, [&](int rank) {
+    for (int round = 0; round < 3; ++round) {
+      auto s = make_file_store(path, n);
+      s->set_timeout(20s);
+      std::string k = "round" + std::to_string(round) + "/";
+      s->set(k + std::to_string(rank), B("x"));
+      for (int r = 0; r < n; ++r) s->wait({k + std::to_string(r)});
+      // Stagger the closes so some ranks reopen while others still hold the last round's.
+      std::this_thread::sleep_for(std::chrono::milliseconds(5 * rank));
+    }
+  });
+  struct stat st;
+  EXPECT_NE(::stat(path.c_str(), &st), 0);
+  ::unlink(path.c_str());
+}
+
+TEST(FileStoreCleanup, RemovedOnlyWhenAllWorkersOpenedAndClosed) {
+  std::string path = temp_store_path("refs");
+  struct stat st;
+  {
+    auto early = make_file_store(path, 2);
+    early->set("k", B("v"));
+  }
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << "removed before the second worker came";
+  auto a = make_file_store(path, 2);
+  EXPECT_EQ(S(a->get("k")), "v");
+  EXPECT_EQ(a->num_keys(), 1);  // bookkeeping keys are hidden
+  auto b = make_file_store(path, 2);
+  a.reset();
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << "removed while a handle is open";
+  b.reset();
+  EXPECT_NE(::stat(path.c_str(), &st), 0) << "not removed after the last handle closed";
+}
+
 TEST(StoreMultiProcess, FileStoreKeptWithoutWorkerCount) {
   std::string path = temp_store_path("keep");
   run_ranks(2, [&](int rank) {
@@ -151,6 +191,45 @@ TEST(StoreMultiProcess, TcpHostRankWaitsForWorkers) {
       s->wait({"release"});  // workers must not exit before the host has seen them
     }
   });
+}
+
+TEST(StoreMultiProcess, BootstrapRankZeroHostsTheStoreFromEnv) {
+  // torchrun-style variables without a launcher-hosted store: rank 0 hosts on MASTER_PORT.
+  constexpr int n = 4;
+  uint16_t port = free_port();
+  run_ranks(n, [&](int rank) {
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+    unsetenv("COMMX_STORE_HOSTED");
+    unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+    RankInfo ri;
+    ri.rank = rank;
+    ri.size = n;
+    auto s = store_from_env(ri, 20s);
+    require(s->timeout() == std::chrono::milliseconds(20000), "timeout applied");
+    rendezvous(*s, rank, n);
+    // Rank 0's process hosts the server: it must outlive the others' last reads.
+    if (s->add("finished", 1) == n) s->set("all_finished", B("1"));
+    s->wait({"all_finished"});
+    if (rank == 0) std::this_thread::sleep_for(100ms);
+  });
+}
+
+TEST(StoreMultiProcess, BootstrapUsesCommxStoreFile) {
+  constexpr int n = 3;
+  std::string path = temp_store_path("bootstrap");
+  run_ranks(n, [&](int rank) {
+    unsetenv("MASTER_ADDR");
+    setenv("COMMX_STORE_FILE", path.c_str(), 1);
+    RankInfo ri;
+    ri.rank = rank;
+    ri.size = n;
+    auto s = store_from_env(ri, 20s);
+    rendezvous(*s, rank, n);
+  });
+  struct stat st;
+  EXPECT_NE(::stat(path.c_str(), &st), 0) << "the FileStore of a finished job was left behind";
+  ::unlink(path.c_str());
 }
 
 TEST(StoreMultiProcess, KilledClientDoesNotDisturbTheServer) {

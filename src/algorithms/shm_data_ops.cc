@@ -1,0 +1,176 @@
+// Data movement over shared slots: broadcast, all_gather(_v), all_to_all(_v), gather, scatter and
+// barrier. Each rank copies its data into its own slot once and every reader copies it straight
+// into its output. Layer: algorithms.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "algorithms/shm_collectives.h"
+#include "algorithms/shm_steps.h"
+
+namespace commx {
+namespace {
+
+// Bytes [k*per, (k+1)*per) of a buffer of `total` bytes.
+struct Piece {
+  size_t off, len;
+};
+Piece piece(size_t total, size_t per, size_t k) {
+  size_t a = std::min(total, k * per), b = std::min(total, (k + 1) * per);
+  return {a, b - a};
+}
+size_t rounds_for(size_t most, size_t per) { return std::max<size_t>(1, (most + per - 1) / per); }
+
+}  // namespace
+
+void shm_broadcast(ShmColl& c, void* buf, size_t bytes, int root) {
+  Steps st(c);
+  const bool is_root = st.me() == root;
+  const size_t rounds = rounds_for(bytes, st.cap());
+  for (size_t k = 0; k < rounds; ++k) {
+    Piece pc = piece(bytes, st.cap(), k);
+    uint64_t s = st.begin(is_root);
+    if (is_root) {
+      if (k == 0) st.write_sig(s);
+      std::memcpy(st.mine(s), static_cast<char*>(buf) + pc.off, pc.len);
+      st.arrive(s);
+    } else {
+      st.arrive(s);
+      st.wait(root, s);
+      if (k == 0) st.check_sig(root, s);
+      std::memcpy(static_cast<char*>(buf) + pc.off, st.of(root, s), pc.len);
+    }
+  }
+}
+
+void shm_all_gather(ShmColl& c, const void* in, size_t in_bytes, std::span<void* const> outs,
+                    std::span<const size_t> out_bytes) {
+  Steps st(c);
+  const int n = st.n(), me = st.me();
+  size_t most = 0;
+  for (size_t b : out_bytes) most = std::max(most, b);
+  const size_t rounds = rounds_for(most, st.cap());
+  for (size_t k = 0; k < rounds; ++k) {
+    uint64_t s = st.begin(true);
+    if (k == 0) st.write_sig(s);
+    Piece mine = piece(in_bytes, st.cap(), k);
+    std::memcpy(st.mine(s), static_cast<const char*>(in) + mine.off, mine.len);
+    st.arrive(s);
+    if (outs[me] != in) std::memcpy(static_cast<char*>(outs[me]) + mine.off, st.mine(s), mine.len);
+    for (int i = 1; i < n; ++i) {
+      int p = (me + i) % n;
+      st.wait(p, s);
+      if (k == 0) st.check_sig(p, s);
+      Piece pc = piece(out_bytes[p], st.cap(), k);
+      std::memcpy(static_cast<char*>(outs[p]) + pc.off, st.of(p, s), pc.len);
+    }
+  }
+}
+
+void shm_all_to_all(ShmColl& c, std::span<const void* const> ins, std::span<const size_t> in_bytes,
+                    std::span<void* const> outs, std::span<const size_t> out_bytes) {
+  Steps st(c);
+  const int n = st.n(), me = st.me();
+  const size_t block = st.cap() / static_cast<size_t>(n) / 64 * 64;
+  size_t rounds = 1;
+  for (size_t k = 0;; ++k) {
+    uint64_t s = st.begin(true);
+    if (k == 0) {
+      st.write_sig(s);
+      int64_t* t = st.table(me, s);
+      for (int d = 0; d < n; ++d) {
+        t[2 * d] = static_cast<int64_t>(in_bytes[d]);
+        t[2 * d + 1] = static_cast<int64_t>(out_bytes[d]);
+      }
+    }
+    for (int d = 0; d < n; ++d) {
+      Piece pc = piece(in_bytes[d], block, k);
+      std::memcpy(st.mine(s) + block * d, static_cast<const char*>(ins[d]) + pc.off, pc.len);
+    }
+    st.arrive(s);
+    st.wait_all(s);
+    if (k == 0) {
+      st.check_all_sigs(s);
+      // Every rank sees every pair's sizes, so all of them agree on the rounds and on the error.
+      size_t most = 0;
+      for (int a = 0; a < n; ++a) {
+        const int64_t* ta = st.table(a, s);
+        for (int b = 0; b < n; ++b) {
+          int64_t sent = ta[2 * b], expected = st.table(b, s)[2 * a + 1];
+          if (sent != expected)
+            throw Error(ErrorCode::kInvalidArgument,
+                        "rank " + std::to_string(a) + " sends " + std::to_string(sent) +
+                            " bytes to rank " + std::to_string(b) + ", which expects " +
+                            std::to_string(expected) + " bytes from it");
+          most = std::max(most, static_cast<size_t>(sent));
+        }
+      }
+      rounds = rounds_for(most, block);
+    }
+    for (int i = 0; i < n; ++i) {
+      int p = (me + i) % n;
+      Piece pc = piece(out_bytes[p], block, k);
+      std::memcpy(static_cast<char*>(outs[p]) + pc.off, st.of(p, s) + block * me, pc.len);
+    }
+    if (k + 1 >= rounds) break;
+  }
+}
+
+void shm_gather(ShmColl& c, const void* in, size_t bytes, std::span<void* const> outs, int root) {
+  Steps st(c);
+  const int n = st.n(), me = st.me();
+  const size_t rounds = rounds_for(bytes, st.cap());
+  for (size_t k = 0; k < rounds; ++k) {
+    Piece pc = piece(bytes, st.cap(), k);
+    uint64_t s = st.begin(true);
+    if (k == 0) st.write_sig(s);
+    if (me != root) {
+      std::memcpy(st.mine(s), static_cast<const char*>(in) + pc.off, pc.len);
+      st.arrive(s);
+      continue;
+    }
+    st.arrive(s);
+    std::memcpy(static_cast<char*>(outs[me]) + pc.off, static_cast<const char*>(in) + pc.off, pc.len);
+    for (int i = 1; i < n; ++i) {
+      int p = (me + i) % n;
+      st.wait(p, s);
+      if (k == 0) st.check_sig(p, s);
+      std::memcpy(static_cast<char*>(outs[p]) + pc.off, st.of(p, s), pc.len);
+    }
+  }
+}
+
+void shm_scatter(ShmColl& c, std::span<const void* const> ins, void* out, size_t bytes, int root) {
+  Steps st(c);
+  const int n = st.n(), me = st.me();
+  const size_t block = st.cap() / static_cast<size_t>(n) / 64 * 64;
+  const size_t rounds = rounds_for(bytes, block);
+  for (size_t k = 0; k < rounds; ++k) {
+    Piece pc = piece(bytes, block, k);
+    uint64_t s = st.begin(me == root);
+    if (me == root) {
+      if (k == 0) st.write_sig(s);
+      for (int d = 0; d < n; ++d)
+        if (d != me)
+          std::memcpy(st.mine(s) + block * d, static_cast<const char*>(ins[d]) + pc.off, pc.len);
+      st.arrive(s);
+      std::memcpy(static_cast<char*>(out) + pc.off, static_cast<const char*>(ins[me]) + pc.off, pc.len);
+    } else {
+      st.arrive(s);
+      st.wait(root, s);
+      if (k == 0) st.check_sig(root, s);
+      std::memcpy(static_cast<char*>(out) + pc.off, st.of(root, s) + block * me, pc.len);
+    }
+  }
+}
+
+void shm_barrier(ShmColl& c) {
+  Steps st(c);
+  uint64_t s = st.begin(true);
+  st.write_sig(s);
+  st.arrive(s);
+  st.wait_all(s);
+  st.check_all_sigs(s);
+}
+
+}  // namespace commx

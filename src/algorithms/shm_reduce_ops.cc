@@ -1,0 +1,145 @@
+// Reductions over shared slots: all_reduce (DDA one-shot and reduce-scatter + all-gather), reduce
+// and reduce_scatter. Every output element is reduced from all ranks' inputs in rank order
+// 0..n-1, so all ranks get bit-identical results. Layer: algorithms.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "algorithms/shm_collectives.h"
+#include "algorithms/shm_steps.h"
+
+namespace commx {
+namespace {
+
+// Rank p's share of m elements: 16-element aligned pieces (whole cache lines for 4-byte types).
+struct Part {
+  size_t off, len;
+};
+Part part_of(size_t m, int n, int p) {
+  size_t q = ((m + n - 1) / n + 15) / 16 * 16;
+  size_t a = std::min(m, q * p), b = std::min(m, q * (p + 1));
+  return {a, b - a};
+}
+
+}  // namespace
+
+void shm_all_reduce_dda(ShmColl& c, const void* in, void* out, size_t count, const HostReducer& r) {
+  Steps st(c);
+  const size_t es = r.elem_size();
+  const size_t per = st.cap() / es;
+  std::vector<const void*> srcs(st.n());
+  size_t done = 0;
+  bool first = true;
+  do {
+    size_t m = std::min(per, count - done);
+    uint64_t s = st.begin(true);
+    if (first) st.write_sig(s);
+    std::memcpy(st.mine(s), static_cast<const char*>(in) + done * es, m * es);
+    st.arrive(s);
+    st.wait_all(s);
+    if (first) st.check_all_sigs(s);
+    for (int p = 0; p < st.n(); ++p) srcs[p] = st.of(p, s);
+    r.reduce(static_cast<char*>(out) + done * es, srcs.data(), st.n(), m, true);
+    done += m;
+    first = false;
+  } while (done < count);
+}
+
+// One round of reduce-scatter + gather over a chunk: step s1 holds everyone's chunk, step s2 each
+// rank's reduced part. `to` (nullable on non-roots of reduce) receives the whole result.
+static void rsag_rounds(ShmColl& c, const void* in, void* out, size_t count, const HostReducer& r,
+                        int root) {
+  Steps st(c);
+  const size_t es = r.elem_size();
+  const size_t bytes = c.chunk_bytes && c.chunk_bytes < st.cap() ? c.chunk_bytes : st.cap();
+  const size_t per = std::max<size_t>(1, bytes / es);
+  const int n = st.n(), me = st.me();
+  std::vector<const void*> srcs(n);
+  size_t done = 0;
+  bool first = true;
+  do {
+    size_t m = std::min(per, count - done);
+    uint64_t s1 = st.begin(true);
+    if (first) st.write_sig(s1);
+    std::memcpy(st.mine(s1), static_cast<const char*>(in) + done * es, m * es);
+    st.arrive(s1);
+    st.wait_all(s1);
+    if (first) st.check_all_sigs(s1);
+    // Step s2's slot may be written now: every peer has arrived at s1.
+    uint64_t s2 = st.begin(false);
+    Part mp = part_of(m, n, me);
+    for (int p = 0; p < n; ++p) srcs[p] = st.of(p, s1) + mp.off * es;
+    r.reduce(st.mine(s2), srcs.data(), n, mp.len, true);
+    st.arrive(s2);
+    if (root < 0 || root == me) {
+      char* dst = static_cast<char*>(out) + done * es;
+      for (int i = 0; i < n; ++i) {
+        int p = (me + i) % n;
+        st.wait(p, s2);
+        Part pp = part_of(m, n, p);
+        std::memcpy(dst + pp.off * es, st.of(p, s2), pp.len * es);
+      }
+    }
+    done += m;
+    first = false;
+  } while (done < count);
+}
+
+void shm_all_reduce_rsag(ShmColl& c, const void* in, void* out, size_t count, const HostReducer& r) {
+  rsag_rounds(c, in, out, count, r, -1);
+}
+
+void shm_reduce(ShmColl& c, const void* in, void* out, size_t count, int root, const HostReducer& r,
+                bool two_step) {
+  if (two_step) return rsag_rounds(c, in, out, count, r, root);
+  Steps st(c);
+  const size_t es = r.elem_size();
+  const size_t per = st.cap() / es;
+  std::vector<const void*> srcs(st.n());
+  size_t done = 0;
+  bool first = true;
+  do {
+    size_t m = std::min(per, count - done);
+    uint64_t s = st.begin(true);
+    if (first) st.write_sig(s);
+    std::memcpy(st.mine(s), static_cast<const char*>(in) + done * es, m * es);
+    st.arrive(s);
+    if (st.me() == root) {
+      st.wait_all(s);
+      if (first) st.check_all_sigs(s);
+      for (int p = 0; p < st.n(); ++p) srcs[p] = st.of(p, s);
+      r.reduce(static_cast<char*>(out) + done * es, srcs.data(), st.n(), m, true);
+    }
+    done += m;
+    first = false;
+  } while (done < count);
+}
+
+void shm_reduce_scatter(ShmColl& c, std::span<const void* const> ins, std::span<const size_t> counts,
+                        void* out, const HostReducer& r) {
+  Steps st(c);
+  const int n = st.n(), me = st.me();
+  const size_t es = r.elem_size();
+  const size_t block = st.cap() / static_cast<size_t>(n) / 64 * 64;  // bytes per destination
+  const size_t per = block / es;
+  size_t most = 0;
+  for (size_t k : counts) most = std::max(most, k);
+  const size_t rounds = std::max<size_t>(1, (most + per - 1) / per);
+  std::vector<const void*> srcs(n);
+  for (size_t k = 0; k < rounds; ++k) {
+    uint64_t s = st.begin(true);
+    if (k == 0) st.write_sig(s);
+    for (int d = 0; d < n; ++d) {
+      size_t a = std::min(counts[d], k * per), b = std::min(counts[d], (k + 1) * per);
+      std::memcpy(st.mine(s) + block * d, static_cast<const char*>(ins[d]) + a * es, (b - a) * es);
+    }
+    st.arrive(s);
+    st.wait_all(s);
+    if (k == 0) st.check_all_sigs(s);
+    size_t a = std::min(counts[me], k * per), b = std::min(counts[me], (k + 1) * per);
+    for (int p = 0; p < n; ++p) srcs[p] = st.of(p, s) + block * me;
+    r.reduce(static_cast<char*>(out) + a * es, srcs.data(), n, b - a, true);
+  }
+}
+
+}  // namespace commx

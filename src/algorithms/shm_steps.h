@@ -1,0 +1,73 @@
+// Internal helpers of the shm collectives: slot layout (signature, per-peer size table, data) and
+// the step calls every algorithm makes. Layer: algorithms.
+#pragma once
+
+#include <cstring>
+#include <string>
+
+#include "algorithms/shm_collectives.h"
+#include "commx/backend.h"
+#include "commx/error.h"
+
+namespace commx {
+
+inline size_t round_up64(size_t v) { return (v + 63) & ~size_t{63}; }
+
+class Steps {
+ public:
+  explicit Steps(ShmColl& c)
+      : c_(c), me_(c.g.rank()), n_(c.g.size()),
+        off_(round_up64(sizeof(OpSig) + 16 * static_cast<size_t>(c.g.size()))),
+        cap_(c.g.sizes().slot_bytes - off_) {}
+
+  int me() const { return me_; }
+  int n() const { return n_; }
+  size_t cap() const { return cap_; }  // data bytes per slot
+
+  // Starts a step; `write`: this rank will write its slot.
+  uint64_t begin(bool write) {
+    uint64_t s = c_.g.next_step();
+    if (write) c_.g.prepare_write(s, c_.ws);
+    return s;
+  }
+  char* mine(uint64_t s) { return c_.g.slot(me_, s) + off_; }
+  const char* of(int p, uint64_t s) { return c_.g.slot(p, s) + off_; }
+  // The per-peer size table (two int64 per rank) after the signature.
+  int64_t* table(int p, uint64_t s) {
+    return reinterpret_cast<int64_t*>(c_.g.slot(p, s) + sizeof(OpSig));
+  }
+  void write_sig(uint64_t s) { std::memcpy(c_.g.slot(me_, s), &c_.sig, sizeof(OpSig)); }
+  void arrive(uint64_t s) { c_.g.arrive(s); }
+  void wait(int p, uint64_t s) { c_.g.wait_peer(p, s, c_.ws); }
+  void wait_all(uint64_t s) { c_.g.wait_all(s, c_.ws); }
+
+  // Compares peer p's signature with this rank's (call after waiting for p at step s).
+  void check_sig(int p, uint64_t s) {
+    OpSig o;
+    std::memcpy(&o, c_.g.slot(p, s), sizeof(OpSig));
+    const OpSig& m = c_.sig;
+    if (o.type == m.type && o.dtype == m.dtype && o.count == m.count && o.root == m.root) return;
+    throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(p) + " issued " + describe(o) +
+                                                 " while this rank issued " + describe(m) +
+                                                 ": the ranks' calls do not match");
+  }
+  void check_all_sigs(uint64_t s) {
+    for (int p = 0; p < n_; ++p)
+      if (p != me_) check_sig(p, s);
+  }
+
+ private:
+  static std::string describe(const OpSig& s) {
+    std::string d = std::string(op_type_name(static_cast<OpType>(s.type))) + " #" +
+                    std::to_string(s.seq) + " (" + std::to_string(s.count) + " x " +
+                    dtype_name(static_cast<DataType>(s.dtype));
+    if (s.root >= 0) d += ", root " + std::to_string(s.root);
+    return d + ")";
+  }
+
+  ShmColl& c_;
+  int me_, n_;
+  size_t off_, cap_;
+};
+
+}  // namespace commx

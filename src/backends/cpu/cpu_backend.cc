@@ -1,0 +1,383 @@
+// CpuBackend (see cpu_backend.h): init (host check, shm setup), op dispatch to the shm or generic
+// algorithms, p2p, abort and finalize. Layer: backends/cpu.
+#include "backends/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "algorithms/generic_collectives.h"
+#include "algorithms/host_reduce.h"
+#include "algorithms/shm_collectives.h"
+#include "commx/error.h"
+#include "transport/shm_segment.h"
+#include "transport/shm_transport.h"
+#include "transport/tcp_transport.h"
+
+namespace commx {
+namespace {
+
+std::string to_str(const Bytes& b) { return std::string(b.begin(), b.end()); }
+
+bool is_reduction(OpType t) {
+  return t == OpType::kAllReduce || t == OpType::kReduce || t == OpType::kReduceScatter ||
+         t == OpType::kReduceScatterSingle || t == OpType::kReduceScatterV;
+}
+
+// Pointers and sizes of an op's per-rank pieces, whatever list/single/v form it came in.
+struct Pieces {
+  std::vector<void*> ptr;
+  std::vector<size_t> bytes;
+  std::vector<size_t> counts;
+  void add(void* p, size_t n, size_t es) {
+    ptr.push_back(p);
+    counts.push_back(n);
+    bytes.push_back(n * es);
+  }
+  std::span<const void* const> cptr() const {
+    return {const_cast<const void* const*>(ptr.data()), ptr.size()};
+  }
+};
+
+Pieces from_list(const std::vector<Tensor>& ts) {
+  Pieces p;
+  for (const Tensor& t : ts) p.add(t.data, static_cast<size_t>(t.count), dtype_size(t.dtype));
+  return p;
+}
+Pieces from_single(const Tensor& t, int n, int64_t each) {
+  Pieces p;
+  size_t es = dtype_size(t.dtype);
+  for (int i = 0; i < n; ++i) p.add(static_cast<char*>(t.data) + i * each * static_cast<int64_t>(es),
+                                    static_cast<size_t>(each), es);
+  return p;
+}
+Pieces from_splits(const Tensor& t, const std::vector<int64_t>& splits) {
+  Pieces p;
+  size_t es = dtype_size(t.dtype);
+  int64_t off = 0;
+  for (int64_t s : splits) {
+    p.add(static_cast<char*>(t.data) + off * static_cast<int64_t>(es), static_cast<size_t>(s), es);
+    off += s;
+  }
+  return p;
+}
+
+DataType op_dtype(const OpDesc& op) {
+  switch (op.type) {
+    case OpType::kReduceScatter:
+    case OpType::kReduceScatterV:
+    case OpType::kScatter: return op.output.dtype;
+    case OpType::kAllToAll: return op.inputs.empty() ? DataType::kFloat32 : op.inputs[0].dtype;
+    default: return op.input.dtype;
+  }
+}
+
+// The count all ranks must agree on (0 where they may legitimately differ).
+int64_t agreed_count(const OpDesc& op) {
+  auto sum = [](const std::vector<Tensor>& ts) {
+    int64_t s = 0;
+    for (auto& t : ts) s += t.count;
+    return s;
+  };
+  switch (op.type) {
+    case OpType::kAllReduce:
+    case OpType::kReduce:
+    case OpType::kBroadcast:
+    case OpType::kAllGather:
+    case OpType::kAllGatherSingle:
+    case OpType::kAllToAllSingle:
+    case OpType::kGather:
+    case OpType::kGatherSingle: return op.input.count;
+    case OpType::kAllGatherV: return sum(op.outputs);
+    case OpType::kReduceScatter:
+    case OpType::kReduceScatterSingle:
+    case OpType::kScatter: return op.output.count;
+    case OpType::kReduceScatterV: return sum(op.inputs);
+    default: return 0;
+  }
+}
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+struct Registration {
+  Registration() { register_backend("cpu", make_cpu_backend); }
+} registration;
+
+}  // namespace
+
+CpuBackend::~CpuBackend() {
+  try {
+    finalize();
+  } catch (...) {
+  }
+}
+
+void CpuBackend::init(const BackendContext& ctx) {
+  ctx_ = ctx;
+  tuning_ = CpuTuning::from_env();
+  const Hints& h = ctx.options.hints;
+  auto tr = h.find("transport");
+  std::string want = tr == h.end() ? "auto" : tr->second;
+  if (want != "auto" && want != "shm" && want != "tcp")
+    throw Error(ErrorCode::kInvalidArgument, "comm '" + ctx.comm_name + "': unknown transport hint '" +
+                                                 want + "' (cpu backend: auto, shm, tcp)");
+  // Each rank publishes its host identity and how to map its segment, then reads everyone's.
+  if (want != "tcp")
+    group_ = std::make_unique<ShmGroup>(ctx.comm_name, ctx.rank, ctx.size, tuning_.shm);
+  std::string me = host_identity() + "\n" + (group_ ? group_->info() : std::string());
+  ctx.store->set_str("cpu/peer/" + std::to_string(ctx.rank), me);
+  std::vector<std::string> keys;
+  for (int r = 0; r < ctx.size; ++r) keys.push_back("cpu/peer/" + std::to_string(r));
+  ctx.store->wait(keys, ctx.options.timeout.value_or(kDefaultTimeout));
+  std::vector<Bytes> all = ctx.store->multi_get(keys);
+  std::vector<std::string> hosts, infos;
+  for (auto& b : all) {
+    std::string s = to_str(b);
+    auto nl = s.find('\n');
+    hosts.push_back(s.substr(0, nl));
+    infos.push_back(nl == std::string::npos ? "" : s.substr(nl + 1));
+  }
+  bool one_host = std::all_of(hosts.begin(), hosts.end(), [&](auto& x) { return x == hosts[0]; });
+  bool any_tcp = std::any_of(infos.begin(), infos.end(), [](auto& x) { return x.empty(); });
+  use_shm_ = one_host && !any_tcp;
+  if (use_shm_) {
+    tuning_.adapt_to_oversubscription(ctx.size);
+    group_->set_peer_info(infos);
+    // Map every peer now, then wait until all ranks did: after that a rank may finish ops and
+    // finalize (unmapping its segment) without pulling memory from under a slower peer.
+    group_->map_all();
+    if (ctx.size > 1) {
+      if (ctx.store->add("cpu/mapped", 1) == ctx.size) ctx.store->set_str("cpu/mapped_all", "1");
+      ctx.store->wait({"cpu/mapped_all"}, ctx.options.timeout.value_or(kDefaultTimeout));
+    }
+    transport_ = std::make_unique<ShmTransport>(group_.get(), &tuning_.wait);
+    return;
+  }
+  group_.reset();
+  if (want == "shm")
+    throw Error(ErrorCode::kInvalidArgument, "comm '" + ctx.comm_name +
+                                                 "': transport=shm was asked for but the ranks are on several hosts");
+  // Several hosts, or TCP asked for: the generic algorithms over the TCP transport (it connects
+  // lazily, on the first exchange with each peer).
+  transport_ = make_tcp_transport(ctx.rank, ctx.size, ctx.store, ctx.comm_name, h);
+}
+
+std::string CpuBackend::transport_name() const {
+  return transport_ ? transport_->name() : std::string("none");
+}
+
+bool CpuBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
+  if (type == OpType::kAllToAllVDynamic) return false;
+  if (is_reduction(type)) return reduce_supported_on_host(kind, dtype);
+  return true;
+}
+
+Work CpuBackend::run(const OpDesc& op, bool async_op) {
+  if (!async_op) return exec_.submit([this, &op] { execute(op); }, false);
+  return exec_.submit([this, op] { execute(op); }, true);
+}
+
+void CpuBackend::abort() {
+  aborted_.store(true);
+  if (ShmWord* w = sleeping_on_.load()) futex_wake_all(*w);
+  if (transport_) transport_->abort();
+  exec_.fail_pending(std::make_exception_ptr(
+      Error(ErrorCode::kAborted, "[comm '" + ctx_.comm_name + "' rank " + std::to_string(ctx_.rank) +
+                                     "] the comm was aborted before this op started")));
+}
+
+void CpuBackend::finalize() {
+  if (finalized_) return;
+  finalized_ = true;
+  exec_.drain();
+  transport_.reset();
+  group_.reset();
+}
+
+void CpuBackend::execute(const OpDesc& op) {
+  std::string ctx = op_context(ctx_, op);
+  if (aborted_.load()) throw Error(ErrorCode::kAborted, ctx + "the comm was aborted");
+  {
+    std::lock_guard<std::mutex> g(failed_mu_);
+    if (!failed_.empty())
+      throw Error(ErrorCode::kInvalidArgument,
+                  ctx + "the comm is unusable: an earlier op failed midway (" + failed_ + ")");
+  }
+  if (!transport_) throw Error(ErrorCode::kInvalidArgument, ctx + "the comm was finalized");
+  try {
+    dispatch(op, Clock::now() + op.timeout);
+  } catch (const Error& e) {
+    {
+      std::lock_guard<std::mutex> g(failed_mu_);
+      failed_ = e.what();
+    }
+    rethrow_with_prefix(ctx);
+  }
+}
+
+void CpuBackend::dispatch(const OpDesc& op, Deadline deadline) {
+  CpuAlgo algo = parse_algorithm_hint(op.hints);
+  if (op.type == OpType::kSend || op.type == OpType::kRecv || op.type == OpType::kBatchP2P)
+    return run_p2p(op, deadline);
+  bool generic = !use_shm_ || algo == CpuAlgo::kRing || algo == CpuAlgo::kRecursiveDoubling ||
+                 algo == CpuAlgo::kGeneric;
+  if (generic) {
+    GenericColl c{*transport_, ctx_.rank, ctx_.size, deadline, scratch_};
+    return run_generic(op, c, algo);
+  }
+  OpSig sig;
+  sig.type = static_cast<uint32_t>(op.type);
+  sig.dtype = static_cast<uint32_t>(op_dtype(op));
+  sig.count = agreed_count(op);
+  sig.root = (op.type == OpType::kReduce || op.type == OpType::kBroadcast ||
+              op.type == OpType::kGather || op.type == OpType::kGatherSingle ||
+              op.type == OpType::kScatter)
+                 ? op.root
+                 : -1;
+  sig.seq = op.seq;
+  ShmColl c{*group_, WaitScope{deadline, &aborted_, group_.get(), &tuning_.wait, &sleeping_on_}, sig,
+            tuning_.chunk_bytes};
+  if (ctx_.size > 1) group_->map_all();
+  run_shm(op, c, algo);
+}
+
+void CpuBackend::run_shm(const OpDesc& op, ShmColl& c, CpuAlgo algo) {
+  const int n = ctx_.size;
+  const Tensor& in = op.input;
+  const Tensor& out = op.output;
+  switch (op.type) {
+    case OpType::kAllReduce: {
+      HostReducer r(in.dtype, op.op, n);
+      bool dda = algo == CpuAlgo::kDda ||
+                 (algo != CpuAlgo::kRsag && in.nbytes() <= tuning_.dda_max_bytes(n));
+      if (dda) return shm_all_reduce_dda(c, in.data, out.data, in.count, r);
+      return shm_all_reduce_rsag(c, in.data, out.data, in.count, r);
+    }
+    case OpType::kReduce: {
+      HostReducer r(in.dtype, op.op, n);
+      bool two = algo == CpuAlgo::kRsag ||
+                 (algo != CpuAlgo::kDda && in.nbytes() > tuning_.dda_max_bytes(n));
+      return shm_reduce(c, in.data, out.data, in.count, op.root, r, two);
+    }
+    case OpType::kBroadcast: return shm_broadcast(c, in.data, in.nbytes(), op.root);
+    case OpType::kAllGather:
+    case OpType::kAllGatherV: {
+      Pieces o = from_list(op.outputs);
+      return shm_all_gather(c, in.data, in.nbytes(), o.ptr, o.bytes);
+    }
+    case OpType::kAllGatherSingle: {
+      Pieces o = from_single(out, n, in.count);
+      return shm_all_gather(c, in.data, in.nbytes(), o.ptr, o.bytes);
+    }
+    case OpType::kReduceScatter:
+    case OpType::kReduceScatterV:
+    case OpType::kReduceScatterSingle: {
+      HostReducer r(out.dtype, op.op, n);
+      Pieces i = op.type == OpType::kReduceScatterSingle ? from_single(in, n, out.count) : from_list(op.inputs);
+      return shm_reduce_scatter(c, i.cptr(), i.counts, out.data, r);
+    }
+    case OpType::kAllToAll: {
+      Pieces i = from_list(op.inputs), o = from_list(op.outputs);
+      return shm_all_to_all(c, i.cptr(), i.bytes, o.ptr, o.bytes);
+    }
+    case OpType::kAllToAllSingle: {
+      Pieces i = from_single(in, n, in.count / n), o = from_single(out, n, out.count / n);
+      return shm_all_to_all(c, i.cptr(), i.bytes, o.ptr, o.bytes);
+    }
+    case OpType::kAllToAllVSingle: {
+      Pieces i = from_splits(in, op.input_splits), o = from_splits(out, op.output_splits);
+      return shm_all_to_all(c, i.cptr(), i.bytes, o.ptr, o.bytes);
+    }
+    case OpType::kGather: {
+      Pieces o = ctx_.rank == op.root ? from_list(op.outputs) : Pieces{};
+      return shm_gather(c, in.data, in.nbytes(), o.ptr, op.root);
+    }
+    case OpType::kGatherSingle: {
+      Pieces o = ctx_.rank == op.root ? from_single(out, n, in.count) : Pieces{};
+      return shm_gather(c, in.data, in.nbytes(), o.ptr, op.root);
+    }
+    case OpType::kScatter: {
+      Pieces i = ctx_.rank == op.root ? from_list(op.inputs) : Pieces{};
+      return shm_scatter(c, i.cptr(), out.data, out.nbytes(), op.root);
+    }
+    case OpType::kBarrier: return shm_barrier(c);
+    default:
+      throw Error(ErrorCode::kUnsupported, std::string("the cpu backend cannot run ") + op.name());
+  }
+}
+
+void CpuBackend::run_generic(const OpDesc& op, GenericColl& c, CpuAlgo algo) {
+  const int n = ctx_.size;
+  const Tensor& in = op.input;
+  const Tensor& out = op.output;
+  switch (op.type) {
+    case OpType::kAllReduce: {
+      HostReducer r(in.dtype, op.op, n);
+      bool rd = algo == CpuAlgo::kRecursiveDoubling ||
+                (algo != CpuAlgo::kRing && in.nbytes() <= tuning_.rd_max_bytes);
+      if (rd) return gen_all_reduce_recursive_doubling(c, in.data, out.data, in.count, r);
+      return gen_all_reduce_ring(c, in.data, out.data, in.count, r);
+    }
+    case OpType::kReduce: {
+      HostReducer r(in.dtype, op.op, n);
+      return gen_reduce_tree(c, in.data, out.data, in.count, op.root, r);
+    }
+    case OpType::kBroadcast: return gen_broadcast_tree(c, in.data, in.nbytes(), op.root);
+    case OpType::kAllGather:
+    case OpType::kAllGatherV: {
+      Pieces o = from_list(op.outputs);
+      return gen_all_gather_ring(c, in.data, in.nbytes(), o.ptr, o.bytes);
+    }
+    case OpType::kAllGatherSingle: {
+      Pieces o = from_single(out, n, in.count);
+      return gen_all_gather_ring(c, in.data, in.nbytes(), o.ptr, o.bytes);
+    }
+    case OpType::kReduceScatter:
+    case OpType::kReduceScatterV:
+    case OpType::kReduceScatterSingle: {
+      HostReducer r(out.dtype, op.op, n);
+      Pieces i = op.type == OpType::kReduceScatterSingle ? from_single(in, n, out.count) : from_list(op.inputs);
+      return gen_reduce_scatter_ring(c, i.cptr(), i.counts, out.data, r);
+    }
+    case OpType::kAllToAll: {
+      Pieces i = from_list(op.inputs), o = from_list(op.outputs);
+      return gen_all_to_all(c, i.cptr(), i.bytes, o.ptr, o.bytes);
+    }
+    case OpType::kAllToAllSingle: {
+      Pieces i = from_single(in, n, in.count / n), o = from_single(out, n, out.count / n);
+      return gen_all_to_all(c, i.cptr(), i.bytes, o.ptr, o.bytes);
+    }
+    case OpType::kAllToAllVSingle: {
+      Pieces i = from_splits(in, op.input_splits), o = from_splits(out, op.output_splits);
+      return gen_all_to_all(c, i.cptr(), i.bytes, o.ptr, o.bytes);
+    }
+    case OpType::kGather: {
+      Pieces o = ctx_.rank == op.root ? from_list(op.outputs) : Pieces{};
+      return gen_gather(c, in.data, in.nbytes(), o.ptr, op.root);
+    }
+    case OpType::kGatherSingle: {
+      Pieces o = ctx_.rank == op.root ? from_single(out, n, in.count) : Pieces{};
+      return gen_gather(c, in.data, in.nbytes(), o.ptr, op.root);
+    }
+    case OpType::kScatter: {
+      Pieces i = ctx_.rank == op.root ? from_list(op.inputs) : Pieces{};
+      return gen_scatter(c, i.cptr(), out.data, out.nbytes(), op.root);
+    }
+    case OpType::kBarrier: return gen_barrier(c);
+    default:
+      throw Error(ErrorCode::kUnsupported, std::string("the cpu backend cannot run ") + op.name());
+  }
+}
+
+void CpuBackend::run_p2p(const OpDesc& op, Deadline deadline) {
+  std::vector<SendReq> sends;
+  std::vector<RecvReq> recvs;
+  if (op.type == OpType::kSend) sends.push_back({op.root, op.input.data, op.input.nbytes()});
+  if (op.type == OpType::kRecv) recvs.push_back({op.root, op.input.data, op.input.nbytes()});
+  for (const P2POp& p : op.p2p) {
+    if (p.is_send) sends.push_back({p.peer, p.tensor.data, p.tensor.nbytes()});
+    else recvs.push_back({p.peer, p.tensor.data, p.tensor.nbytes()});
+  }
+  transport_->exchange(sends, recvs, deadline);
+}
+
+}  // namespace commx

@@ -1,0 +1,60 @@
+// CpuBackend: the native "cpu" backend. Ranks of one host talk through shared memory (direct slot
+// algorithms, shm rings for p2p); ranks on several hosts, or comms with the hint transport=tcp,
+// use a byte Transport with the generic algorithms. Ops run through an OrderedExecutor: sync ops
+// inline on the caller's thread, async ones on one worker, in issue order. Layer: backends/cpu.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_tuning.h"
+#include "commx/backend.h"
+#include "core/host_work.h"
+#include "transport/shm_group.h"
+#include "transport/transport.h"
+
+namespace commx {
+
+struct ShmColl;
+struct GenericColl;
+
+class CpuBackend : public Backend {
+ public:
+  CpuBackend() = default;
+  ~CpuBackend() override;
+  std::string name() const override { return "cpu"; }
+  void init(const BackendContext& ctx) override;
+  Work run(const OpDesc& op, bool async_op) override;
+  bool supports(OpType type, DataType dtype, ReduceKind kind) const override;
+  void abort() override;
+  void finalize() override;
+  bool accepts_device(const Device& d) const override { return d.is_cpu(); }
+
+  // "shm" or the transport's name: what init() chose.
+  std::string transport_name() const;
+
+ private:
+  void execute(const OpDesc& op);
+  void dispatch(const OpDesc& op, Deadline deadline);
+  void run_shm(const OpDesc& op, ShmColl& c, CpuAlgo algo);
+  void run_generic(const OpDesc& op, GenericColl& c, CpuAlgo algo);
+  void run_p2p(const OpDesc& op, Deadline deadline);
+
+  BackendContext ctx_;
+  CpuTuning tuning_;
+  bool use_shm_ = true;
+  std::unique_ptr<ShmGroup> group_;        // ranks on one host
+  std::unique_ptr<Transport> transport_;   // shm rings, or TCP across hosts
+  std::vector<char> scratch_;
+  std::atomic<bool> aborted_{false};
+  std::atomic<ShmWord*> sleeping_on_{nullptr};
+  std::mutex failed_mu_;
+  std::string failed_;  // set when an op failed midway: the ranks' step counters no longer agree
+  bool finalized_ = false;
+  OrderedExecutor exec_;
+};
+
+}  // namespace commx

@@ -1,0 +1,61 @@
+// CpuTuning: defaults, COMMX_CPU_* overrides and algorithm hints. Layer: backends/cpu.
+#include "backends/cpu/cpu_tuning.h"
+
+#include <sched.h>
+
+#include "commx/error.h"
+#include "core/env.h"
+
+namespace commx {
+
+size_t CpuTuning::dda_max_bytes(int ranks) const {
+  if (dda_override) return dda_override;
+  for (const DdaRow& r : dda)
+    if (ranks <= r.max_ranks) return r.max_bytes;
+  return dda[2].max_bytes;
+}
+
+CpuTuning CpuTuning::from_env() {
+  CpuTuning t;
+  t.dda_override = static_cast<size_t>(env_int("COMMX_CPU_DDA_MAX_BYTES", 0));
+  t.rd_max_bytes = static_cast<size_t>(env_int("COMMX_CPU_RD_MAX_BYTES", static_cast<int64_t>(t.rd_max_bytes)));
+  t.shm.slot_bytes = static_cast<size_t>(env_int("COMMX_CPU_SLOT_BYTES", static_cast<int64_t>(t.shm.slot_bytes)));
+  t.shm.ring_bytes = static_cast<size_t>(env_int("COMMX_CPU_RING_BYTES", static_cast<int64_t>(t.shm.ring_bytes)));
+  t.chunk_bytes = static_cast<size_t>(env_int("COMMX_CPU_CHUNK_BYTES", static_cast<int64_t>(t.chunk_bytes)));
+  t.spin_from_env = env_str("COMMX_CPU_SPIN_NS").has_value();
+  t.wait.spin_ns = env_int("COMMX_CPU_SPIN_NS", t.wait.spin_ns);
+  t.wait.yield_ns = env_int("COMMX_CPU_YIELD_NS", t.wait.yield_ns);
+  t.wait.slice_ns = env_int("COMMX_CPU_SLEEP_SLICE_NS", t.wait.slice_ns);
+  size_t rb = t.shm.ring_bytes;
+  if (rb < 4096 || (rb & (rb - 1)) != 0)
+    throw Error(ErrorCode::kInvalidArgument, "COMMX_CPU_RING_BYTES must be a power of two >= 4096, got " +
+                                                 std::to_string(rb));
+  if (t.shm.slot_bytes < (size_t{64} << 10) || t.shm.slot_bytes % 4096 != 0)
+    throw Error(ErrorCode::kInvalidArgument, "COMMX_CPU_SLOT_BYTES must be a multiple of 4096 and >= 64 KiB, got " +
+                                                 std::to_string(t.shm.slot_bytes));
+  if (t.wait.slice_ns < 100000) t.wait.slice_ns = 100000;
+  return t;
+}
+
+void CpuTuning::adapt_to_oversubscription(int local_ranks) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  if (local_ranks > cpus && !spin_from_env) wait.spin_ns = 0;
+}
+
+CpuAlgo parse_algorithm_hint(const Hints& hints) {
+  auto it = hints.find("algorithm");
+  if (it == hints.end() || it->second.empty() || it->second == "auto") return CpuAlgo::kAuto;
+  const std::string& a = it->second;
+  if (a == "dda" || a == "one_shot") return CpuAlgo::kDda;
+  if (a == "rsag" || a == "two_shot" || a == "reduce_scatter_all_gather") return CpuAlgo::kRsag;
+  if (a == "ring") return CpuAlgo::kRing;
+  if (a == "recursive_doubling" || a == "rd") return CpuAlgo::kRecursiveDoubling;
+  if (a == "generic" || a == "tree" || a == "direct") return CpuAlgo::kGeneric;
+  throw Error(ErrorCode::kInvalidArgument,
+              "unknown algorithm hint '" + a +
+                  "' (cpu backend: auto, dda, rsag, ring, recursive_doubling, generic)");
+}
+
+}  // namespace commx

@@ -1,0 +1,44 @@
+// The cpu backend's tunables in one place: algorithm size thresholds, shared-memory sizes and wait
+// timings. Defaults come from measurements on a 2-core VM (docs/cpu_backend.md); environment
+// variables COMMX_CPU_* override them and op hints override the algorithm. Layer: backends/cpu.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "commx/options.h"
+#include "transport/shm_group.h"
+#include "transport/shm_wait.h"
+
+namespace commx {
+
+// all_reduce uses DDA (one-shot) up to a size that shrinks as ranks grow: DDA reads n buffers of
+// the full size on every rank, reduce-scatter + all-gather only about two.
+struct DdaRow {
+  int max_ranks;
+  size_t max_bytes;
+};
+
+struct CpuTuning {
+  DdaRow dda[3] = {{2, size_t{256} << 10}, {4, size_t{64} << 10}, {1 << 30, size_t{32} << 10}};
+  size_t dda_override = 0;  // COMMX_CPU_DDA_MAX_BYTES (0: use the table)
+  // Generic (transport) all_reduce: recursive doubling up to this size, ring above.
+  size_t rd_max_bytes = size_t{64} << 10;
+  ShmSizes shm;
+  size_t chunk_bytes = size_t{256} << 10;  // per round of the shm reduce-scatter + all-gather
+  WaitTuning wait;
+  bool spin_from_env = false;  // COMMX_CPU_SPIN_NS given: keep it even when oversubscribed
+
+  size_t dda_max_bytes(int ranks) const;
+  // More ranks on this host than CPUs this process may run on: spinning only steals the time
+  // slice a peer needs, so waits go straight to yielding (unless COMMX_CPU_SPIN_NS says otherwise).
+  void adapt_to_oversubscription(int local_ranks);
+  // Reads COMMX_CPU_* (throws InvalidArgument on malformed values).
+  static CpuTuning from_env();
+};
+
+// Algorithms an op can ask for with hints {"algorithm": ...}.
+enum class CpuAlgo { kAuto, kDda, kRsag, kRing, kRecursiveDoubling, kGeneric };
+CpuAlgo parse_algorithm_hint(const Hints& hints);
+
+}  // namespace commx

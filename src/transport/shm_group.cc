@@ -1,0 +1,133 @@
+// Per-comm shared memory and the step protocol (see shm_group.h). Layer: transport.
+#include "transport/shm_group.h"
+
+#include <unistd.h>
+
+#include <new>
+#include <random>
+#include <sstream>
+
+#include "commx/error.h"
+
+namespace commx {
+namespace {
+
+constexpr uint64_t kMagic = 0x636f6d6d78736d31ull;  // "commxsm1"
+constexpr size_t kPage = 4096;
+size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+}  // namespace
+
+ShmGroup::ShmGroup(const std::string& comm_name, int rank, int size, ShmSizes sizes)
+    : comm_name_(comm_name), rank_(rank), size_(size), sizes_(sizes) {
+  ring_ctl_off_ = round_up(sizeof(ShmHeader), 64);
+  ring_off_ = round_up(ring_ctl_off_ + sizeof(RingCtl) * static_cast<size_t>(size), kPage);
+  slot_off_ = ring_off_ + sizes_.ring_bytes * static_cast<size_t>(size);
+  total_ = slot_off_ + 2 * sizes_.slot_bytes;
+  own_.create("commx-" + comm_name + "-" + std::to_string(rank), total_);
+  // A fresh memfd is zero-filled: every counter starts at 0. Construct the atomics in place.
+  auto* h = new (own_.base()) ShmHeader{};
+  nonce_ = std::random_device{}() * 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(getpid()) << 32 ^
+           reinterpret_cast<uintptr_t>(own_.base());
+  h->magic = kMagic;
+  h->nonce = nonce_;
+  h->pid = getpid();
+  h->rank = rank;
+  h->size = size;
+  for (int d = 0; d < size; ++d) new (own_.base() + ring_ctl_off_ + sizeof(RingCtl) * d) RingCtl{};
+  bases_.assign(size, nullptr);
+  bases_[rank] = own_.base();
+  peers_.resize(size);
+  watches_.resize(size);
+  seen_.assign(size, 0);
+}
+
+ShmGroup::~ShmGroup() { close(); }
+
+std::string ShmGroup::info() const {
+  return std::to_string(getpid()) + " " + std::to_string(own_.fd()) + " " + std::to_string(total_) +
+         " " + std::to_string(nonce_);
+}
+
+void ShmGroup::set_peer_info(std::vector<std::string> infos) {
+  infos_ = std::move(infos);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    std::istringstream in(infos_[r]);
+    int pid = -1;
+    in >> pid;
+    watches_[r] = ProcessWatch(pid);  // opened now, while the peer is surely alive
+  }
+}
+
+bool ShmGroup::alive(int peer) { return !watches_[peer].exited(); }
+
+char* ShmGroup::map_peer(int r) {
+  std::istringstream in(infos_.at(r));
+  int pid = -1, fd = -1;
+  size_t total = 0;
+  uint64_t nonce = 0;
+  in >> pid >> fd >> total >> nonce;
+  std::string who = "rank " + std::to_string(r) + " of comm '" + comm_name_ + "'";
+  if (total != total_)
+    throw Error(ErrorCode::kInvalidArgument, who + " uses a shared memory layout of " +
+                                                 std::to_string(total) + " bytes, this rank " +
+                                                 std::to_string(total_) +
+                                                 " (COMMX_CPU_* sizes must agree across ranks)");
+  auto seg = std::make_unique<ShmSegment>();
+  try {
+    seg->open(pid, fd, total, who);
+  } catch (const Error&) {
+    if (watches_[r].exited())
+      throw Error(ErrorCode::kPeerFailure, who + " died before this rank mapped its shared memory");
+    throw;
+  }
+  auto* h = reinterpret_cast<ShmHeader*>(seg->base());
+  if (h->magic != kMagic || h->nonce != nonce || h->rank != r || h->size != size_)
+    throw Error(ErrorCode::kPeerFailure, "the shared memory of " + who +
+                                             " is gone (the rank finalized or exited before this "
+                                             "rank mapped it)");
+  bases_[r] = seg->base();
+  peers_[r] = std::move(seg);
+  return bases_[r];
+}
+
+void ShmGroup::map_all() {
+  for (int r = 0; r < size_; ++r) base(r);
+}
+
+RingCtl& ShmGroup::ring_ctl(int owner, int dst) {
+  return *reinterpret_cast<RingCtl*>(base(owner) + ring_ctl_off_ + sizeof(RingCtl) * dst);
+}
+
+char* ShmGroup::ring(int owner, int dst) {
+  return base(owner) + ring_off_ + sizes_.ring_bytes * static_cast<size_t>(dst);
+}
+
+void ShmGroup::wait_peer(int peer, uint64_t step, const WaitScope& ws) {
+  if (seen_[peer] >= step) return;
+  ShmWord& w = header(peer).arrive;
+  uint64_t v = w.value.load(std::memory_order_acquire);
+  if (v < step) {
+    int p[1] = {peer};
+    shm_wait([&] { return (v = w.value.load(std::memory_order_acquire)) >= step; }, w, p,
+             "a collective step", ws);
+  }
+  seen_[peer] = v;
+}
+
+void ShmGroup::wait_all(uint64_t step, const WaitScope& ws) {
+  // Start with the next rank: ranks then tend to wait for different peers, not all for rank 0.
+  for (int i = 1; i < size_; ++i) wait_peer((rank_ + i) % size_, step, ws);
+}
+
+void ShmGroup::prepare_write(uint64_t step, const WaitScope& ws) { wait_all(step - 1, ws); }
+
+void ShmGroup::close() {
+  peers_.clear();
+  for (auto& b : bases_) b = nullptr;
+  own_.close();
+  watches_.clear();
+}
+
+}  // namespace commx

@@ -1,0 +1,97 @@
+// The shared memory of one comm on one host: each rank owns a segment (a header with its step
+// counter and doorbell, one SPSC ring per destination, two collective slots) and maps its peers'
+// segments at init (see CpuBackend::init: a peer may finish its last op and finalize before this
+// rank's first look at its memory, so mapping cannot wait for first use). Collective algorithms run in "steps": a rank writes its own slot
+// of the step's parity, publishes the step number, waits for the peers it reads, then reads their
+// slots. Before writing a slot a rank waits until every peer has arrived at the previous step,
+// which proves that the readers of that slot (two steps back) are done: one sync per step.
+// Layer: transport.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commx/store.h"
+#include "transport/shm_segment.h"
+#include "transport/shm_sync.h"
+#include "transport/shm_wait.h"
+
+namespace commx {
+
+struct ShmSizes {
+  size_t ring_bytes = size_t{1} << 20;  // per destination; a power of two
+  size_t slot_bytes = size_t{4} << 20;  // per parity
+};
+
+struct RingCtl {
+  alignas(64) std::atomic<uint64_t> head;  // bytes written by the owner (sender)
+  alignas(64) std::atomic<uint64_t> tail;  // bytes consumed by the receiver
+};
+
+struct ShmHeader {
+  uint64_t magic;
+  uint64_t nonce;  // random per segment: a reused fd number can never pass for it
+  int32_t pid;
+  int32_t rank;
+  int32_t size;
+  ShmWord arrive;    // last collective step the owner arrived at
+  ShmWord doorbell;  // rung by peers that changed one of the owner's rings (or its inbound ones)
+};
+
+class ShmGroup : public PeerWatch {
+ public:
+  // Collective: creates this rank's segment and publishes it; `peers_info` come from the store
+  // exchange the backend does at init (one string per rank, from info()).
+  ShmGroup(const std::string& comm_name, int rank, int size, ShmSizes sizes);
+  ~ShmGroup() override;
+  // What peers need to map this rank's segment.
+  std::string info() const;
+  void set_peer_info(std::vector<std::string> infos);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const ShmSizes& sizes() const { return sizes_; }
+
+  bool alive(int peer) override;
+  // Maps every peer now (a collective op needs them all).
+  void map_all();
+  ShmHeader& header(int r) { return *reinterpret_cast<ShmHeader*>(base(r)); }
+  RingCtl& ring_ctl(int owner, int dst);
+  char* ring(int owner, int dst);
+  char* slot(int r, uint64_t step) { return base(r) + slot_off_ + (step & 1) * sizes_.slot_bytes; }
+
+  // --- step protocol -----------------------------------------------------------------------
+  uint64_t next_step() { return ++step_; }
+  // Wait until every peer arrived at step-1 (then this rank may write its slot of `step`).
+  void prepare_write(uint64_t step, const WaitScope& ws);
+  void arrive(uint64_t step) { publish(header(rank_).arrive, step); }
+  void wait_peer(int peer, uint64_t step, const WaitScope& ws);
+  void wait_all(uint64_t step, const WaitScope& ws);
+
+  void close();
+
+ private:
+  char* base(int r) {
+    char* b = bases_[r];
+    return b ? b : map_peer(r);
+  }
+  char* map_peer(int r);
+
+  std::string comm_name_;
+  int rank_;
+  int size_;
+  ShmSizes sizes_;
+  size_t ring_ctl_off_ = 0, ring_off_ = 0, slot_off_ = 0, total_ = 0;
+  ShmSegment own_;
+  uint64_t nonce_ = 0;
+  std::vector<std::unique_ptr<ShmSegment>> peers_;
+  std::vector<char*> bases_;
+  std::vector<ProcessWatch> watches_;
+  std::vector<std::string> infos_;
+  std::vector<uint64_t> seen_;  // lower bounds of peers' arrive counters
+  uint64_t step_ = 0;
+};
+
+}  // namespace commx

@@ -1,0 +1,99 @@
+// The shm wait primitive (see shm_wait.h). Layer: transport.
+#include "transport/shm_wait.h"
+
+#include <sched.h>
+
+#include <string>
+
+#include "commx/error.h"
+
+namespace commx {
+namespace {
+
+std::string rank_list(std::span<const int> peers) {
+  std::string s;
+  for (size_t i = 0; i < peers.size(); ++i) s += (i ? ", " : "") + std::to_string(peers[i]);
+  return s;
+}
+
+void check(std::span<const int> peers, const char* what, const WaitScope& sc, Clock::time_point now,
+           Clock::time_point start) {
+  if (sc.aborted && sc.aborted->load(std::memory_order_relaxed))
+    throw Error(ErrorCode::kAborted, std::string("aborted while waiting for ") + what +
+                                         " from rank(s) " + rank_list(peers));
+  if (sc.watch)
+    for (int p : peers)
+      if (!sc.watch->alive(p))
+        throw Error(ErrorCode::kPeerFailure, "rank " + std::to_string(p) +
+                                                 " died (its process exited) while this rank waited for " +
+                                                 what);
+  if (now >= sc.deadline) {
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count();
+    throw Error(ErrorCode::kTimeout, "timed out after " + std::to_string(ms) + " ms waiting for " +
+                                         what + " from rank(s) " + rank_list(peers));
+  }
+}
+
+}  // namespace
+
+void wait_slow(const std::function<bool()>& pred, ShmWord& word, std::span<const int> peers,
+               const char* what, const WaitScope& sc) {
+  static const WaitTuning kDefault;
+  const WaitTuning& t = sc.tuning ? *sc.tuning : kDefault;
+  const auto start = Clock::now();
+  const auto spin_end = start + std::chrono::nanoseconds(t.spin_ns);
+  const auto yield_end = spin_end + std::chrono::nanoseconds(t.yield_ns);
+  auto next_check = start + std::chrono::milliseconds(1);
+  for (unsigned i = 1;; ++i) {
+    if (pred()) return;
+    if (i % 32 != 0) {
+      cpu_relax();
+      continue;
+    }
+    auto now = Clock::now();
+    if (now >= next_check) {
+      check(peers, what, sc, now, start);
+      next_check = now + std::chrono::milliseconds(1);
+    }
+    if (now < spin_end) continue;
+    if (now < yield_end) {
+      sched_yield();
+      continue;
+    }
+    break;
+  }
+  // Sleep phase.
+  if (sc.sleeping_on) sc.sleeping_on->store(&word);
+  struct Clear {
+    const WaitScope& sc;
+    ~Clear() {
+      if (sc.sleeping_on) sc.sleeping_on->store(nullptr);
+    }
+  } clear{sc};
+  while (true) {
+    word.waiters.fetch_add(1, std::memory_order_seq_cst);
+    uint64_t v = word.value.load(std::memory_order_seq_cst);
+    bool ready = pred();
+    if (!ready && !(sc.aborted && sc.aborted->load())) {
+      auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(sc.deadline - Clock::now()).count();
+      int64_t ns = left < t.slice_ns ? (left > 0 ? left : 0) : t.slice_ns;
+      if (ns > 0) futex_wait(word, static_cast<uint32_t>(v), ns);
+    }
+    word.waiters.fetch_sub(1, std::memory_order_seq_cst);
+    if (ready || pred()) return;
+    check(peers, what, sc, Clock::now(), start);
+  }
+}
+
+[[noreturn]] void rethrow_with_prefix(const std::string& prefix) {
+  try {
+    throw;
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    std::string code = std::string(error_code_name(e.code())) + ": ";
+    if (msg.rfind(code, 0) == 0) msg = msg.substr(code.size());
+    throw Error(e.code(), prefix + msg);
+  }
+}
+
+}  // namespace commx

@@ -1,0 +1,56 @@
+// The one wait primitive of the shm paths: spin briefly, yield, then sleep on a futex in short
+// slices. Every slice checks the deadline (-> Timeout naming the peers waited for), the abort
+// flag (-> Aborted) and whether the peers waited for are alive (-> PeerFailure naming the dead
+// one), so a dead rank is reported within milliseconds. Layer: transport.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <span>
+#include <string>
+
+#include "transport/shm_sync.h"
+#include "transport/transport.h"
+
+namespace commx {
+
+struct WaitTuning {
+  int64_t spin_ns = 2000;      // busy-wait with pause first (a handoff costs ~0.1 us)
+  int64_t yield_ns = 50000;    // then sched_yield (lets an oversubscribed peer run here)
+  int64_t slice_ns = 2000000;  // then futex sleeps of this length between checks
+};
+
+// Tells whether the process of a peer rank is still running.
+class PeerWatch {
+ public:
+  virtual ~PeerWatch() = default;
+  virtual bool alive(int peer) = 0;
+};
+
+struct WaitScope {
+  Deadline deadline;
+  const std::atomic<bool>* aborted = nullptr;
+  PeerWatch* watch = nullptr;
+  const WaitTuning* tuning = nullptr;
+  // Where the waiting thread sleeps right now, so abort() can wake it.
+  std::atomic<ShmWord*>* sleeping_on = nullptr;
+};
+
+// Slow path: runs until pred() holds or throws Timeout/Aborted/PeerFailure. `what` says what was
+// awaited (for the message); `peers` are the ranks whose progress pred() depends on.
+void wait_slow(const std::function<bool()>& pred, ShmWord& word, std::span<const int> peers,
+               const char* what, const WaitScope& scope);
+
+// Fast path inline: one look before the slow path.
+template <class Pred>
+inline void shm_wait(Pred&& pred, ShmWord& word, std::span<const int> peers, const char* what,
+                     const WaitScope& scope) {
+  if (pred()) return;
+  wait_slow(std::function<bool()>(pred), word, peers, what, scope);
+}
+
+// Rethrows a commx::Error with `prefix` put before its message (same code).
+[[noreturn]] void rethrow_with_prefix(const std::string& prefix);
+
+}  // namespace commx

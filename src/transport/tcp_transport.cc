@@ -1,0 +1,882 @@
+// TCP transport (see tcp_transport.h): lazy symmetric connections with a hello handshake, and an
+// exchange() that drives every send and receive of a step with non-blocking sockets and poll().
+// Layer: transport.
+//
+// Wire format, per direction of a connection: frames of a 16-byte header {payload bytes, sequence
+// number, magic} followed by the payload. Sends go out with one sendmsg() of header + payload
+// iovecs (no copy); receives land in a small per-link staging buffer (so a small message costs one
+// recv()), while long payloads are read straight into the caller's buffer.
+#include "transport/tcp_transport.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "commx/error.h"
+#include "transport/socket_addr.h"
+
+namespace commx {
+namespace {
+
+constexpr uint32_t kHelloMagic = 0x54584d43;  // "CMXT"
+constexpr uint32_t kFrameMagic = 0x46584d43;  // "CMXF"
+constexpr uint32_t kProtocolVersion = 1;
+constexpr size_t kMaxCommName = 4096;
+constexpr size_t kStageBytes = 64 << 10;
+// A payload remainder at least this long is received straight into the caller's buffer.
+constexpr size_t kDirectRecvMin = 8 << 10;
+constexpr int kMaxIov = 64;
+constexpr int kMaxBackoffMs = 200;
+constexpr int kTieBreakWaitMs = 50;
+
+struct Hello {
+  uint32_t magic;
+  uint32_t version;
+  int32_t from;
+  int32_t to;
+  int32_t size;
+  uint32_t name_len;
+};
+
+enum class Verdict : uint32_t {
+  kOk = 1,
+  kTieBreak,  // both sides connected at once: the lower rank's connection wins
+  kWrongComm,
+  kWrongRank,
+  kWrongSize,
+  kDuplicate,
+};
+
+struct HelloReply {
+  uint32_t magic;
+  Verdict verdict;
+};
+
+struct FrameHeader {
+  uint64_t bytes;
+  uint32_t seq;
+  uint32_t magic;
+};
+static_assert(sizeof(FrameHeader) == 16);
+
+const char* verdict_text(Verdict v) {
+  switch (v) {
+    case Verdict::kOk:
+      return "accepted";
+    case Verdict::kTieBreak:
+      return "tie-break";
+    case Verdict::kWrongComm:
+      return "it belongs to another comm";
+    case Verdict::kWrongRank:
+      return "it is another rank";
+    case Verdict::kWrongSize:
+      return "its comm has another size";
+    case Verdict::kDuplicate:
+      return "it already has a connection to this rank";
+  }
+  return "unknown verdict";
+}
+
+int ms_until(Clock::time_point now, Clock::time_point t) {
+  if (t <= now) return 0;
+  auto ms = std::chrono::ceil<std::chrono::milliseconds>(t - now).count();
+  return ms > INT_MAX ? INT_MAX : static_cast<int>(ms);
+}
+
+void set_nodelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+std::string hint_or_env(const Hints& hints, const char* hint, const char* env) {
+  auto it = hints.find(hint);
+  if (it != hints.end()) return it->second;
+  const char* v = env ? std::getenv(env) : nullptr;
+  return v ? std::string(v) : std::string();
+}
+
+enum class Conn {
+  kIdle,        // no socket; a connect starts when an exchange needs the peer (after retry_at)
+  kConnecting,  // outgoing socket: TCP connect or hello send in progress
+  kAwaitReply,  // outgoing socket: hello sent, waiting for the verdict
+  kConnected,
+  kBroken,  // an exchange failed midway: the byte stream can no longer be trusted
+};
+
+struct Peer {
+  Conn conn = Conn::kIdle;
+  int fd = -1;  // the data socket when connected, else the outgoing socket while handshaking
+  std::optional<SockAddr> addr;
+  // Handshake of our outgoing connection.
+  std::string hello;
+  size_t hello_sent = 0;
+  HelloReply reply{};
+  size_t reply_got = 0;
+  Clock::time_point retry_at{};
+  std::optional<Clock::time_point> refused_since;
+  int backoff_ms = 0;
+  std::string last_error;
+  // Stream state of the connection.
+  uint32_t send_seq = 0;
+  uint32_t recv_seq = 0;
+  std::vector<char> stage;
+  size_t rpos = 0;
+  size_t rend = 0;
+  ErrorCode broken_code = ErrorCode::kInternal;
+  std::string broken_why;
+  // Work of the exchange in progress (FIFO per direction).
+  bool active = false;
+  bool ready = false;  // worth trying I/O before the next poll
+  std::vector<const SendReq*> sends;
+  std::vector<FrameHeader> headers;
+  size_t si = 0;
+  size_t soff = 0;  // bytes of sends[si] (header + payload) already written
+  std::vector<const RecvReq*> recvs;
+  size_t ri = 0;
+  size_t roff = 0;  // payload bytes of recvs[ri] already received
+  bool rhdr = false;
+
+  bool done() const { return si == sends.size() && ri == recvs.size(); }
+};
+
+struct Incoming {
+  int fd = -1;
+  std::vector<char> buf;
+};
+
+class TcpTransport final : public Transport {
+ public:
+  TcpTransport(int rank, int size, std::shared_ptr<Store> store, std::string comm_name,
+               const Hints& hints)
+      : rank_(rank),
+        size_(size),
+        store_(std::move(store)),
+        comm_name_(std::move(comm_name)),
+        peers_(size) {
+    prefix_ = "tcp transport of comm '" + comm_name_ + "' rank " + std::to_string(rank_) + "/" +
+              std::to_string(size_) + ": ";
+    if (rank_ < 0 || rank_ >= size_) {
+      throw Error(ErrorCode::kInvalidArgument, prefix_ + "rank out of range");
+    }
+    if (comm_name_.size() > kMaxCommName) {
+      throw Error(ErrorCode::kInvalidArgument, prefix_ + "comm name longer than 4096 bytes");
+    }
+    tag_ = hint_or_env(hints, "tcp_tag", nullptr);
+    if (tag_.empty()) tag_ = "tcp";
+    std::string grace = hint_or_env(hints, "tcp_refused_grace_ms", "COMMX_SOCKET_REFUSED_GRACE_MS");
+    if (!grace.empty()) {
+      char* end = nullptr;
+      long v = std::strtol(grace.c_str(), &end, 10);
+      if (*end != '\0' || v < 0) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    prefix_ + "bad refused grace '" + grace + "' (milliseconds expected)");
+      }
+      refused_grace_ = std::chrono::milliseconds(v);
+    }
+    abort_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (abort_fd_ < 0) throw system_error("eventfd");
+    listen_on(choose_bind_address(hints));
+  }
+
+  ~TcpTransport() override {
+    for (Peer& p : peers_) {
+      if (p.fd >= 0) close(p.fd);
+    }
+    for (Incoming& in : incoming_) close(in.fd);
+    if (listen_fd_ >= 0) close(listen_fd_);
+    if (abort_fd_ >= 0) close(abort_fd_);
+  }
+
+  std::string name() const override { return "tcp"; }
+
+  void abort() override {
+    aborted_.store(true);
+    uint64_t one = 1;
+    ssize_t rc = write(abort_fd_, &one, sizeof(one));
+    (void)rc;  // the flag alone suffices when the counter is saturated
+  }
+
+  void exchange(std::span<const SendReq> sends, std::span<const RecvReq> recvs,
+                Deadline deadline) override {
+    if (aborted_.load()) throw aborted_error();
+    validate(sends, recvs);
+    copy_to_self(sends, recvs);
+    start_ = Clock::now();
+    for (const SendReq& s : sends) {
+      if (s.peer == rank_) continue;
+      Peer& p = activate(s.peer);
+      p.sends.push_back(&s);
+      p.headers.push_back(FrameHeader{s.bytes, p.send_seq++, kFrameMagic});
+    }
+    for (const RecvReq& r : recvs) {
+      if (r.peer != rank_) activate(r.peer).recvs.push_back(&r);
+    }
+    try {
+      for (int q : active_) {
+        if (peers_[q].conn == Conn::kBroken) throw broken_error(q);
+      }
+      run(deadline);
+    } catch (const Error& e) {
+      for (int q : active_) {
+        if (!peers_[q].done()) mark_broken(q, e);
+      }
+      finish_exchange();
+      throw;
+    }
+    finish_exchange();
+  }
+
+ private:
+  // ---- setup ----
+
+  Error system_error(const std::string& what) const {
+    return Error(ErrorCode::kSystem, prefix_ + what + ": " + std::strerror(errno));
+  }
+
+  void listen_on(const std::string& host) {
+    SockAddr a = resolve_address(host, 0);
+    listen_fd_ = socket(a.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (listen_fd_ < 0) throw system_error("socket");
+    if (bind(listen_fd_, a.get(), a.len) != 0) throw system_error("bind to " + host);
+    if (listen(listen_fd_, SOMAXCONN) != 0) throw system_error("listen");
+    SockAddr bound;
+    bound.len = sizeof(bound.storage);
+    if (getsockname(listen_fd_, bound.get(), &bound.len) != 0) throw system_error("getsockname");
+    address_ = bound.to_string();
+    store_->set_str(addr_key(rank_), address_);
+  }
+
+  std::string addr_key(int r) const { return tag_ + "/addr/" + std::to_string(r); }
+
+  // ---- exchange bookkeeping ----
+
+  void validate(std::span<const SendReq> sends, std::span<const RecvReq> recvs) const {
+    auto check = [&](int peer, const void* data, size_t bytes, const char* dir) {
+      if (peer < 0 || peer >= size_) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    prefix_ + dir + " peer " + std::to_string(peer) + " out of range");
+      }
+      if (bytes > 0 && data == nullptr) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    prefix_ + dir + " of " + std::to_string(bytes) + " bytes with a null buffer");
+      }
+    };
+    for (const SendReq& s : sends) check(s.peer, s.data, s.bytes, "send");
+    for (const RecvReq& r : recvs) check(r.peer, r.data, r.bytes, "recv");
+  }
+
+  // Messages to oneself match in order within one exchange (nothing is buffered across calls).
+  void copy_to_self(std::span<const SendReq> sends, std::span<const RecvReq> recvs) const {
+    std::vector<const SendReq*> out;
+    std::vector<const RecvReq*> in;
+    for (const SendReq& s : sends) {
+      if (s.peer == rank_) out.push_back(&s);
+    }
+    for (const RecvReq& r : recvs) {
+      if (r.peer == rank_) in.push_back(&r);
+    }
+    if (out.size() != in.size()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  prefix_ + "exchange has " + std::to_string(out.size()) + " sends to itself but " +
+                      std::to_string(in.size()) + " receives from itself");
+    }
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (out[i]->bytes != in[i]->bytes) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    prefix_ + "receive of " + std::to_string(in[i]->bytes) + " bytes from itself " +
+                        "matched a send of " + std::to_string(out[i]->bytes) + " bytes");
+      }
+      if (out[i]->bytes > 0 && out[i]->data != in[i]->data) {
+        std::memmove(in[i]->data, out[i]->data, out[i]->bytes);
+      }
+    }
+  }
+
+  Peer& activate(int q) {
+    Peer& p = peers_[q];
+    if (!p.active) {
+      p.active = true;
+      p.ready = true;
+      active_.push_back(q);
+    }
+    return p;
+  }
+
+  void finish_exchange() {
+    for (int q : active_) {
+      Peer& p = peers_[q];
+      p.active = false;
+      p.sends.clear();
+      p.headers.clear();
+      p.recvs.clear();
+      p.si = p.soff = p.ri = p.roff = 0;
+      p.rhdr = false;
+    }
+    active_.clear();
+  }
+
+  void mark_broken(int q, const Error& e) {
+    Peer& p = peers_[q];
+    if (p.conn == Conn::kBroken) return;
+    if (p.fd >= 0) {
+      close(p.fd);
+      p.fd = -1;
+    }
+    std::erase(handshaking_, q);
+    p.conn = Conn::kBroken;
+    p.broken_code = e.code();
+    p.broken_why = e.what();
+  }
+
+  // ---- errors ----
+
+  std::string peer_name(int q) const {
+    const Peer& p = peers_[q];
+    return "rank " + std::to_string(q) + (p.addr ? " (" + p.addr->to_string() + ")" : "");
+  }
+
+  Error aborted_error() const { return Error(ErrorCode::kAborted, prefix_ + "aborted"); }
+
+  Error broken_error(int q) const {
+    const Peer& p = peers_[q];
+    return Error(p.broken_code, prefix_ + "the link to " + peer_name(q) +
+                                    " is unusable after an earlier error: " + p.broken_why);
+  }
+
+  Error peer_failure(int q, const std::string& what) const {
+    return Error(ErrorCode::kPeerFailure, prefix_ + peer_name(q) + " failed: " + what);
+  }
+
+  Error io_failure(int q, const char* op, int err) const {
+    if (err == EPIPE || err == ECONNRESET) {
+      return peer_failure(
+          q, std::string("connection reset during ") + op + " (peer process exited or aborted?)");
+    }
+    return peer_failure(q, std::string(op) + " failed: " + std::strerror(err));
+  }
+
+  Error timeout_error(Clock::time_point now) const {
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - start_).count();
+    std::string what;
+    for (int q : active_) {
+      const Peer& p = peers_[q];
+      if (p.done()) continue;
+      if (!what.empty()) what += "; ";
+      what += peer_name(q) + ": sent " + std::to_string(p.si) + "/" +
+              std::to_string(p.sends.size()) + ", received " + std::to_string(p.ri) + "/" +
+              std::to_string(p.recvs.size());
+      if (p.si < p.sends.size() && p.soff > 0) {
+        what += ", current send at byte " + std::to_string(p.soff) + " of " +
+                std::to_string(sizeof(FrameHeader) + p.sends[p.si]->bytes);
+      }
+      if (p.rhdr) {
+        what += ", current receive at byte " + std::to_string(p.roff) + " of " +
+                std::to_string(p.recvs[p.ri]->bytes);
+      }
+      switch (p.conn) {
+        case Conn::kIdle:
+        case Conn::kConnecting:
+          what += p.conn == Conn::kIdle ? ", not connected" : ", not connected (connect pending)";
+          if (!p.last_error.empty()) what += " (last connect error: " + p.last_error + ")";
+          break;
+        case Conn::kAwaitReply:
+          what += ", waiting for its answer to our hello (is it in a matching exchange?)";
+          break;
+        default:
+          break;
+      }
+    }
+    return Error(ErrorCode::kTimeout, prefix_ + "exchange timed out after " + std::to_string(ms) +
+                                          " ms; pending: " + what);
+  }
+
+  // ---- the progress loop ----
+
+  void run(Deadline deadline) {
+    std::vector<pollfd> fds;
+    enum Kind { kAbort, kListen, kIncoming, kHandshake, kData };
+    std::vector<std::pair<Kind, int>> who;
+    for (;;) {
+      bool pending = false;
+      for (int q : active_) {
+        Peer& p = peers_[q];
+        if (p.done()) continue;
+        if (p.conn == Conn::kConnected && p.ready) {
+          p.ready = false;
+          progress_send(q);
+          progress_recv(q);
+        }
+        pending = pending || !p.done();
+      }
+      if (!pending) return;
+      if (aborted_.load()) throw aborted_error();
+
+      Clock::time_point now = Clock::now();
+      Clock::time_point wake = deadline;
+      for (int q : active_) {
+        Peer& p = peers_[q];
+        if (p.done() || p.conn != Conn::kIdle) continue;
+        if (p.retry_at <= now) {
+          start_connect(q);
+          now = Clock::now();
+        }
+        if (p.conn == Conn::kIdle) wake = std::min(wake, p.retry_at);
+      }
+      if (now >= deadline) throw timeout_error(now);
+
+      fds.clear();
+      who.clear();
+      fds.push_back({abort_fd_, POLLIN, 0});
+      who.push_back({kAbort, 0});
+      fds.push_back({listen_fd_, POLLIN, 0});
+      who.push_back({kListen, 0});
+      for (size_t i = 0; i < incoming_.size(); ++i) {
+        fds.push_back({incoming_[i].fd, POLLIN, 0});
+        who.push_back({kIncoming, static_cast<int>(i)});
+      }
+      for (int q : handshaking_) {
+        Peer& p = peers_[q];
+        fds.push_back(
+            {p.fd, static_cast<short>(p.conn == Conn::kConnecting ? POLLOUT : POLLIN), 0});
+        who.push_back({kHandshake, q});
+      }
+      for (int q : active_) {
+        Peer& p = peers_[q];
+        if (p.done() || p.conn != Conn::kConnected) continue;
+        short ev = 0;
+        if (p.si < p.sends.size()) ev |= POLLOUT;
+        if (p.ri < p.recvs.size()) ev |= POLLIN;
+        fds.push_back({p.fd, ev, 0});
+        who.push_back({kData, q});
+      }
+      int rc = poll(fds.data(), fds.size(), ms_until(now, wake));
+      if (rc < 0) {
+        if (errno == EINTR) continue;
+        throw system_error("poll");
+      }
+      if (rc == 0) continue;
+      bool accept_ready = false;
+      std::vector<int> incoming_ready;
+      std::vector<int> handshake_ready;
+      for (size_t i = 0; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        switch (who[i].first) {
+          case kAbort:
+            throw aborted_error();
+          case kListen:
+            accept_ready = true;
+            break;
+          case kIncoming:
+            incoming_ready.push_back(who[i].second);
+            break;
+          case kHandshake:
+            handshake_ready.push_back(who[i].second);
+            break;
+          case kData:
+            peers_[who[i].second].ready = true;
+            break;
+        }
+      }
+      // Handshakes change handshaking_ and incoming_, so they run after the scan.
+      for (int q : handshake_ready) {
+        if (peers_[q].conn == Conn::kConnecting) {
+          on_connect_writable(q);
+        } else if (peers_[q].conn == Conn::kAwaitReply) {
+          on_reply_readable(q);
+        }
+      }
+      for (auto it = incoming_ready.rbegin(); it != incoming_ready.rend(); ++it) {
+        if (on_incoming_readable(incoming_[*it])) incoming_.erase(incoming_.begin() + *it);
+      }
+      if (accept_ready) accept_all();
+    }
+  }
+
+  // ---- data ----
+
+  void progress_send(int q) {
+    Peer& p = peers_[q];
+    while (p.si < p.sends.size()) {
+      iovec iov[kMaxIov];
+      int n = 0;
+      size_t off = p.soff;
+      for (size_t i = p.si; i < p.sends.size() && n + 2 <= kMaxIov; ++i) {
+        const SendReq* s = p.sends[i];
+        char* hdr = reinterpret_cast<char*>(&p.headers[i]);
+        char* data = static_cast<char*>(const_cast<void*>(s->data));
+        if (off < sizeof(FrameHeader)) {
+          iov[n++] = {hdr + off, sizeof(FrameHeader) - off};
+          if (s->bytes > 0) iov[n++] = {data, s->bytes};
+        } else {
+          iov[n++] = {data + (off - sizeof(FrameHeader)), s->bytes - (off - sizeof(FrameHeader))};
+        }
+        off = 0;
+      }
+      msghdr mh{};
+      mh.msg_iov = iov;
+      mh.msg_iovlen = n;
+      ssize_t w = sendmsg(p.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        throw io_failure(q, "send", errno);
+      }
+      size_t left = static_cast<size_t>(w);
+      while (p.si < p.sends.size()) {
+        size_t rem = sizeof(FrameHeader) + p.sends[p.si]->bytes - p.soff;
+        if (left < rem) {
+          p.soff += left;
+          break;
+        }
+        left -= rem;
+        p.si++;
+        p.soff = 0;
+      }
+    }
+  }
+
+  // Reads into the staging buffer; false when no byte is available now.
+  bool fill_stage(int q) {
+    Peer& p = peers_[q];
+    if (p.stage.empty()) p.stage.resize(kStageBytes);
+    if (p.rpos == p.rend) {
+      p.rpos = p.rend = 0;
+    } else if (p.rpos > 0 && p.stage.size() - p.rend < sizeof(FrameHeader) * 64) {
+      std::memmove(p.stage.data(), p.stage.data() + p.rpos, p.rend - p.rpos);
+      p.rend -= p.rpos;
+      p.rpos = 0;
+    }
+    if (p.rend == p.stage.size()) {  // callers consume staged bytes first: cannot happen
+      throw Error(ErrorCode::kInternal, prefix_ + "staging buffer full");
+    }
+    for (;;) {
+      ssize_t g = recv(p.fd, p.stage.data() + p.rend, p.stage.size() - p.rend, MSG_DONTWAIT);
+      if (g > 0) {
+        p.rend += static_cast<size_t>(g);
+        return true;
+      }
+      if (g == 0) throw eof_error(q);
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
+      throw io_failure(q, "receive", errno);
+    }
+  }
+
+  Error eof_error(int q) const {
+    return peer_failure(q, "connection closed by the peer while receiving message #" +
+                               std::to_string(peers_[q].recv_seq) +
+                               " (peer process exited or aborted?)");
+  }
+
+  void progress_recv(int q) {
+    Peer& p = peers_[q];
+    while (p.ri < p.recvs.size()) {
+      const RecvReq* r = p.recvs[p.ri];
+      if (!p.rhdr) {
+        if (p.rend - p.rpos < sizeof(FrameHeader)) {
+          if (!fill_stage(q)) return;
+          continue;
+        }
+        FrameHeader h;
+        std::memcpy(&h, p.stage.data() + p.rpos, sizeof(h));
+        p.rpos += sizeof(h);
+        if (h.magic != kFrameMagic || h.seq != p.recv_seq) {
+          throw Error(ErrorCode::kInternal,
+                      prefix_ + "protocol error on the link from " + peer_name(q) +
+                          ": bad frame header (expected message #" + std::to_string(p.recv_seq) +
+                          ", got #" + std::to_string(h.seq) + ")");
+        }
+        if (h.bytes != r->bytes) {
+          throw Error(ErrorCode::kInvalidArgument,
+                      prefix_ + "size mismatch: a receive of " + std::to_string(r->bytes) +
+                          " bytes from rank " + std::to_string(q) + " matched a send of " +
+                          std::to_string(h.bytes) + " bytes by rank " + std::to_string(q) +
+                          " (message #" + std::to_string(h.seq) + " on that link)");
+        }
+        p.rhdr = true;
+        p.roff = 0;
+      }
+      size_t rem = r->bytes - p.roff;
+      if (rem == 0) {
+        p.ri++;
+        p.rhdr = false;
+        p.recv_seq++;
+        continue;
+      }
+      char* dst = static_cast<char*>(r->data) + p.roff;
+      size_t avail = p.rend - p.rpos;
+      if (avail > 0) {
+        size_t n = std::min(avail, rem);
+        std::memcpy(dst, p.stage.data() + p.rpos, n);
+        p.rpos += n;
+        p.roff += n;
+        continue;
+      }
+      if (rem < kDirectRecvMin) {
+        if (!fill_stage(q)) return;
+        continue;
+      }
+      ssize_t g = recv(p.fd, dst, rem, MSG_DONTWAIT);
+      if (g > 0) {
+        p.roff += static_cast<size_t>(g);
+      } else if (g == 0) {
+        throw eof_error(q);
+      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        return;
+      } else if (errno != EINTR) {
+        throw io_failure(q, "receive", errno);
+      }
+    }
+  }
+
+  // ---- connecting (our side) ----
+
+  // Looks the peer's address up without blocking (the poll loop retries with backoff, so the
+  // listener stays served and abort() and the deadline stay observed). False: not published yet.
+  bool fetch_address(int q) {
+    Peer& p = peers_[q];
+    std::string key = addr_key(q);
+    if (!store_->check({key})) {
+      p.last_error = "its address is not in the store yet (key '" + key + "')";
+      return false;
+    }
+    p.addr = parse_host_port(store_->get_str(key), "rank " + std::to_string(q));
+    p.backoff_ms = 0;
+    p.last_error.clear();
+    return true;
+  }
+
+  void start_connect(int q) {
+    Peer& p = peers_[q];
+    if (!p.addr && !fetch_address(q)) {
+      p.backoff_ms = std::min(std::max(2 * p.backoff_ms, 2), kMaxBackoffMs);
+      p.retry_at = Clock::now() + std::chrono::milliseconds(p.backoff_ms);
+      return;
+    }
+    int fd = socket(p.addr->family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw system_error("socket");
+    set_nodelay(fd);
+    p.fd = fd;
+    p.conn = Conn::kConnecting;
+    p.hello_sent = 0;
+    p.reply_got = 0;
+    handshaking_.push_back(q);
+    if (p.hello.empty()) {
+      Hello h{
+          kHelloMagic, kProtocolVersion, rank_, q, size_, static_cast<uint32_t>(comm_name_.size())};
+      p.hello.assign(reinterpret_cast<const char*>(&h), sizeof(h));
+      p.hello += comm_name_;
+    }
+    if (connect(fd, p.addr->get(), p.addr->len) != 0 && errno != EINPROGRESS) {
+      connect_failed(q, errno);
+    }
+  }
+
+  void connect_failed(int q, int err) {
+    Peer& p = peers_[q];
+    close(p.fd);
+    p.fd = -1;
+    std::erase(handshaking_, q);
+    p.conn = Conn::kIdle;
+    p.last_error = std::strerror(err);
+    Clock::time_point now = Clock::now();
+    // A refusal means the peer's listener is gone: its process exited or closed the comm.
+    if (err == ECONNREFUSED) {
+      if (!p.refused_since) p.refused_since = now;
+      if (p.active && now - *p.refused_since >= refused_grace_) {
+        throw peer_failure(q, "it refuses connections (its process exited or closed the comm?)");
+      }
+    }
+    p.backoff_ms = std::min(std::max(2 * p.backoff_ms, 5), kMaxBackoffMs);
+    p.retry_at = now + std::chrono::milliseconds(p.backoff_ms);
+  }
+
+  void on_connect_writable(int q) {
+    Peer& p = peers_[q];
+    if (p.hello_sent == 0) {
+      int err = 0;
+      socklen_t len = sizeof(err);
+      if (getsockopt(p.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+      if (err != 0) return connect_failed(q, err);
+    }
+    while (p.hello_sent < p.hello.size()) {
+      ssize_t w = send(p.fd, p.hello.data() + p.hello_sent, p.hello.size() - p.hello_sent,
+                       MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w > 0) {
+        p.hello_sent += static_cast<size_t>(w);
+      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        return;
+      } else if (errno != EINTR) {
+        return connect_failed(q, errno);
+      }
+    }
+    p.conn = Conn::kAwaitReply;
+  }
+
+  void on_reply_readable(int q) {
+    Peer& p = peers_[q];
+    char* buf = reinterpret_cast<char*>(&p.reply);
+    while (p.reply_got < sizeof(p.reply)) {
+      ssize_t g = recv(p.fd, buf + p.reply_got, sizeof(p.reply) - p.reply_got, MSG_DONTWAIT);
+      if (g > 0) {
+        p.reply_got += static_cast<size_t>(g);
+      } else if (g == 0) {
+        return connect_failed(q, ECONNRESET);
+      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        return;
+      } else if (errno != EINTR) {
+        return connect_failed(q, errno);
+      }
+    }
+    if (p.reply.magic != kHelloMagic) {
+      throw peer_failure(q, "the listener published for it is not a commx tcp transport");
+    }
+    switch (p.reply.verdict) {
+      case Verdict::kOk:
+        std::erase(handshaking_, q);
+        adopt(q, p.fd);
+        return;
+      case Verdict::kTieBreak:
+        // It is connecting to us too and its connection wins: wait for it to arrive.
+        close(p.fd);
+        p.fd = -1;
+        std::erase(handshaking_, q);
+        p.conn = Conn::kIdle;
+        p.retry_at = Clock::now() + std::chrono::milliseconds(kTieBreakWaitMs);
+        return;
+      default:
+        throw peer_failure(q, std::string("the listener published for it rejected our hello: ") +
+                                  verdict_text(p.reply.verdict) + " (stale store keys?)");
+    }
+  }
+
+  void adopt(int q, int fd) {
+    Peer& p = peers_[q];
+    p.fd = fd;
+    p.conn = Conn::kConnected;
+    p.ready = true;
+    p.refused_since.reset();
+    p.backoff_ms = 0;
+    p.last_error.clear();
+    p.send_seq = p.recv_seq = 0;
+    p.rpos = p.rend = 0;
+    // Frames queued before the connection existed were numbered from 0 already.
+    for (size_t i = 0; i < p.headers.size(); ++i) p.headers[i].seq = static_cast<uint32_t>(i);
+    p.send_seq = static_cast<uint32_t>(p.headers.size());
+  }
+
+  // ---- accepting (their side) ----
+
+  void accept_all() {
+    for (;;) {
+      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        return;  // EAGAIN, or a transient failure (EMFILE...) retried at the next readiness
+      }
+      set_nodelay(fd);
+      incoming_.push_back(Incoming{fd, {}});
+    }
+  }
+
+  // Reads the hello exactly (no byte past it), then answers. True when `in` is finished.
+  bool on_incoming_readable(Incoming& in) {
+    for (;;) {
+      size_t need = sizeof(Hello);
+      if (in.buf.size() >= sizeof(Hello)) {
+        Hello h;
+        std::memcpy(&h, in.buf.data(), sizeof(h));
+        if (h.magic != kHelloMagic || h.version != kProtocolVersion || h.name_len > kMaxCommName) {
+          close(in.fd);  // not one of us
+          return true;
+        }
+        need += h.name_len;
+      }
+      if (in.buf.size() == need) break;
+      char tmp[512];
+      ssize_t g = recv(in.fd, tmp, std::min(sizeof(tmp), need - in.buf.size()), MSG_DONTWAIT);
+      if (g > 0) {
+        in.buf.insert(in.buf.end(), tmp, tmp + g);
+      } else if (g < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return false;
+      } else if (g == 0 || errno != EINTR) {
+        close(in.fd);
+        return true;
+      }
+    }
+    Hello h;
+    std::memcpy(&h, in.buf.data(), sizeof(h));
+    std::string name(in.buf.begin() + sizeof(Hello), in.buf.end());
+    Verdict v = judge(h, name);
+    HelloReply reply{kHelloMagic, v};
+    // A fresh socket's send buffer always takes these 8 bytes at once.
+    ssize_t w = send(in.fd, &reply, sizeof(reply), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (v != Verdict::kOk || w != static_cast<ssize_t>(sizeof(reply))) {
+      close(in.fd);
+      return true;
+    }
+    Peer& p = peers_[h.from];
+    if (p.conn == Conn::kConnecting || p.conn == Conn::kAwaitReply) {
+      close(p.fd);  // ours loses the tie-break: the peer rejects it
+      std::erase(handshaking_, h.from);
+    }
+    adopt(h.from, in.fd);
+    return true;
+  }
+
+  Verdict judge(const Hello& h, const std::string& name) const {
+    if (name != comm_name_) return Verdict::kWrongComm;
+    if (h.size != size_) return Verdict::kWrongSize;
+    if (h.to != rank_ || h.from < 0 || h.from >= size_ || h.from == rank_) {
+      return Verdict::kWrongRank;
+    }
+    switch (peers_[h.from].conn) {
+      case Conn::kIdle:
+        return Verdict::kOk;
+      case Conn::kConnecting:
+      case Conn::kAwaitReply:
+        return h.from < rank_ ? Verdict::kOk : Verdict::kTieBreak;
+      default:
+        return Verdict::kDuplicate;
+    }
+  }
+
+  const int rank_;
+  const int size_;
+  std::shared_ptr<Store> store_;
+  const std::string comm_name_;
+  std::string prefix_;
+  std::string tag_;
+  std::string address_;
+  std::chrono::milliseconds refused_grace_{2000};
+  int listen_fd_ = -1;
+  int abort_fd_ = -1;
+  std::atomic<bool> aborted_{false};
+  std::vector<Peer> peers_;
+  std::vector<int> active_;       // peers with work in the exchange in progress
+  std::vector<int> handshaking_;  // peers with an outgoing connection in handshake
+  std::vector<Incoming> incoming_;
+  Clock::time_point start_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_tcp_transport(int rank, int size, std::shared_ptr<Store> store,
+                                              const std::string& comm_name, const Hints& hints) {
+  return std::make_unique<TcpTransport>(rank, size, std::move(store), comm_name, hints);
+}
+
+}  // namespace commx

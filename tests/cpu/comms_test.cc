@@ -1,0 +1,86 @@
+// Several comms at once: splits (disjoint groups with the same name, a reordered subset), ops
+// interleaved across comms, async ops in flight on two comms together, and the transport hints.
+#include <gtest/gtest.h>
+
+#include "backends/cpu/cpu_backend.h"
+#include "cpu/cases.h"
+#include "cpu/harness.h"
+
+using namespace commx;
+using namespace commx::testing;
+
+namespace {
+
+// Sum over `ranks` of (r + 1) * (i + 1), the value all_reduce of fill(r) gives at element i.
+std::vector<float> expect_sum(const std::vector<int>& world_ranks, size_t count) {
+  std::vector<float> e(count, 0.0f);
+  for (int r : world_ranks)
+    for (size_t i = 0; i < count; ++i) e[i] += static_cast<float>((r + 1) * static_cast<int>(i % 100 + 1));
+  return e;
+}
+std::vector<float> fill(int world_rank, size_t count) {
+  std::vector<float> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = static_cast<float>((world_rank + 1) * static_cast<int>(i % 100 + 1));
+  return v;
+}
+
+TEST(Comms, SplitsAndInterleavedOps) {
+  auto res = run_forked(6, [](RankEnv& env) {
+    const int me = env.rank;
+    auto world = env.comm("world");
+    // Two disjoint halves under the same name, and a reordered subset.
+    std::vector<int> half = me < 3 ? std::vector<int>{0, 1, 2} : std::vector<int>{3, 4, 5};
+    auto h = world->split(half, "half");
+    std::vector<int> odd = {5, 3, 1};
+    auto o = (me % 2 == 1) ? world->split(odd, "odd") : world->split({}, "odd");
+    env.check(h && h->size() == 3 && h->rank() == me % 3, "half split rank/size");
+    env.check((me % 2 == 1) == (o != nullptr), "odd split membership");
+    if (o) env.check(o->rank() == (me == 5 ? 0 : me == 3 ? 1 : 2), "odd split rank follows the list order");
+    for (size_t count : {size_t{5}, size_t{3000}, size_t{300000}}) {
+      // Async on two comms at once, then sync on the world in between.
+      auto a = fill(me, count), b = fill(me, count), c = fill(me, count);
+      Work wa = h->all_reduce(make_tensor(a.data(), static_cast<int64_t>(count)), ReduceOp::SUM, true);
+      Work wb;
+      if (o) wb = o->all_reduce(make_tensor(b.data(), static_cast<int64_t>(count)), ReduceOp::SUM, true);
+      world->all_reduce(make_tensor(c.data(), static_cast<int64_t>(count)), ReduceOp::SUM);
+      wa.wait();
+      wb.wait();
+      env.check(a == expect_sum(half, count), "half all_reduce count " + std::to_string(count));
+      if (o) env.check(b == expect_sum(odd, count), "odd all_reduce count " + std::to_string(count));
+      env.check(c == expect_sum({0, 1, 2, 3, 4, 5}, count), "world all_reduce count " + std::to_string(count));
+    }
+    // A broadcast on the split from its rank 1 (world rank 3 for the odd comm).
+    if (o) {
+      std::vector<int> v(10, o->rank() == 1 ? 42 : 0);
+      o->broadcast(make_tensor(v.data(), 10), 1);
+      env.check(v == std::vector<int>(10, 42), "broadcast on a split");
+    }
+    world->barrier();
+  });
+  EXPECT_TRUE(res.all_ok()) << res.describe();
+}
+
+TEST(Comms, TransportHints) {
+  auto res = run_forked(3, [](RankEnv& env) {
+    CommOptions o;
+    o.hints["transport"] = "tcp";
+    auto tcp = env.comm("tcp", o);
+    env.check(static_cast<CpuBackend&>(tcp->unsafe_get_backend()).transport_name() != "shm",
+              "transport=tcp does not use shared memory");
+    // A split of a TCP comm stays on TCP (hints are inherited).
+    auto sub = env.rank == 1 ? tcp->split({}, "tcp-sub") : tcp->split({2, 0}, "tcp-sub");
+    if (sub) {
+      auto v = fill(env.rank, 1000);
+      sub->all_reduce(make_tensor(v.data(), 1000), ReduceOp::SUM);
+      env.check(v == expect_sum({2, 0}, 1000), "all_reduce on a split of a tcp comm");
+    }
+    auto shm = env.comm("shm");
+    env.check(static_cast<CpuBackend&>(shm->unsafe_get_backend()).transport_name() == "shm",
+              "one host: shared memory by default");
+    o.hints["transport"] = "carrier-pigeon";
+    expect_error(env, ErrorCode::kInvalidArgument, [&] { env.comm("bad", o); }, "unknown transport");
+  });
+  EXPECT_TRUE(res.all_ok()) << res.describe();
+}
+
+}  // namespace

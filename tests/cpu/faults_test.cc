@@ -1,0 +1,170 @@
+// Failure paths of the cpu backend on forked ranks: a rank that never calls (Timeout naming it,
+// within the op timeout), a rank killed mid-collective (PeerFailure naming it, quickly), abort(),
+// and mismatched calls (InvalidArgument naming both sides).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <thread>
+
+#include "cpu/cases.h"
+#include "cpu/harness.h"
+
+using namespace commx;
+using namespace commx::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+double since_ms(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+TEST(Faults, TimeoutNamesTheMissingRank) {
+  auto res = run_forked(3, [](RankEnv& env) {
+    auto comm = env.comm("timeout");
+    std::vector<float> v(100, 1.0f);
+    comm->all_reduce(make_tensor(v.data(), 100), ReduceOp::SUM);  // everyone once
+    if (env.rank == 2) {
+      auto comm2 = env.comm("timeout2");
+      std::this_thread::sleep_for(1500ms);  // alive but never calls
+      return;
+    }
+    OpOptions o;
+    o.timeout = 300ms;
+    auto t0 = std::chrono::steady_clock::now();
+    std::string msg = expect_error(env, ErrorCode::kTimeout,
+                                   [&] { comm->all_reduce(make_tensor(v.data(), 100), ReduceOp::SUM, false, o); },
+                                   "all_reduce with a missing rank");
+    double ms = since_ms(t0);
+    env.check(ms >= 290 && ms < 1200, "timeout came after " + std::to_string(ms) + " ms, want ~300");
+    env.check(has(msg, "rank(s) 2") && has(msg, "all_reduce") && has(msg, "comm 'timeout'") &&
+                  has(msg, "#2"),
+              "message names comm, op, seq and the missing rank: " + msg);
+    // The comm is unusable afterwards, with a clear error.
+    expect_error(env, ErrorCode::kInvalidArgument, [&] { comm->barrier(); }, "op after a failed op");
+    // Async form: the Work carries the timeout.
+    auto comm2 = env.comm("timeout2");
+    t0 = std::chrono::steady_clock::now();
+    Work w = comm2->all_reduce(make_tensor(v.data(), 100), ReduceOp::SUM, true, o);
+    expect_error(env, ErrorCode::kTimeout, [&] { w.wait(); }, "async all_reduce with a missing rank");
+    env.check(w.status() == WorkStatus::kTimedOut, "work status is TimedOut");
+    env.check(since_ms(t0) < 1200, "async timeout after " + std::to_string(since_ms(t0)) + " ms");
+  });
+  EXPECT_TRUE(res.all_ok()) << res.describe();
+}
+
+TEST(Faults, KilledRankIsReportedQuickly) {
+  for (int mode : {0, 1, 2}) {  // small, large (several rounds), small over TCP
+    bool large = mode == 1;
+    auto res = run_forked(4, [large, mode](RankEnv& env) {
+      CommOptions co;
+      if (mode == 2) co.hints["transport"] = "tcp";
+      auto comm = env.comm("kill", co);
+      size_t count = large ? (size_t{12} << 20) / 4 : 64;  // large: several rounds through the slots
+      std::vector<float> v(count, 1.0f);
+      comm->all_reduce(make_tensor(v.data(), 16), ReduceOp::SUM);
+      if (env.rank == 3) {
+        if (large) {
+          Work w = comm->all_reduce(make_tensor(v.data(), static_cast<int64_t>(count)), ReduceOp::SUM, true);
+          std::this_thread::sleep_for(2ms);  // die while the op is in flight
+        }
+        raise(SIGKILL);
+      }
+      OpOptions o;
+      o.timeout = 60s;
+      auto t0 = std::chrono::steady_clock::now();
+      std::string msg = expect_error(
+          env, ErrorCode::kPeerFailure,
+          [&] { comm->all_reduce(make_tensor(v.data(), static_cast<int64_t>(count)), ReduceOp::SUM, false, o); },
+          "all_reduce with a dead rank");
+      double ms = since_ms(t0);
+      env.check(ms < 3000, "peer failure took " + std::to_string(ms) + " ms");
+      // Over TCP a rank that never talks to rank 3 sees the peer that gave up on it fail instead
+      // (recursive doubling: ranks 1 and 2 exchange with 3, rank 0 only with 1 and 2).
+      if (mode != 2 || env.rank != 0) env.check(has(msg, "rank 3"), "message names the dead rank: " + msg);
+    });
+    ASSERT_EQ(res.status.size(), 4u);
+    for (int r = 0; r < 3; ++r)
+      EXPECT_TRUE(res.status[r] >= 0 && WIFEXITED(res.status[r]) && WEXITSTATUS(res.status[r]) == 0)
+          << "large=" << large << " " << res.describe();
+    EXPECT_TRUE(res.status[3] >= 0 && WIFSIGNALED(res.status[3])) << res.describe();
+  }
+}
+
+TEST(Faults, AbortEndsPendingWork) {
+  auto res = run_forked(2, [](RankEnv& env) {
+    auto comm = env.comm("abort");
+    std::vector<float> v(10, 1.0f);
+    if (env.rank == 1) {
+      std::this_thread::sleep_for(1000ms);
+      return;
+    }
+    Work w = comm->all_reduce(make_tensor(v.data(), 10), ReduceOp::SUM, true);
+    Work queued = comm->barrier(true);
+    std::this_thread::sleep_for(50ms);
+    auto t0 = std::chrono::steady_clock::now();
+    comm->abort();
+    env.check(since_ms(t0) < 50, "abort() is non-blocking");
+    expect_error(env, ErrorCode::kAborted, [&] { w.wait(); }, "in-flight op after abort");
+    expect_error(env, ErrorCode::kAborted, [&] { queued.wait(); }, "queued op after abort");
+    env.check(since_ms(t0) < 500, "aborted work ended in " + std::to_string(since_ms(t0)) + " ms");
+    env.check(comm->is_aborted(), "is_aborted");
+    expect_error(env, ErrorCode::kAborted, [&] { comm->barrier(); }, "op after abort");
+  });
+  EXPECT_TRUE(res.all_ok()) << res.describe();
+}
+
+TEST(Faults, MismatchedCallsAreClearErrors) {
+  auto res = run_forked(2, [](RankEnv& env) {
+    std::vector<float> v(20, 1.0f);
+    {
+      auto comm = env.comm("mismatch");
+      int64_t count = env.rank == 0 ? 10 : 12;
+      std::string msg = expect_error(env, ErrorCode::kInvalidArgument,
+                                     [&] { comm->all_reduce(make_tensor(v.data(), count), ReduceOp::SUM); },
+                                     "all_reduce with different counts");
+      env.check(has(msg, "rank " + std::to_string(1 - env.rank)) && has(msg, "10") && has(msg, "12"),
+                "message names the other rank and both counts: " + msg);
+    }
+    {
+      auto comm = env.comm("p2p-mismatch");
+      if (env.rank == 0) {
+        comm->send(make_tensor(v.data(), 10), 1);
+      } else {
+        std::string msg = expect_error(env, ErrorCode::kInvalidArgument,
+                                       [&] { comm->recv(make_tensor(v.data(), 12), 0); }, "recv size mismatch");
+        env.check(has(msg, "40 bytes") && has(msg, "48 bytes"), "message has both sizes: " + msg);
+      }
+    }
+    {
+      auto comm = env.comm("a2av-mismatch");
+      std::vector<int64_t> in_splits = {1, 1}, out_splits = {1, env.rank == 0 ? 2 : 1};
+      std::string msg = expect_error(
+          env, ErrorCode::kInvalidArgument,
+          [&] {
+            comm->all_to_all_v_single(make_tensor(v.data() + 10, 3), make_tensor(v.data(), 2), out_splits,
+                                      in_splits);
+          },
+          "all_to_all_v_single with inconsistent splits");
+      env.check(has(msg, "rank 1 sends 4 bytes to rank 0, which expects 8"), "a2av message: " + msg);
+    }
+  });
+  EXPECT_TRUE(res.all_ok()) << res.describe();
+}
+
+TEST(Faults, UnsupportedDynamicAllToAll) {
+  auto res = run_forked(1, [](RankEnv& env) {
+    auto comm = env.comm("unsupported");
+    env.check(!comm->unsafe_get_backend().supports(OpType::kAllToAllVDynamic, DataType::kFloat32,
+                                                   ReduceKind::kSum),
+              "all_to_all_v_dynamic is not supported");
+    std::vector<float> v(4);
+    expect_error(env, ErrorCode::kUnsupported,
+                 [&] { comm->all_reduce(make_tensor(v.data(), 4), ReduceOp::BXOR); }, "BXOR on f32");
+  });
+  EXPECT_TRUE(res.all_ok()) << res.describe();
+}
+
+}  // namespace

@@ -1,0 +1,252 @@
+// Tests of commx-run: the environment each rank gets, "[rank] " output prefixes, the first
+// failure's exit code, quick termination of the other ranks (SIGTERM, then SIGKILL), --timeout,
+// signal forwarding, no orphans when the launcher is killed, and the hosted store.
+// Layer: tests (run).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+std::string read_file(const std::string& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> lines_of(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string l; std::getline(ss, l);) out.push_back(l);
+  return out;
+}
+
+std::string temp_dir() {
+  char tmpl[] = "/tmp/commx-run-test-XXXXXX";
+  return ::mkdtemp(tmpl);
+}
+
+// A commx-run process with stdout and stderr in files.
+class Launch {
+ public:
+  explicit Launch(std::vector<std::string> args) : dir_(temp_dir()) {
+    args.insert(args.begin(), COMMX_RUN_PATH);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      freopen((dir_ + "/out").c_str(), "w", stdout);
+      freopen((dir_ + "/err").c_str(), "w", stderr);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    t0_ = Clock::now();
+  }
+  ~Launch() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    std::system(("rm -rf " + dir_).c_str());
+  }
+  // Exit code (128+signal if killed); -1 when it is still running after `limit`.
+  int wait(std::chrono::seconds limit = 30s) {
+    int status = 0;
+    while (::waitpid(pid_, &status, WNOHANG) == 0) {
+      if (Clock::now() - t0_ > limit) return -1;
+      std::this_thread::sleep_for(5ms);
+    }
+    pid_ = -1;
+    elapsed_ = Clock::now() - t0_;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  // Waits until stdout has `n` lines containing `text`.
+  bool wait_for_output(const std::string& text, int n, std::chrono::seconds limit = 20s) {
+    while (Clock::now() - t0_ < limit) {
+      int c = 0;
+      for (auto& l : lines_of(out())) c += l.find(text) != std::string::npos;
+      if (c >= n) return true;
+      std::this_thread::sleep_for(10ms);
+    }
+    return false;
+  }
+  std::string out() const { return read_file(dir_ + "/out"); }
+  std::string err() const { return read_file(dir_ + "/err"); }
+  pid_t pid() const { return pid_; }
+  const std::string& dir() const { return dir_; }
+  Clock::duration elapsed() const { return elapsed_; }
+
+ private:
+  std::string dir_;
+  pid_t pid_ = -1;
+  Clock::time_point t0_;
+  Clock::duration elapsed_{};
+};
+
+TEST(CommxRun, EveryRankGetsItsEnvironment) {
+  for (int n : {1, 3, 8}) {
+    Launch l({"-n", std::to_string(n), "--", RUN_CHILD_PATH, "env", "a b", "--x"});
+    ASSERT_EQ(l.wait(), 0) << l.err();
+    std::map<int, std::map<std::string, std::string>> env;
+    std::map<int, std::vector<std::string>> args;
+    std::regex re(R"(^\[(\d+)\] (\w+)=(.*)$)");
+    for (auto& line : lines_of(l.out())) {
+      std::smatch m;
+      ASSERT_TRUE(std::regex_match(line, m, re)) << line;
+      int r = std::stoi(m[1]);
+      if (m[2] == "ARG")
+        args[r].push_back(m[3]);
+      else
+        env[r][m[2]] = m[3];
+    }
+    ASSERT_EQ(env.size(), static_cast<size_t>(n));
+    std::set<std::string> ports;
+    for (int r = 0; r < n; ++r) {
+      auto& e = env[r];
+      for (const char* k : {"COMMX_RANK", "RANK", "COMMX_LOCAL_RANK", "LOCAL_RANK"})
+        EXPECT_EQ(e[k], std::to_string(r)) << k;
+      for (const char* k : {"COMMX_WORLD_SIZE", "WORLD_SIZE", "COMMX_LOCAL_WORLD_SIZE",
+                            "LOCAL_WORLD_SIZE"})
+        EXPECT_EQ(e[k], std::to_string(n)) << k;
+      EXPECT_EQ(e["MASTER_ADDR"], "127.0.0.1");
+      EXPECT_EQ(e["COMMX_STORE_HOSTED"], "1");
+      EXPECT_GT(std::stoi(e["MASTER_PORT"]), 0);
+      ports.insert(e["MASTER_PORT"]);
+      EXPECT_EQ(args[r], (std::vector<std::string>{"a b", "--x"}));
+    }
+    EXPECT_EQ(ports.size(), 1u);
+  }
+}
+
+TEST(CommxRun, OutputLinesArePrefixedAndWhole) {
+  constexpr int kRanks = 4, kLines = 300;
+  Launch l({"-n", std::to_string(kRanks), RUN_CHILD_PATH, "lines", std::to_string(kLines)});
+  ASSERT_EQ(l.wait(), 0) << l.err();
+  std::regex out_re(R"(^\[(\d)\] out (\d+) of rank (\d) x{200}$)");
+  std::regex tail_re(R"(^\[(\d)\] tail of rank (\d)$)");
+  std::map<int, int> next, tails;
+  for (auto& line : lines_of(l.out())) {
+    std::smatch m;
+    if (std::regex_match(line, m, tail_re)) {
+      EXPECT_EQ(m[1], m[2]);
+      ++tails[std::stoi(m[1])];
+      continue;
+    }
+    ASSERT_TRUE(std::regex_match(line, m, out_re)) << "mangled line: " << line.substr(0, 80);
+    EXPECT_EQ(m[1], m[3]);
+    int r = std::stoi(m[1]);
+    EXPECT_EQ(std::stoi(m[2]), next[r]++) << "rank " << r << " lines out of order";
+  }
+  std::regex err_re(R"(^\[(\d)\] err (\d+) of rank (\d)$)");
+  std::map<int, int> errs;
+  for (auto& line : lines_of(l.err())) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(line, m, err_re)) << "mangled stderr line: " << line;
+    EXPECT_EQ(m[1], m[3]);
+    ++errs[std::stoi(m[1])];
+  }
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(next[r], kLines);
+    EXPECT_EQ(errs[r], kLines);
+    EXPECT_EQ(tails[r], 1);
+  }
+}
+
+TEST(CommxRun, FirstFailureCodeAndOthersKilledQuickly) {
+  Launch l({"-n", "4", RUN_CHILD_PATH, "fail", "2", "7"});
+  EXPECT_EQ(l.wait(), 7) << l.err();
+  EXPECT_LT(l.elapsed(), 5s);  // the others would sleep 60 s
+  EXPECT_NE(l.err().find("rank 2 exited with code 7"), std::string::npos) << l.err();
+}
+
+TEST(CommxRun, RankKilledBySignalGives128PlusSignal) {
+  Launch l({"-n", "3", RUN_CHILD_PATH, "signal", "1", std::to_string(SIGSEGV)});
+  EXPECT_EQ(l.wait(), 128 + SIGSEGV) << l.err();
+  EXPECT_LT(l.elapsed(), 5s);
+  EXPECT_NE(l.err().find("rank 1 was killed by signal"), std::string::npos) << l.err();
+}
+
+TEST(CommxRun, RanksIgnoringSigtermGetSigkillAfterTheGrace) {
+  Launch l({"-n", "3", "--grace", "0.5", RUN_CHILD_PATH, "ignore_term"});
+  EXPECT_EQ(l.wait(), 3) << l.err();
+  EXPECT_GE(l.elapsed(), 600ms);
+  EXPECT_LT(l.elapsed(), 5s);
+  EXPECT_NE(l.err().find("SIGKILL"), std::string::npos) << l.err();
+}
+
+TEST(CommxRun, TimeoutEndsTheJobWith124) {
+  Launch l({"-n", "2", "--timeout", "0.5", RUN_CHILD_PATH, "sleep"});
+  EXPECT_EQ(l.wait(), 124) << l.err();
+  EXPECT_GE(l.elapsed(), 450ms);
+  EXPECT_LT(l.elapsed(), 5s);
+}
+
+TEST(CommxRun, ForwardsSigintToTheRanks) {
+  Launch l({"-n", "3", RUN_CHILD_PATH, "sleep"});
+  ASSERT_TRUE(l.wait_for_output("ready", 3)) << l.out() << l.err();
+  ::kill(l.pid(), SIGINT);
+  EXPECT_EQ(l.wait(), 128 + SIGINT) << l.err();
+  EXPECT_LT(l.elapsed(), 10s);
+}
+
+// Alive and not a zombie waiting for init to reap it.
+bool alive(pid_t p) {
+  std::string stat = read_file("/proc/" + std::to_string(p) + "/stat");
+  auto close_paren = stat.rfind(')');
+  return !stat.empty() && close_paren != std::string::npos && stat[close_paren + 2] != 'Z';
+}
+
+TEST(CommxRun, KilledLauncherLeavesNoOrphans) {
+  std::string dir = temp_dir();
+  Launch l({"-n", "3", RUN_CHILD_PATH, "pidfile", dir});
+  ASSERT_TRUE(l.wait_for_output("ready", 3)) << l.out() << l.err();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 3; ++r) pids.push_back(std::stoi(read_file(dir + "/" + std::to_string(r))));
+  ::kill(l.pid(), SIGKILL);
+  l.wait();
+  auto deadline = Clock::now() + 5s;
+  for (pid_t p : pids) {
+    while (alive(p) && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
+    EXPECT_FALSE(alive(p)) << "rank pid " << p << " outlived the launcher";
+  }
+  std::system(("rm -rf " + dir).c_str());
+}
+
+TEST(CommxRun, RanksRendezvousThroughTheHostedStore) {
+  Launch l({"-n", "5", "--timeout", "60", RUN_CHILD_PATH, "store"});
+  EXPECT_EQ(l.wait(), 0) << l.out() << l.err();
+  int ok = 0;
+  for (auto& line : lines_of(l.out())) ok += line.find("store ok rank") != std::string::npos;
+  EXPECT_EQ(ok, 5) << l.out();
+}
+
+TEST(CommxRun, UsageErrorsAndMissingProgram) {
+  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+           {}, {"-n", "0", "true"}, {"-n", "x", "true"}, {"--bogus", "-n", "1", "true"}, {"-n", "2"},
+           {"-n", "1", "--timeout", "-3", "true"}}) {
+    Launch l(args);
+    EXPECT_EQ(l.wait(), 2) << "args: " << testing::PrintToString(args) << " " << l.err();
+  }
+  Launch l({"-n", "2", "/nonexistent/program"});
+  EXPECT_EQ(l.wait(), 127);
+  EXPECT_NE(l.err().find("cannot run '/nonexistent/program'"), std::string::npos) << l.err();
+  Launch ok({"-n3", "true"});
+  EXPECT_EQ(ok.wait(), 0) << ok.err();
+}
+
+}  // namespace
