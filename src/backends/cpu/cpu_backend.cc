@@ -9,6 +9,7 @@
 #include "algorithms/host_reduce.h"
 #include "algorithms/shm_collectives.h"
 #include "commx/error.h"
+#include "lowp/lowp_dispatch.h"
 #include "transport/shm_segment.h"
 #include "transport/shm_transport.h"
 #include "transport/tcp_transport.h"
@@ -123,6 +124,7 @@ CpuBackend::~CpuBackend() {
 void CpuBackend::init(const BackendContext& ctx) {
   ctx_ = ctx;
   tuning_ = CpuTuning::from_env();
+  lowp_ = lowp::resolve_lowp_settings(ctx.options.hints);
   const Hints& h = ctx.options.hints;
   auto tr = h.find("transport");
   std::string want = tr == h.end() ? "auto" : tr->second;
@@ -232,6 +234,11 @@ void CpuBackend::dispatch(const OpDesc& op, Deadline deadline) {
   CpuAlgo algo = parse_algorithm_hint(op.hints);
   if (op.type == OpType::kSend || op.type == OpType::kRecv || op.type == OpType::kBatchP2P)
     return run_p2p(op, deadline);
+  // Low precision (FP8 on the wire, FP32 sums) when enabled and eligible, over the transport;
+  // execute() adds the op's prefix to errors.
+  if (lowp::lowp_maybe_run(op, lowp_, *transport_, ctx_.rank, ctx_.size, deadline, "",
+                           &lowp_stats_, &lowp_scratch_))
+    return;
   bool generic = !use_shm_ || algo == CpuAlgo::kRing || algo == CpuAlgo::kRecursiveDoubling ||
                  algo == CpuAlgo::kGeneric;
   if (generic) {
