@@ -176,9 +176,9 @@ class FileStore : public Store {
 
   void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override {
     if (keys.size() != values.size())
-      throw Error(ErrorCode::kInvalidArgument, "FileStore multi_set: " + std::to_string(keys.size()) +
-                                                   " keys but " + std::to_string(values.size()) +
-                                                   " values");
+      throw Error(ErrorCode::kInvalidArgument,
+                  "FileStore multi_set: " + std::to_string(keys.size()) + " keys but " +
+                      std::to_string(values.size()) + " values");
     Bytes rec;
     for (size_t i = 0; i < keys.size(); ++i) encode(rec, kRecSet, keys[i], &values[i]);
     std::lock_guard<std::mutex> g(mu_);
@@ -212,8 +212,8 @@ class FileStore : public Store {
       char* end = nullptr;
       long long v = s.empty() ? 0 : std::strtoll(s.c_str(), &end, 10);
       if (s.empty() || errno != 0 || end != s.c_str() + s.size())
-        throw Error(ErrorCode::kInvalidArgument,
-                    "FileStore " + path_ + ": add on key '" + key + "' whose value is not an integer");
+        throw Error(ErrorCode::kInvalidArgument, "FileStore " + path_ + ": add on key '" + key +
+                                                     "' whose value is not an integer");
       cur = v;
     }
     int64_t v = static_cast<int64_t>(static_cast<uint64_t>(cur) + static_cast<uint64_t>(delta));
@@ -249,8 +249,8 @@ class FileStore : public Store {
     Bytes buf(size - offset_);
     size_t got = 0;
     while (got < buf.size()) {
-      ssize_t r = ::pread(fd_, buf.data() + got, buf.size() - got,
-                          static_cast<off_t>(offset_ + got));
+      ssize_t r =
+          ::pread(fd_, buf.data() + got, buf.size() - got, static_cast<off_t>(offset_ + got));
       if (r < 0 && errno == EINTR) continue;
       if (r < 0)
         throw Error(ErrorCode::kSystem, "FileStore " + path_ + ": read: " + strerror(errno));

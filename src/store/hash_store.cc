@@ -96,9 +96,9 @@ class HashStore : public Store {
   }
   void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override {
     if (keys.size() != values.size())
-      throw Error(ErrorCode::kInvalidArgument, "HashStore multi_set: " +
-                                                   std::to_string(keys.size()) + " keys but " +
-                                                   std::to_string(values.size()) + " values");
+      throw Error(ErrorCode::kInvalidArgument,
+                  "HashStore multi_set: " + std::to_string(keys.size()) + " keys but " +
+                      std::to_string(values.size()) + " values");
     {
       std::lock_guard<std::mutex> g(mu_);
       for (size_t i = 0; i < keys.size(); ++i) kv_[keys[i]] = values[i];

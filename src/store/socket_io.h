@@ -26,8 +26,7 @@ int try_connect(const std::string& host, uint16_t port, Clock::time_point deadli
 // Result of a bounded I/O call.
 enum class IoStatus { kOk, kTimeout, kClosed, kError };
 
-IoStatus send_all(int fd, const void* data, size_t n, Clock::time_point deadline,
-                  std::string& why);
+IoStatus send_all(int fd, const void* data, size_t n, Clock::time_point deadline, std::string& why);
 IoStatus recv_exact(int fd, void* data, size_t n, Clock::time_point deadline, std::string& why);
 
 // "addr:port" of the peer of a connected socket (for log lines).

@@ -22,6 +22,9 @@ using sockio::Clock;
 using sockio::IoStatus;
 using wire::Query;
 
+// A reply value larger than this is taken as a broken stream rather than allocated.
+constexpr uint64_t kMaxReplyValue = uint64_t{4} << 30;
+
 class TcpStoreClient : public Store {
  public:
   TcpStoreClient(std::string host, const TCPStoreOptions& opts) : host_(std::move(host)) {
@@ -139,9 +142,9 @@ class TcpStoreClient : public Store {
 
   void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override {
     if (keys.size() != values.size())
-      throw Error(ErrorCode::kInvalidArgument, "TCPStore multi_set: " + std::to_string(keys.size()) +
-                                                   " keys but " + std::to_string(values.size()) +
-                                                   " values");
+      throw Error(ErrorCode::kInvalidArgument,
+                  "TCPStore multi_set: " + std::to_string(keys.size()) + " keys but " +
+                      std::to_string(values.size()) + " values");
     wire::Writer w;
     w.query(Query::kMultiSet);
     w.u64(keys.size());
@@ -185,10 +188,9 @@ class TcpStoreClient : public Store {
       std::this_thread::sleep_for(sleep);
       backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::seconds(1));
     }
-    throw Error(ErrorCode::kTimeout, "cannot connect to " + where() + " within " +
-                                         std::to_string(timeout_.count()) + " ms (" +
-                                         std::to_string(attempts) + " attempts; last: " + why +
-                                         ")");
+    throw Error(ErrorCode::kTimeout,
+                "cannot connect to " + where() + " within " + std::to_string(timeout_.count()) +
+                    " ms (" + std::to_string(attempts) + " attempts; last: " + why + ")");
   }
 
   // VALIDATE then PING in one write; the server must echo the nonce.
@@ -257,6 +259,8 @@ class TcpStoreClient : public Store {
   Bytes read_bytes(Clock::time_point dl, const char* op, const std::string& key) {
     uint64_t n = 0;
     read_raw(&n, sizeof n, dl, op, key);
+    if (n > kMaxReplyValue)
+      protocol_error(op, "value length " + std::to_string(n) + " (not a TCPStore server?)");
     Bytes b(n);
     if (n > 0) read_raw(b.data(), n, dl, op, key);
     return b;
@@ -337,10 +341,10 @@ class TcpStoreClient : public Store {
     auto deadline = sockio::deadline_after(timeout_);
     while (joined < num_workers) {
       if (Clock::now() >= deadline)
-        throw Error(ErrorCode::kTimeout,
-                    where() + ": timed out after " + std::to_string(timeout_.count()) +
-                        " ms waiting for clients; " + std::to_string(joined) + "/" +
-                        std::to_string(num_workers) + " clients joined");
+        throw Error(ErrorCode::kTimeout, where() + ": timed out after " +
+                                             std::to_string(timeout_.count()) +
+                                             " ms waiting for clients; " + std::to_string(joined) +
+                                             "/" + std::to_string(num_workers) + " clients joined");
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       joined = add_init(0);
     }

@@ -61,9 +61,9 @@ struct Client {
   Bytes out;
   size_t out_pos = 0;
   bool validated = false;
-  bool want_out = false;               // EPOLLOUT registered
-  int64_t waiting = 0;                 // keys its pending WAIT still needs
-  std::vector<std::string> awaited;    // keys of its pending WAIT (to cancel)
+  bool want_out = false;             // EPOLLOUT registered
+  int64_t waiting = 0;               // keys its pending WAIT still needs
+  std::vector<std::string> awaited;  // keys of its pending WAIT (to cancel)
 };
 
 class TcpStoreServerImpl : public TCPStoreServer {
@@ -75,7 +75,8 @@ class TcpStoreServerImpl : public TCPStoreServer {
     if (ep_ < 0 || wake_fd_ < 0) {
       int e = errno;
       close_fds();
-      throw Error(ErrorCode::kSystem, std::string("TCPStore server: epoll/eventfd: ") + strerror(e));
+      throw Error(ErrorCode::kSystem,
+                  std::string("TCPStore server: epoll/eventfd: ") + strerror(e));
     }
     add_fd(listen_fd_, kListenId, EPOLLIN);
     add_fd(wake_fd_, kWakeId, EPOLLIN);
@@ -274,9 +275,9 @@ class TcpStoreServerImpl : public TCPStoreServer {
       }
       return Parse::kOk;
     };
-#define COMMX_PARSE(expr)           \
-  do {                              \
-    Parse p_ = (expr);              \
+#define COMMX_PARSE(expr)            \
+  do {                               \
+    Parse p_ = (expr);               \
     if (p_ != Parse::kOk) return p_; \
   } while (0)
     auto one_key = [&]() {
@@ -413,8 +414,8 @@ class TcpStoreServerImpl : public TCPStoreServer {
           why = "ADD on key '" + req.keys[0] + "' whose value is not a decimal integer";
           return false;
         }
-        int64_t v = static_cast<int64_t>(static_cast<uint64_t>(cur) +
-                                         static_cast<uint64_t>(req.delta));
+        int64_t v =
+            static_cast<int64_t>(static_cast<uint64_t>(cur) + static_cast<uint64_t>(req.delta));
         std::string s = std::to_string(v);
         kv_[req.keys[0]] = Bytes(s.begin(), s.end());
         w.i64(v);

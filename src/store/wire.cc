@@ -6,9 +6,9 @@ namespace commx::wire {
 
 const char* query_name(uint8_t code) {
   static const char* const kNames[] = {
-      "VALIDATE", "SET",        "COMPARE_SET", "GET",  "ADD",        "CHECK",
-      "WAIT",     "GETNUMKEYS", "DELETE_KEY",  "APPEND", "MULTI_GET", "MULTI_SET",
-      "CANCEL_WAIT", "PING",    "QUEUE_PUSH",  "QUEUE_POP", "QUEUE_LEN", "LIST_KEYS"};
+      "VALIDATE",    "SET",        "COMPARE_SET", "GET",       "ADD",       "CHECK",
+      "WAIT",        "GETNUMKEYS", "DELETE_KEY",  "APPEND",    "MULTI_GET", "MULTI_SET",
+      "CANCEL_WAIT", "PING",       "QUEUE_PUSH",  "QUEUE_POP", "QUEUE_LEN", "LIST_KEYS"};
   return code <= kMaxQuery ? kNames[code] : "UNKNOWN";
 }
 

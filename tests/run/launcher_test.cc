@@ -120,8 +120,8 @@ TEST(CommxRun, EveryRankGetsItsEnvironment) {
       auto& e = env[r];
       for (const char* k : {"COMMX_RANK", "RANK", "COMMX_LOCAL_RANK", "LOCAL_RANK"})
         EXPECT_EQ(e[k], std::to_string(r)) << k;
-      for (const char* k : {"COMMX_WORLD_SIZE", "WORLD_SIZE", "COMMX_LOCAL_WORLD_SIZE",
-                            "LOCAL_WORLD_SIZE"})
+      for (const char* k :
+           {"COMMX_WORLD_SIZE", "WORLD_SIZE", "COMMX_LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE"})
         EXPECT_EQ(e[k], std::to_string(n)) << k;
       EXPECT_EQ(e["MASTER_ADDR"], "127.0.0.1");
       EXPECT_EQ(e["COMMX_STORE_HOSTED"], "1");
@@ -168,25 +168,39 @@ TEST(CommxRun, OutputLinesArePrefixedAndWhole) {
 }
 
 TEST(CommxRun, FirstFailureCodeAndOthersKilledQuickly) {
-  Launch l({"-n", "4", RUN_CHILD_PATH, "fail", "2", "7"});
+  Launch l({"-n", "4", "--settle", "0.2", RUN_CHILD_PATH, "fail", "2", "7"});
   EXPECT_EQ(l.wait(), 7) << l.err();
   EXPECT_LT(l.elapsed(), 5s);  // the others would sleep 60 s
   EXPECT_NE(l.err().find("rank 2 exited with code 7"), std::string::npos) << l.err();
 }
 
 TEST(CommxRun, RankKilledBySignalGives128PlusSignal) {
-  Launch l({"-n", "3", RUN_CHILD_PATH, "signal", "1", std::to_string(SIGSEGV)});
+  Launch l({"-n", "3", "--settle", "0.2", RUN_CHILD_PATH, "signal", "1", std::to_string(SIGSEGV)});
   EXPECT_EQ(l.wait(), 128 + SIGSEGV) << l.err();
   EXPECT_LT(l.elapsed(), 5s);
   EXPECT_NE(l.err().find("rank 1 was killed by signal"), std::string::npos) << l.err();
 }
 
 TEST(CommxRun, RanksIgnoringSigtermGetSigkillAfterTheGrace) {
-  Launch l({"-n", "3", "--grace", "0.5", RUN_CHILD_PATH, "ignore_term"});
+  Launch l({"-n", "3", "--settle", "0.2", "--grace", "0.5", RUN_CHILD_PATH, "ignore_term"});
   EXPECT_EQ(l.wait(), 3) << l.err();
-  EXPECT_GE(l.elapsed(), 600ms);
+  EXPECT_GE(l.elapsed(), 850ms);
   EXPECT_LT(l.elapsed(), 5s);
   EXPECT_NE(l.err().find("SIGKILL"), std::string::npos) << l.err();
+}
+
+TEST(CommxRun, SurvivorsGetTheSettlePeriodToReport) {
+  // Within the settle period the survivors finish on their own; the first failure's code wins.
+  Launch patient({"-n", "3", "--settle", "5", RUN_CHILD_PATH, "slow_survivors"});
+  EXPECT_EQ(patient.wait(), 7) << patient.err();
+  EXPECT_LT(patient.elapsed(), 4s);  // ends when the survivors exit, not at the settle deadline
+  int reports = 0;
+  for (auto& line : lines_of(patient.out())) reports += line.find("reporting") != std::string::npos;
+  EXPECT_EQ(reports, 2) << patient.out();
+  // With no settle period they are terminated before they report.
+  Launch hasty({"-n", "3", "--settle", "0", RUN_CHILD_PATH, "slow_survivors"});
+  EXPECT_EQ(hasty.wait(), 7) << hasty.err();
+  EXPECT_EQ(hasty.out().find("reporting"), std::string::npos) << hasty.out();
 }
 
 TEST(CommxRun, TimeoutEndsTheJobWith124) {
@@ -236,9 +250,14 @@ TEST(CommxRun, RanksRendezvousThroughTheHostedStore) {
 }
 
 TEST(CommxRun, UsageErrorsAndMissingProgram) {
-  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
-           {}, {"-n", "0", "true"}, {"-n", "x", "true"}, {"--bogus", "-n", "1", "true"}, {"-n", "2"},
-           {"-n", "1", "--timeout", "-3", "true"}}) {
+  for (std::vector<std::string> args :
+       std::vector<std::vector<std::string>>{{},
+                                             {"-n", "0", "true"},
+                                             {"-n", "x", "true"},
+                                             {"--bogus", "-n", "1", "true"},
+                                             {"-n", "2"},
+                                             {"-n", "1", "--timeout", "-3", "true"},
+                                             {"-n", "1", "--settle", "x", "true"}}) {
     Launch l(args);
     EXPECT_EQ(l.wait(), 2) << "args: " << testing::PrintToString(args) << " " << l.err();
   }

@@ -80,6 +80,15 @@ int main(int argc, char** argv) {
     return wait_to_be_killed();
   }
   if (mode == "sleep") return wait_to_be_killed();
+  if (mode == "slow_survivors") {  // rank 0 exits 7; the others report after 600 ms and exit 5
+    if (rank == 0) {
+      sleep_ms(200);
+      return 7;
+    }
+    sleep_ms(800);
+    std::printf("survivor %d reporting\n", rank);
+    return 5;
+  }
   if (mode == "pidfile") {  // pidfile DIR: writes DIR/<rank> with its pid, then waits
     std::ofstream(std::string(argv[2]) + "/" + std::to_string(rank)) << getpid() << "\n";
     return wait_to_be_killed();

@@ -89,7 +89,11 @@ TEST_P(StoreApiTest, GetTimesOutNamingTheKey) {
 TEST_P(StoreApiTest, WaitTimesOutNamingOnlyMissingKeys) {
   s_->set("here", B("x"));
   std::string msg;
-  EXPECT_EQ(code_of([&] { s_->wait({"here", "gone1", "gone2"}, 100ms); }, &msg),
+  EXPECT_EQ(code_of(
+                [&] {
+                  s_->wait({"here", "gone1", "gone2"}, 100ms);
+                },
+                &msg),
             ErrorCode::kTimeout);
   EXPECT_NE(msg.find("gone1"), std::string::npos) << msg;
   EXPECT_NE(msg.find("gone2"), std::string::npos) << msg;

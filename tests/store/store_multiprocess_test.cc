@@ -50,8 +50,8 @@ void run_ranks(int n, const std::function<void(int)>& body, std::chrono::seconds
     pid_t p = ::waitpid(-1, &status, WNOHANG);
     if (p > 0) {
       --left;
-      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "pid " << p << " status "
-                                                                  << status;
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+          << "pid " << p << " status " << status;
       continue;
     }
     if (std::chrono::steady_clock::now() > deadline) {

@@ -48,8 +48,8 @@ TEST(TcpStoreWire, ClientSendsExactC10dFrames) {
     c.send(Frame().u32(pid).b);
     // SET k1=v1: the doc's example frame, byte for byte.
     Raw set = c.recv(22);
-    EXPECT_EQ(set, (Raw{0x01, 3, 0, 0, 0, 0, 0, 0, 0, 0x2f, 0x6b, 0x31, 2, 0, 0, 0, 0, 0, 0, 0,
-                        0x76, 0x31}));
+    EXPECT_EQ(set, (Raw{0x01, 3, 0, 0, 0, 0, 0, 0, 0, 0x2f, 0x6b,
+                        0x31, 2, 0, 0, 0, 0, 0, 0, 0, 0x76, 0x31}));
     // ADD /c 7 -> reply 9.
     EXPECT_EQ(c.recv(19), Frame().u8(4).str("/c").u64(7).b);
     c.send(Frame().u64(9).b);
@@ -249,7 +249,8 @@ TEST(TcpStoreServer, SurvivesMalformedFrames) {
       {"garbage first byte", {0xff, 0xff, 0xff, 0xff}},
       {"SET before VALIDATE", Frame().u8(1).str("/k").str("v").b},
       {"bad magic", Frame().u8(0).u32(0x12345678).b},
-      {"second VALIDATE", Frame().raw(validate_frame().data(), 5).raw(validate_frame().data(), 5).b},
+      {"second VALIDATE",
+       Frame().raw(validate_frame().data(), 5).raw(validate_frame().data(), 5).b},
       {"unknown code", Frame().raw(validate_frame().data(), 5).u8(99).b},
       {"code 18 (BARRIER, unknown to 2.11)", Frame().raw(validate_frame().data(), 5).u8(18).b},
       {"oversize key", Frame().raw(validate_frame().data(), 5).u8(1).u64(kHuge).b},

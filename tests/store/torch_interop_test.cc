@@ -99,7 +99,8 @@ TEST(TorchInterop, TorchClientAgainstCommxServer) {
   s->add("cnt", 2);
   std::string script = std::string(kPrelude) + R"(
 port = int(sys.argv[1]) if len(sys.argv) > 1 else 0
-s = TCPStore("127.0.0.1", )" + std::to_string(o.port) +
+s = TCPStore("127.0.0.1", )" +
+                       std::to_string(o.port) +
                        R"(, world_size=2, is_master=False, timeout=T)
 check(s.get("from_commx") == b"hello", "get")
 check(s.add("cnt", 5) == 7, "add")
@@ -140,9 +141,9 @@ s.wait(["bye"])
 }
 
 void commx_client_against_torch_server(bool libuv) {
-  std::string script = std::string(kPrelude) + "s = TCPStore('127.0.0.1', 0, is_master=True, " +
-                       "wait_for_workers=False, timeout=T, use_libuv=" +
-                       (libuv ? "True" : "False") + R"()
+  std::string script =
+      std::string(kPrelude) + "s = TCPStore('127.0.0.1', 0, is_master=True, " +
+      "wait_for_workers=False, timeout=T, use_libuv=" + (libuv ? "True" : "False") + R"()
 print("PORT", s.port)
 s.wait(["done"])
 check(s.get("from_commx") == b"hi", "commx set")

@@ -16,16 +16,19 @@ constexpr int kUsageExitCode = 2;
 constexpr int kMaxProcs = 4096;
 
 void usage(FILE* f) {
-  std::fprintf(f,
-               "usage: commx-run -n N [--timeout S] [--grace S] [--] program [args...]\n"
-               "  -n, --nproc N   number of ranks to start on this host (1..%d)\n"
-               "  --timeout S     end the job after S seconds (exit code 124)\n"
-               "  --grace S       seconds between SIGTERM and SIGKILL when ending a job (3)\n"
-               "Each rank gets COMMX_RANK/RANK, COMMX_WORLD_SIZE/WORLD_SIZE, the LOCAL_ forms,\n"
-               "MASTER_ADDR=127.0.0.1, MASTER_PORT (the store commx-run hosts) and\n"
-               "COMMX_STORE_HOSTED=1. Output lines are prefixed with \"[rank] \". The exit code is\n"
-               "the first failing rank's (128+signal for a signal), else 0.\n",
-               kMaxProcs);
+  std::fprintf(
+      f,
+      "usage: commx-run -n N [--timeout S] [--grace S] [--settle S] [--] program [args...]\n"
+      "  -n, --nproc N   number of ranks to start on this host (1..%d)\n"
+      "  --timeout S     end the job after S seconds (exit code 124)\n"
+      "  --grace S       seconds between SIGTERM and SIGKILL when ending a job (3)\n"
+      "  --settle S      after a rank fails, seconds the others get to exit on their\n"
+      "                  own (and report the failure) before SIGTERM (2)\n"
+      "Each rank gets COMMX_RANK/RANK, COMMX_WORLD_SIZE/WORLD_SIZE, the LOCAL_ forms,\n"
+      "MASTER_ADDR=127.0.0.1, MASTER_PORT (the store commx-run hosts) and\n"
+      "COMMX_STORE_HOSTED=1. Output lines are prefixed with \"[rank] \". The exit code is\n"
+      "the first failing rank's (128+signal for a signal), else 0.\n",
+      kMaxProcs);
 }
 
 bool parse_seconds(const char* s, double& out) {
@@ -77,6 +80,11 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "commx-run: bad --grace '%s'\n", v);
         return kUsageExitCode;
       }
+    } else if ((v = value("--settle"))) {
+      if (!parse_seconds(v, o.settle_s)) {
+        std::fprintf(stderr, "commx-run: bad --settle '%s'\n", v);
+        return kUsageExitCode;
+      }
     } else {
       std::fprintf(stderr, "commx-run: unknown option '%s'\n", argv[i]);
       usage(stderr);
@@ -85,7 +93,8 @@ int main(int argc, char** argv) {
   }
   for (; i < argc; ++i) o.argv.push_back(argv[i]);
   if (o.nprocs == 0 || o.argv.empty()) {
-    std::fprintf(stderr, "commx-run: %s\n", o.nprocs == 0 ? "-n N is required" : "no program given");
+    std::fprintf(stderr, "commx-run: %s\n",
+                 o.nprocs == 0 ? "-n N is required" : "no program given");
     usage(stderr);
     return kUsageExitCode;
   }

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -20,7 +21,6 @@
 #include <cstring>
 #include <memory>
 #include <optional>
-#include <algorithm>
 
 #include "line_prefixer.h"
 
@@ -78,8 +78,8 @@ Clock::time_point after_seconds(double s) {
   auto set = [](const char* k, const std::string& v) { ::setenv(k, v.c_str(), 1); };
   std::string r = std::to_string(rank), n = std::to_string(o.nprocs);
   for (const char* k : {"COMMX_RANK", "RANK", "COMMX_LOCAL_RANK", "LOCAL_RANK"}) set(k, r);
-  for (const char* k : {"COMMX_WORLD_SIZE", "WORLD_SIZE", "COMMX_LOCAL_WORLD_SIZE",
-                        "LOCAL_WORLD_SIZE"})
+  for (const char* k :
+       {"COMMX_WORLD_SIZE", "WORLD_SIZE", "COMMX_LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE"})
     set(k, n);
   set("MASTER_ADDR", "127.0.0.1");
   set("MASTER_PORT", std::to_string(port));
@@ -243,14 +243,16 @@ class Supervisor {
         if (code != 0 && !terminating_) {
           if (WIFEXITED(status))
             say("rank " + std::to_string(k.rank) + " exited with code " + std::to_string(code) +
-                (running_ ? "; terminating the other ranks" : ""));
+                (running_ ? "; ending the other ranks" : ""));
           else
             say("rank " + std::to_string(k.rank) + " was killed by signal " +
                 std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")" +
-                (running_ ? "; terminating the other ranks" : ""));
+                (running_ ? "; ending the other ranks" : ""));
           record_failure(code);
           terminating_ = true;
-          terminate_all(SIGTERM);
+          // The survivors get a moment to notice the failure and report it themselves (commx
+          // reports a dead peer within milliseconds) before they are terminated.
+          settle_deadline_ = after_seconds(o_.settle_s);
         }
       }
     }
@@ -279,9 +281,14 @@ class Supervisor {
       terminating_ = true;
       terminate_all(SIGTERM);
     }
+    if (settle_deadline_ && now >= *settle_deadline_) {
+      settle_deadline_.reset();
+      if (running_ > 0) terminate_all(SIGTERM);
+    }
     if (kill_deadline_ && now >= *kill_deadline_ && running_ > 0 && !killed_) {
       killed_ = true;
-      say("ranks still running after the " + seconds(o_.grace_s) + " grace period; sending SIGKILL");
+      say("ranks still running after the " + seconds(o_.grace_s) +
+          " grace period; sending SIGKILL");
       for (auto& k : ranks_)
         if (k.running) {
           ::kill(-k.pid, SIGKILL);
@@ -295,6 +302,7 @@ class Supervisor {
     if (job_deadline_ && !timed_out_) next = std::min(next, *job_deadline_);
     if (kill_deadline_ && !killed_) next = std::min(next, *kill_deadline_);
     if (drain_deadline_) next = std::min(next, *drain_deadline_);
+    if (settle_deadline_) next = std::min(next, *settle_deadline_);
     if (next == Clock::time_point::max()) return INT_MAX;
     auto ms = std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now()).count();
     return ms < 0 ? 0 : static_cast<int>(std::min<long long>(ms, INT_MAX));
@@ -311,6 +319,7 @@ class Supervisor {
   bool timed_out_ = false;
   bool killed_ = false;
   std::optional<Clock::time_point> job_deadline_, kill_deadline_, drain_deadline_;
+  std::optional<Clock::time_point> settle_deadline_;
 };
 
 }  // namespace

@@ -12,6 +12,7 @@ struct LaunchOptions {
   int nprocs = 1;
   double timeout_s = 0;  // 0: no limit
   double grace_s = 3;    // SIGTERM to SIGKILL
+  double settle_s = 2;   // a rank failed: time the others get to exit on their own before SIGTERM
   std::vector<std::string> argv;
 };
 

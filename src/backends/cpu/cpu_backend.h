@@ -48,11 +48,12 @@ class CpuBackend : public Backend {
   BackendContext ctx_;
   CpuTuning tuning_;
   bool use_shm_ = true;
-  std::unique_ptr<ShmGroup> group_;        // ranks on one host
-  std::unique_ptr<Transport> transport_;   // shm rings, or TCP across hosts
+  std::unique_ptr<ShmGroup> group_;       // ranks on one host
+  std::unique_ptr<Transport> transport_;  // shm rings, or TCP across hosts
   std::vector<char> scratch_;
   std::atomic<bool> aborted_{false};
   std::atomic<ShmWord*> sleeping_on_{nullptr};
+  std::atomic<bool> has_failed_{false};
   std::mutex failed_mu_;
   std::string failed_;  // set when an op failed midway: the ranks' step counters no longer agree
   bool finalized_ = false;

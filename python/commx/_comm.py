@@ -1,0 +1,82 @@
+"""new_comm and the Python conveniences of Comm (torch.device, aliases, unsafe_get_backend)."""
+
+import sys
+
+from . import _C
+from ._backends import BackendHandle, load_backend
+from ._stores import as_commx_store
+
+
+def new_comm(
+    backend,
+    device,
+    name,
+    abort_process_on_timeout_or_error=None,
+    timeout=None,
+    high_priority_stream=None,
+    store=None,
+    enable_reconfigure=False,
+    hints=None,
+    *,
+    rank=None,
+    size=None,
+):
+    """Creates a communicator (collective over all ranks), as torchcomms.new_comm does.
+
+    backend: "cpu", "cuda", "nccl", "gloo", ... or one registered from Python/entry points.
+    device: a torch.device or a string ("cpu", "cuda", "cuda:1").
+    timeout: datetime.timedelta or seconds (default 600 s, env COMMX_TIMEOUT_SECONDS).
+    store: a commx store or a torch.distributed store (default: from the environment: torchrun's
+    MASTER_ADDR/MASTER_PORT, COMMX_STORE_FILE, ...). rank/size: explicit, else from the
+    environment (COMMX_RANK/COMMX_WORLD_SIZE, RANK/WORLD_SIZE, MPI, PMI).
+    high_priority_stream is accepted for torchcomms compatibility and ignored.
+    """
+    del high_priority_stream
+    load_backend(backend)
+    cstore, owner = as_commx_store(store)
+    return _C.new_comm(
+        backend,
+        str(device),
+        name,
+        abort_process_on_timeout_or_error=abort_process_on_timeout_or_error,
+        timeout=timeout,
+        store=cstore,
+        hints=hints,
+        rank=rank,
+        size=size,
+        enable_reconfigure=enable_reconfigure,
+        store_owner=owner,
+    )
+
+
+def _get_device(self):
+    """A torch.device when torch is importable, else the device string."""
+    dev = self._device_str()
+    torch = sys.modules.get("torch")
+    if torch is None:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            return dev
+    return sys.modules["torch"].device(dev)
+
+
+def _unsafe_get_backend(self):
+    """The backend object: the Python object for a backend written in Python, else a handle."""
+    address = self._backend_address()
+    impl = _C._python_backend_of(address)
+    return impl if impl is not None else BackendHandle(self.get_backend(), address)
+
+
+def _repr(self):
+    return (f"<commx.Comm {self.get_name()!r} backend={self.get_backend()!r} "
+            f"rank={self.get_rank()}/{self.get_size()} device={self._device_str()}>")
+
+
+_C.Comm.get_device = _get_device
+_C.Comm.unsafe_get_backend = _unsafe_get_backend
+_C.Comm.get_backend_impl = _unsafe_get_backend
+_C.Comm.__repr__ = _repr
+# torch.distributed spellings next to torchcomms' ones.
+_C.Comm.allreduce = _C.Comm.all_reduce
+_C.Comm.allgather = _C.Comm.all_gather

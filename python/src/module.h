@@ -1,0 +1,16 @@
+// The binding functions each file of the extension contributes to `commx._C`.
+// Layer: Python bindings.
+#pragma once
+
+#include "common.h"
+
+namespace commx_py {
+
+void bind_errors(py::module_& m);
+void bind_types(py::module_& m);
+void bind_stores(py::module_& m);
+void bind_work(py::module_& m);
+void bind_comm(py::module_& m);
+void bind_python_backends(py::module_& m);
+
+}  // namespace commx_py

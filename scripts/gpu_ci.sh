@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# One call on a GPU machine: builds commx with the GPU backends, runs the GPU tests (label gpu)
+# and the cuda-vs-nccl benchmark (plus PyTorch symm_mem for reference), writing everything to
+# $OUT (default bench/results/local). Used with the device tool: `cd .gpuwt && bash scripts/gpu_ci.sh`.
+# Env: GPU_CI_TESTS=0 skips tests, GPU_CI_BENCH=0 skips the benchmark, GPU_CI_QUICK=1 runs a
+# shorter benchmark, GPU_CI_SYMM=0 skips symm_mem, BENCH_ARGS adds commx-gpu-bench arguments.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/bench/results/local}
+mkdir -p "$OUT"
+# Logs go to LOGS and are packed into $OUT/logs.tar.gz at the end (the device tool returns at
+# most 8 files): machine.txt, gpu_tests.log, allreduce.json, collectives.json, symm_mem.json,
+# report.md (cuda vs nccl vs symm_mem against the targets), allreduce_bf16.svg, logs.tar.gz.
+LOGS=$(mktemp -d)
+# Never NVLink multicast on shared machines.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+JOBS=$(nproc)
+# GoogleTest: the system's, or Debian packages carried in .gpudeps/ (apt-get download
+# googletest libgtest-dev) unpacked here.
+PREFIX_PATH=""
+if ! [ -f /usr/include/gtest/gtest.h ] && ls .gpudeps/*.deb >/dev/null 2>&1; then
+  mkdir -p .gpudeps/root
+  for f in .gpudeps/*.deb; do dpkg -x "$f" .gpudeps/root; done
+  PREFIX_PATH="$PWD/.gpudeps/root/usr"
+fi
+# NCCL: the pip package's library when none is given.
+if [ -z "${COMMX_NCCL_LIBRARY:-}" ]; then
+  d=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
+  if [ -n "$d" ] && [ -f "$d/lib/libnccl.so.2" ]; then export COMMX_NCCL_LIBRARY="$d/lib/libnccl.so.2"; fi
+fi
+{
+  date -u; hostname; nvidia-smi; nvidia-smi topo -m; nvcc --version | tail -1
+  echo "COMMX_NCCL_LIBRARY=${COMMX_NCCL_LIBRARY:-}"
+  python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' 2>/dev/null
+} > "$OUT/machine.txt" 2>&1
+BUILD=${BUILD_DIR:-build-gpu}
+cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCOMMX_WITH_CUDA=ON \
+  ${PREFIX_PATH:+-DCMAKE_PREFIX_PATH=$PREFIX_PATH} > "$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }
+TARGETS=${GPU_CI_TARGETS:-commx_backend_cuda commx_backend_nccl cuda_backend_test commx-gpu-bench}
+ninja -C "$BUILD" -j"$JOBS" $TARGETS >> "$LOGS/build.log" 2>&1 || { tail -40 "$LOGS/build.log"; exit 1; }
+echo "build ok"
+rc=0
+if [ "${GPU_CI_TESTS:-1}" = 1 ]; then
+  timeout 400 "$BUILD/bin/cuda_backend_test" --gtest_output=json:"$LOGS/gpu_tests.json" > "$OUT/gpu_tests.log" 2>&1 || rc=1
+  grep -E "^\[( +OK|  FAILED|  SKIPPED|  PASSED) |rank [0-9]+ failed|Failure" "$OUT/gpu_tests.log" | head -40
+fi
+if [ "${GPU_CI_BENCH:-1}" = 1 ]; then
+  NR=$(nvidia-smi -L | wc -l)
+  [ "$NR" -gt 2 ] && NR=2
+  ARGS="--ranks $NR --backend cuda,nccl --dtypes bf16,f32 --ops all_reduce --modes eager,graph --min 8 --max 256M"
+  [ "${GPU_CI_QUICK:-0}" = 1 ] && ARGS="--ranks $NR --backend cuda,nccl --dtypes bf16 --ops all_reduce --modes eager,graph --min 8 --max 256M --factor 4 --reps 5"
+  echo "command: commx-gpu-bench $ARGS ${BENCH_ARGS:-}" >> "$OUT/machine.txt"
+  timeout 300 "$BUILD/bin/commx-gpu-bench" $ARGS ${BENCH_ARGS:-} --json "$OUT/allreduce.json" --md "$LOGS/allreduce.md" > "$LOGS/bench.log" 2>&1 || rc=1
+  if [ "${GPU_CI_COLL:-1}" = 1 ]; then
+    timeout 200 "$BUILD/bin/commx-gpu-bench" --ranks "$NR" --backend cuda,nccl --dtypes bf16 \
+      --ops all_gather,reduce_scatter,all_to_all --modes graph,eager --min 1K --max 256M --factor 4 --reps 5 \
+      --json "$OUT/collectives.json" --md "$LOGS/collectives.md" >> "$LOGS/bench.log" 2>&1 || rc=1
+  fi
+  if [ "${GPU_CI_SYMM:-1}" = 1 ]; then
+    timeout 200 python3 tools/gpu_bench/symm_mem_bench.py --ranks "$NR" --dtypes bf16 --max 64M --factor 4 \
+      --json "$OUT/symm_mem.json" > "$LOGS/symm_mem.log" 2>&1 || rc=1
+  fi
+  if [ "${GPU_CI_TUNE:-0}" = 2 ]; then
+    # A/B of launch and buffer settings (cuda only, bf16, graph and eager).
+    B="$BUILD/bin/commx-gpu-bench --ranks $NR --backend cuda --dtypes bf16 --ops all_reduce --reps 5 --factor 4"
+    for v in "COMMX_CUDA_PDL=0" "COMMX_CUDA_PDL=1" "COMMX_CUDA_PDL=0 COMMX_CUDA_BUFFER_BYTES=64M" \
+             "COMMX_CUDA_PDL=1 COMMX_CUDA_BUFFER_BYTES=64M"; do
+      tag=$(echo "$v" | tr ' =' '__')
+      timeout 60 env $v $B --modes graph,eager --min 8 --max 512K --json "$LOGS/ab_$tag.json" --md /dev/null > "$LOGS/ab_$tag.log" 2>&1
+      echo "== $v"; awk '{print $4, $5, $6}' "$LOGS/ab_$tag.log" | tr '\n' ' '; echo
+    done
+    for v in "COMMX_CUDA_BUFFER_BYTES=256M" "COMMX_CUDA_BUFFER_BYTES=128M"; do
+      tag=$(echo "$v" | tr ' =' '__')
+      timeout 60 env $v $B --modes graph --min 64M --max 256M --factor 2 --json "$LOGS/ab_$tag.json" --md /dev/null > "$LOGS/ab_$tag.log" 2>&1
+      echo "== $v"; awk '{print $5, $6}' "$LOGS/ab_$tag.log" | tr '\n' ' '; echo
+    done
+  fi
+  if [ "${GPU_CI_TUNE:-0}" = 1 ]; then
+    # Threshold tuning: each all-reduce algorithm forced over its size range, and block/buffer
+    # variants for large messages (cuda only, bf16, graph).
+    B="$BUILD/bin/commx-gpu-bench --ranks $NR --backend cuda --dtypes bf16 --ops all_reduce --modes graph --reps 5"
+    for a in "ll 8 1M" "flat 8 16M" "tree 8 256M"; do
+      set -- $a
+      timeout 100 $B --algo "$1" --min "$2" --max "$3" --json "$LOGS/tune_$1.json" --md /dev/null > "$LOGS/tune_$1.log" 2>&1
+      echo "== algo $1"; awk '{print $5, $6}' "$LOGS/tune_$1.log" | tr '\n' ' '; echo
+    done
+    for v in "COMMX_CUDA_MAX_BLOCKS=64" "COMMX_CUDA_MAX_BLOCKS=256" "COMMX_CUDA_BUFFER_BYTES=256M" \
+             "COMMX_CUDA_MAX_BLOCKS=256 COMMX_CUDA_BUFFER_BYTES=256M"; do
+      tag=$(echo "$v" | tr ' =' '__')
+      timeout 100 env $v $B --algo tree --min 4M --max 256M --factor 4 --json "$LOGS/tune_$tag.json" --md /dev/null > "$LOGS/tune_$tag.log" 2>&1
+      echo "== $v"; awk '{print $5, $6}' "$LOGS/tune_$tag.log" | tr '\n' ' '; echo
+    done
+  fi
+  python3 tools/gpu_bench/report.py "$OUT" || rc=1
+  cat "$OUT/report.md" 2>/dev/null | cut -d'|' -f2-13 | grep -v eager
+  tail -5 "$LOGS/bench.log"
+fi
+tar -czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null
+rm -rf "$LOGS"
+exit $rc

@@ -1,0 +1,392 @@
+// DDA all-reduce kernels (flat one-shot and tree two-shot) and the reduce-scatter kernel.
+// Layer: backends (cuda). Inputs are pushed into the peers' registered buffers by the kernel
+// itself (copy-in inside the kernel), so user buffers need no registration and launches can be
+// captured into CUDA graphs. Reductions run in rank order 0..world-1 on every rank.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "commx/error.h"
+#include "cuda/kernels.h"
+#include "cuda/launch.cuh"
+#include "cuda/reduce_device.cuh"
+#include "cuda/sync_device.cuh"
+
+namespace commx::cuda {
+namespace {
+
+__host__ __device__ inline uint64_t align256(uint64_t b) { return (b + 255) & ~uint64_t(255); }
+
+template <typename T, int OP>
+struct Reducer {
+  using A = typename AccOf<T>::type;
+  A scale;
+  bool scaled;
+  __device__ __forceinline__ T finish(A v) const { return from_acc<T>(scaled ? v * scale : v); }
+};
+
+template <typename T, int OP>
+__global__ void __launch_bounds__(kThreads) flat_kernel(PeerSet ps, const T* in, T* out, int64_t n,
+                                                         int out_rank, Reducer<T, OP> rd,
+                                                         bool aligned) {
+  using A = typename AccOf<T>::type;
+  constexpr int P = kPack<T>;
+  const unsigned long long epoch = begin_op(ps);
+  const uint64_t region = align256(n * sizeof(T));
+  const int me = ps.rank, world = ps.world;
+  // 1. Push this rank's input into region `me` of every peer's buffer.
+  for (int q = 0; q < world; ++q)
+    if (q != me)
+      copy_block(in, reinterpret_cast<T*>(half_of(ps, q, epoch) + me * region), n, aligned, true);
+  if (!block_barrier(ps, flag_value(epoch, 0))) return finish_op(ps, epoch);
+  // 2. Reduce every rank's input in rank order (own input straight from `in`).
+  if (out_rank < 0 || out_rank == me) {
+    const char* mine = half_of(ps, me, epoch);
+    for_block_packs<T>(
+        n,
+        [&](int64_t e) {
+          A acc[P];
+          T v[P];
+          for (int r = 0; r < world; ++r) {
+            if (r == me)
+              load_pack(in + e, aligned, v);
+            else
+              load_pack(reinterpret_cast<const T*>(mine + r * region) + e, true, v);
+#pragma unroll
+            for (int k = 0; k < P; ++k) acc[k] = r == 0 ? to_acc(v[k]) : combine<OP>(acc[k], to_acc(v[k]));
+          }
+#pragma unroll
+          for (int k = 0; k < P; ++k) v[k] = rd.finish(acc[k]);
+          store_pack(out + e, aligned, v);
+        },
+        [&](int64_t e) {
+          A acc = 0;
+          for (int r = 0; r < world; ++r) {
+            T v = r == me ? in[e] : reinterpret_cast<const T*>(mine + r * region)[e];
+            acc = r == 0 ? to_acc(v) : combine<OP>(acc, to_acc(v));
+          }
+          out[e] = rd.finish(acc);
+        });
+  }
+  finish_op(ps, epoch);
+}
+
+// Low-latency one-shot (LL): every 8 payload bytes travel with a 32-bit flag in each 4-byte half
+// of a 16-byte line written by one vector store (NCCL's LL protocol), so the receiver polls the
+// data itself: no fence, no barrier, one NVLink one-way trip. The flag is the op counter, and a
+// rank cannot finish op k+1 before every peer started it, so buffer halves alternating by op
+// counter are never overwritten while being read.
+template <typename T, int OP>
+__global__ void __launch_bounds__(kThreads) flat_ll_kernel(PeerSet ps, PtrList ins, T* out,
+                                                            int64_t n, Reducer<T, OP> rd) {
+  using A = typename AccOf<T>::type;
+  constexpr int E = 8 / sizeof(T);  // elements per line
+  const unsigned long long epoch = begin_op(ps);
+  const uint32_t flag = ll_flag(epoch);
+  const int me = ps.rank, world = ps.world;
+  // ins.p[q]: what this rank contributes to rank q's result (all equal for all-reduce).
+  const T* own = reinterpret_cast<const T*>(ins.p[me]);
+  const int64_t lines = (n + E - 1) / E;
+  const uint64_t region = align256(lines * 16);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  auto load_line = [&](const T* in, int64_t l, T (&v)[E]) {
+#pragma unroll
+    for (int k = 0; k < E; ++k) {
+      int64_t i = l * E + k;
+      v[k] = i < n ? in[i] : T(0);
+    }
+  };
+  for (int64_t l = first; l < lines; l += stride) {
+    for (int q = 0; q < world; ++q) {
+      if (q == me) continue;
+      T v[E];
+      load_line(reinterpret_cast<const T*>(ins.p[q]), l, v);
+      uint32_t d[2];
+      memcpy(d, v, 8);
+      st_ll(half_of(ps, q, epoch) + me * region + l * 16, d[0], d[1], flag);
+    }
+  }
+  const char* mine = half_of(ps, me, epoch);
+  bool ok = true;
+  for (int64_t l = first; l < lines && ok; l += stride) {
+    A acc[E];
+    T v[E];
+    for (int r = 0; r < world; ++r) {
+      if (r == me) {
+        load_line(own, l, v);
+      } else {
+        uint32_t d[2];
+        if (!ld_ll(ps, mine + r * region + l * 16, flag, r, d[0], d[1])) {
+          ok = false;
+          break;
+        }
+        memcpy(v, d, 8);
+      }
+#pragma unroll
+      for (int k = 0; k < E; ++k) acc[k] = r == 0 ? to_acc(v[k]) : combine<OP>(acc[k], to_acc(v[k]));
+    }
+    if (!ok) break;
+#pragma unroll
+    for (int k = 0; k < E; ++k) {
+      int64_t i = l * E + k;
+      if (i < n) out[i] = rd.finish(acc[k]);
+    }
+  }
+  finish_op(ps, epoch);
+}
+
+template <typename T, int OP>
+__global__ void __launch_bounds__(kThreads) tree_kernel(PeerSet ps, const T* in, T* out, int64_t n,
+                                                         int out_rank, Reducer<T, OP> rd,
+                                                         bool aligned) {
+  using A = typename AccOf<T>::type;
+  constexpr int P = kPack<T>;
+  const unsigned long long epoch = begin_op(ps);
+  const int me = ps.rank, world = ps.world;
+  // Slice q of the tensor is owned (reduced) by rank q; slices are whole packs except the last.
+  const int64_t s = ((n + world - 1) / world + P - 1) / P * P;
+  const uint64_t sreg = align256(s * sizeof(T));
+  auto len = [&](int q) {
+    int64_t l = n - q * s;
+    return l < 0 ? int64_t(0) : (l > s ? s : l);
+  };
+  char* mine = half_of(ps, me, epoch);
+  // 1. Reduce-scatter: push slice q of the input into region `me` of owner q.
+  for (int q = 0; q < world; ++q) {
+    if (q == me) continue;
+    copy_block(in + q * s, reinterpret_cast<T*>(half_of(ps, q, epoch) + me * sreg), len(q), aligned,
+               true);
+  }
+  if (!block_barrier(ps, flag_value(epoch, 0))) return finish_op(ps, epoch);
+  // 2. Reduce the own slice in rank order, keep it, and push it to the peers' gather areas.
+  const bool want_out = out_rank < 0 || out_rank == me;
+  {
+    const T* own = in + me * s;
+    T* res = out + me * s;
+    const uint64_t gather = world * sreg + me * sreg;
+    for_block_packs<T>(
+        len(me),
+        [&](int64_t e) {
+          A acc[P];
+          T v[P];
+          for (int r = 0; r < world; ++r) {
+            if (r == me)
+              load_pack(own + e, aligned, v);
+            else
+              load_pack(reinterpret_cast<const T*>(mine + r * sreg) + e, true, v);
+#pragma unroll
+            for (int k = 0; k < P; ++k) acc[k] = r == 0 ? to_acc(v[k]) : combine<OP>(acc[k], to_acc(v[k]));
+          }
+#pragma unroll
+          for (int k = 0; k < P; ++k) v[k] = rd.finish(acc[k]);
+          if (want_out) store_pack(res + e, aligned, v);
+          for (int q = 0; q < world; ++q)
+            if (q != me && (out_rank < 0 || q == out_rank))
+              store_pack(reinterpret_cast<T*>(half_of(ps, q, epoch) + gather) + e, true, v);
+        },
+        [&](int64_t e) {
+          A acc = 0;
+          for (int r = 0; r < world; ++r) {
+            T v = r == me ? own[e] : reinterpret_cast<const T*>(mine + r * sreg)[e];
+            acc = r == 0 ? to_acc(v) : combine<OP>(acc, to_acc(v));
+          }
+          T v = rd.finish(acc);
+          if (want_out) res[e] = v;
+          for (int q = 0; q < world; ++q)
+            if (q != me && (out_rank < 0 || q == out_rank))
+              reinterpret_cast<T*>(half_of(ps, q, epoch) + gather)[e] = v;
+        });
+  }
+  if (!block_barrier(ps, flag_value(epoch, 1))) return finish_op(ps, epoch);
+  // 3. All-gather: copy the other owners' slices out of the own gather area.
+  if (want_out) {
+    for (int q = 0; q < world; ++q) {
+      if (q == me) continue;
+      copy_block(reinterpret_cast<const T*>(mine + world * sreg + q * sreg), out + q * s, len(q), true,
+                 aligned);
+    }
+  }
+  finish_op(ps, epoch);
+}
+
+template <typename T, int OP>
+__global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(PeerSet ps, PtrList ins, T* out,
+                                                                   int64_t n, Reducer<T, OP> rd,
+                                                                   bool aligned) {
+  using A = typename AccOf<T>::type;
+  constexpr int P = kPack<T>;
+  const unsigned long long epoch = begin_op(ps);
+  const int me = ps.rank, world = ps.world;
+  const uint64_t region = align256(n * sizeof(T));
+  for (int q = 0; q < world; ++q) {
+    if (q == me) continue;
+    copy_block(reinterpret_cast<const T*>(ins.p[q]),
+               reinterpret_cast<T*>(half_of(ps, q, epoch) + me * region), n, aligned, true);
+  }
+  if (!block_barrier(ps, flag_value(epoch, 0))) return finish_op(ps, epoch);
+  const char* mine = half_of(ps, me, epoch);
+  const T* own = reinterpret_cast<const T*>(ins.p[me]);
+  for_block_packs<T>(
+      n,
+      [&](int64_t e) {
+        A acc[P];
+        T v[P];
+        for (int r = 0; r < world; ++r) {
+          if (r == me)
+            load_pack(own + e, aligned, v);
+          else
+            load_pack(reinterpret_cast<const T*>(mine + r * region) + e, true, v);
+#pragma unroll
+          for (int k = 0; k < P; ++k) acc[k] = r == 0 ? to_acc(v[k]) : combine<OP>(acc[k], to_acc(v[k]));
+        }
+#pragma unroll
+        for (int k = 0; k < P; ++k) v[k] = rd.finish(acc[k]);
+        store_pack(out + e, aligned, v);
+      },
+      [&](int64_t e) {
+        A acc = 0;
+        for (int r = 0; r < world; ++r) {
+          T v = r == me ? own[e] : reinterpret_cast<const T*>(mine + r * region)[e];
+          acc = r == 0 ? to_acc(v) : combine<OP>(acc, to_acc(v));
+        }
+        out[e] = rd.finish(acc);
+      });
+  finish_op(ps, epoch);
+}
+
+enum class Kind { kFlat, kFlatLL, kTree, kReduceScatter, kReduceScatterLL };
+
+template <typename T, int OP>
+void launch_typed(Kind kind, const PeerSet& ps, const void* in, const PtrList* ins, void* out,
+                  int64_t n, int out_rank, const ReduceSpec& rs, int blocks, cudaStream_t s) {
+  Reducer<T, OP> rd;
+  rd.scale = static_cast<typename AccOf<T>::type>(rs.scale);
+  rd.scaled = rs.scale != 1.0;
+  switch (kind) {
+    case Kind::kFlat:
+      launch_kernel(flat_kernel<T, OP>, blocks, kThreads, s, ps, static_cast<const T*>(in),
+                    static_cast<T*>(out), n, out_rank, rd, rs.aligned);
+      break;
+    case Kind::kFlatLL: {
+      PtrList all{};
+      for (int q = 0; q < ps.world; ++q) all.p[q] = static_cast<char*>(const_cast<void*>(in));
+      launch_kernel(flat_ll_kernel<T, OP>, blocks, kThreads, s, ps, all, static_cast<T*>(out), n, rd);
+      break;
+    }
+    case Kind::kReduceScatterLL:
+      launch_kernel(flat_ll_kernel<T, OP>, blocks, kThreads, s, ps, *ins, static_cast<T*>(out), n, rd);
+      break;
+    case Kind::kTree:
+      launch_kernel(tree_kernel<T, OP>, blocks, kThreads, s, ps, static_cast<const T*>(in),
+                    static_cast<T*>(out), n, out_rank, rd, rs.aligned);
+      break;
+    case Kind::kReduceScatter:
+      launch_kernel(reduce_scatter_kernel<T, OP>, blocks, kThreads, s, ps, *ins, static_cast<T*>(out),
+                    n, rd, rs.aligned);
+      break;
+  }
+}
+
+template <typename T>
+void launch_op(Kind kind, const PeerSet& ps, const void* in, const PtrList* ins, void* out,
+               int64_t n, int out_rank, const ReduceSpec& rs, int blocks, cudaStream_t s) {
+  switch (rs.red) {
+    case kRedSum: return launch_typed<T, kRedSum>(kind, ps, in, ins, out, n, out_rank, rs, blocks, s);
+    case kRedProd: return launch_typed<T, kRedProd>(kind, ps, in, ins, out, n, out_rank, rs, blocks, s);
+    case kRedMin: return launch_typed<T, kRedMin>(kind, ps, in, ins, out, n, out_rank, rs, blocks, s);
+    case kRedMax: return launch_typed<T, kRedMax>(kind, ps, in, ins, out, n, out_rank, rs, blocks, s);
+  }
+}
+
+void launch(Kind kind, const PeerSet& ps, const void* in, const PtrList* ins, void* out, int64_t n,
+            int out_rank, const ReduceSpec& rs, int blocks, cudaStream_t s) {
+  switch (rs.dtype) {
+    case DataType::kFloat32: return launch_op<float>(kind, ps, in, ins, out, n, out_rank, rs, blocks, s);
+    case DataType::kFloat64: return launch_op<double>(kind, ps, in, ins, out, n, out_rank, rs, blocks, s);
+    case DataType::kFloat16: return launch_op<__half>(kind, ps, in, ins, out, n, out_rank, rs, blocks, s);
+    case DataType::kBFloat16:
+      return launch_op<__nv_bfloat16>(kind, ps, in, ins, out, n, out_rank, rs, blocks, s);
+    case DataType::kInt32: return launch_op<int32_t>(kind, ps, in, ins, out, n, out_rank, rs, blocks, s);
+    case DataType::kInt64: return launch_op<int64_t>(kind, ps, in, ins, out, n, out_rank, rs, blocks, s);
+    default:
+      throw Error(ErrorCode::kInternal, std::string("cuda kernels: no reduction for ") +
+                                            dtype_name(rs.dtype));
+  }
+}
+
+}  // namespace
+
+bool native_reduce_supported(DataType dtype, ReduceKind kind) {
+  bool fp = dtype == DataType::kFloat32 || dtype == DataType::kFloat64 ||
+            dtype == DataType::kFloat16 || dtype == DataType::kBFloat16;
+  bool integer = dtype == DataType::kInt32 || dtype == DataType::kInt64;
+  switch (kind) {
+    case ReduceKind::kSum:
+    case ReduceKind::kProduct:
+    case ReduceKind::kMin:
+    case ReduceKind::kMax:
+      return fp || integer;
+    case ReduceKind::kAvg:
+    case ReduceKind::kPremulSum:
+      return fp;
+    default:
+      return false;
+  }
+}
+
+ReduceSpec make_reduce_spec(DataType dtype, ReduceOp op, int world, bool aligned) {
+  ReduceSpec rs{dtype, kRedSum, 1.0, aligned};
+  switch (op.kind) {
+    case ReduceKind::kProduct: rs.red = kRedProd; break;
+    case ReduceKind::kMin: rs.red = kRedMin; break;
+    case ReduceKind::kMax: rs.red = kRedMax; break;
+    case ReduceKind::kAvg: rs.scale = 1.0 / world; break;
+    case ReduceKind::kPremulSum: rs.scale = op.factor; break;
+    default: break;
+  }
+  return rs;
+}
+
+uint64_t region_bytes(uint64_t bytes) { return align256(bytes); }
+
+uint64_t flat_bytes_needed(int64_t n, size_t elem, int world) {
+  return static_cast<uint64_t>(world) * align256(n * elem);
+}
+
+uint64_t tree_bytes_needed(int64_t n, size_t elem, int world) {
+  const int64_t p = 16 / static_cast<int64_t>(elem);
+  const int64_t s = ((n + world - 1) / world + p - 1) / p * p;
+  return 2ull * world * align256(s * elem);
+}
+
+void launch_allreduce_flat(const PeerSet& ps, const void* in, void* out, int64_t n, int out_rank,
+                           const ReduceSpec& rs, int blocks, cudaStream_t s) {
+  launch(Kind::kFlat, ps, in, nullptr, out, n, out_rank, rs, blocks, s);
+}
+
+uint64_t ll_bytes_needed(int64_t n, size_t elem, int world) {
+  const int64_t e = 8 / static_cast<int64_t>(elem);
+  return static_cast<uint64_t>(world) * align256((n + e - 1) / e * 16);
+}
+
+void launch_allreduce_ll(const PeerSet& ps, const void* in, void* out, int64_t n,
+                         const ReduceSpec& rs, int blocks, cudaStream_t s) {
+  launch(Kind::kFlatLL, ps, in, nullptr, out, n, -1, rs, blocks, s);
+}
+
+void launch_allreduce_tree(const PeerSet& ps, const void* in, void* out, int64_t n, int out_rank,
+                           const ReduceSpec& rs, int blocks, cudaStream_t s) {
+  launch(Kind::kTree, ps, in, nullptr, out, n, out_rank, rs, blocks, s);
+}
+
+void launch_reduce_scatter_ll(const PeerSet& ps, const PtrList& ins, void* out, int64_t n,
+                              const ReduceSpec& rs, int blocks, cudaStream_t s) {
+  launch(Kind::kReduceScatterLL, ps, nullptr, &ins, out, n, -1, rs, blocks, s);
+}
+
+void launch_reduce_scatter(const PeerSet& ps, const PtrList& ins, void* out, int64_t n,
+                           const ReduceSpec& rs, int blocks, cudaStream_t s) {
+  launch(Kind::kReduceScatter, ps, nullptr, &ins, out, n, -1, rs, blocks, s);
+}
+
+}  // namespace commx::cuda

@@ -1,0 +1,117 @@
+// The byte-exchange kernel behind all-gather, all-to-all, broadcast, gather and scatter, and the
+// barrier kernel. Layer: backends (cuda). Senders push straight from the user's buffer into region
+// `rank` of the receiver's registered buffer; after one per-block barrier receivers copy their
+// regions out. One kernel, one barrier per call.
+#include "cuda/kernels.h"
+#include "cuda/launch.cuh"
+#include "cuda/reduce_device.cuh"
+#include "cuda/sync_device.cuh"
+
+namespace commx::cuda {
+namespace {
+
+using Byte = unsigned char;
+
+__global__ void __launch_bounds__(kThreads) exchange_kernel(PeerSet ps, PtrList src, PtrList dst,
+                                                             int64_t n, bool aligned) {
+  const unsigned long long epoch = begin_op(ps);
+  const int me = ps.rank, world = ps.world;
+  const uint64_t region = (static_cast<uint64_t>(n) + 255) & ~uint64_t(255);
+  auto copy = [&](const Byte* from, Byte* to, bool from_aligned, bool to_aligned) {
+    copy_block(from, to, n, from_aligned, to_aligned);
+  };
+  for (int q = 0; q < world; ++q) {
+    if (!src.p[q]) continue;
+    if (q == me) {
+      if (dst.p[me] && dst.p[me] != src.p[me])
+        copy(reinterpret_cast<const Byte*>(src.p[me]), reinterpret_cast<Byte*>(dst.p[me]), aligned,
+             aligned);
+    } else {
+      copy(reinterpret_cast<const Byte*>(src.p[q]),
+           reinterpret_cast<Byte*>(half_of(ps, q, epoch) + me * region), aligned, true);
+    }
+  }
+  if (!block_barrier(ps, flag_value(epoch, 0))) return finish_op(ps, epoch);
+  const char* mine = half_of(ps, me, epoch);
+  for (int q = 0; q < world; ++q)
+    if (q != me && dst.p[q])
+      copy(reinterpret_cast<const Byte*>(mine + q * region), reinterpret_cast<Byte*>(dst.p[q]), true,
+           aligned);
+  finish_op(ps, epoch);
+}
+
+// LL exchange: 8 payload bytes per 16-byte line with flags; receivers poll, no barrier.
+__global__ void __launch_bounds__(kThreads) exchange_ll_kernel(PeerSet ps, PtrList src, PtrList dst,
+                                                                int64_t n) {
+  const unsigned long long epoch = begin_op(ps);
+  const uint32_t flag = ll_flag(epoch);
+  const int me = ps.rank, world = ps.world;
+  const int64_t lines = (n + 7) / 8;
+  const uint64_t region = (static_cast<uint64_t>(lines) * 16 + 255) & ~uint64_t(255);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t l = first; l < lines; l += stride) {
+    for (int q = 0; q < world; ++q) {
+      if (q == me || !src.p[q]) continue;
+      const Byte* from = reinterpret_cast<const Byte*>(src.p[q]) + l * 8;
+      uint32_t d[2] = {0, 0};
+      if (l * 8 + 8 <= n && (reinterpret_cast<uintptr_t>(from) & 7) == 0) {
+        uint2 u = *reinterpret_cast<const uint2*>(from);
+        d[0] = u.x;
+        d[1] = u.y;
+      } else {
+        Byte b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int k = 0; k < 8 && l * 8 + k < n; ++k) b[k] = from[k];
+        memcpy(d, b, 8);
+      }
+      st_ll(half_of(ps, q, epoch) + me * region + l * 16, d[0], d[1], flag);
+    }
+  }
+  if (src.p[me] && dst.p[me] && src.p[me] != dst.p[me]) {
+    const bool al = ((reinterpret_cast<uintptr_t>(src.p[me]) | reinterpret_cast<uintptr_t>(dst.p[me])) & 15) == 0;
+    copy_block(reinterpret_cast<const Byte*>(src.p[me]), reinterpret_cast<Byte*>(dst.p[me]), n, al, al);
+  }
+  const char* mine = half_of(ps, me, epoch);
+  bool ok = true;  // every thread must reach finish_op (it synchronises the block)
+  for (int q = 0; q < world && ok; ++q) {
+    if (q == me || !dst.p[q]) continue;
+    for (int64_t l = first; l < lines; l += stride) {
+      uint32_t d[2];
+      if (!ld_ll(ps, mine + q * region + l * 16, flag, q, d[0], d[1])) {
+        ok = false;
+        break;
+      }
+      Byte* to = reinterpret_cast<Byte*>(dst.p[q]) + l * 8;
+      if (l * 8 + 8 <= n && (reinterpret_cast<uintptr_t>(to) & 7) == 0) {
+        *reinterpret_cast<uint2*>(to) = make_uint2(d[0], d[1]);
+      } else {
+        Byte b[8];
+        memcpy(b, d, 8);
+        for (int k = 0; k < 8 && l * 8 + k < n; ++k) to[k] = b[k];
+      }
+    }
+  }
+  finish_op(ps, epoch);
+}
+
+__global__ void barrier_kernel(PeerSet ps) {
+  const unsigned long long epoch = begin_op(ps);
+  block_barrier(ps, flag_value(epoch, 0));
+  finish_op(ps, epoch);
+}
+
+}  // namespace
+
+void launch_exchange(const PeerSet& ps, const PtrList& src, const PtrList& dst, int64_t nbytes,
+                     bool aligned, int blocks, cudaStream_t s) {
+  launch_kernel(exchange_kernel, blocks, kThreads, s, ps, src, dst, nbytes, aligned);
+}
+
+void launch_exchange_ll(const PeerSet& ps, const PtrList& src, const PtrList& dst, int64_t nbytes,
+                        int blocks, cudaStream_t s) {
+  launch_kernel(exchange_ll_kernel, blocks, kThreads, s, ps, src, dst, nbytes);
+}
+
+void launch_barrier(const PeerSet& ps, cudaStream_t s) { launch_kernel(barrier_kernel, 1, 32, s, ps); }
+
+}  // namespace commx::cuda

@@ -1,0 +1,474 @@
+// The native cuda backend: op dispatch, chunking of large ops through the registered buffer,
+// stream ordering, device-error reporting and delegation to NCCL. Layer: backends (cuda).
+#include "cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <thread>
+
+#include "commx/error.h"
+#include "cuda/kernels.h"
+#include "cuda_common/cuda_util.h"
+#include "cuda_common/event_work.h"
+
+namespace commx::cuda {
+namespace {
+
+const void* op_stream(const OpDesc& op) {
+  if (op.input.stream) return op.input.stream;
+  if (op.output.stream) return op.output.stream;
+  for (const auto& t : op.inputs)
+    if (t.stream) return t.stream;
+  for (const auto& t : op.outputs)
+    if (t.stream) return t.stream;
+  for (const auto& p : op.p2p)
+    if (p.tensor.stream) return p.tensor.stream;
+  return nullptr;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+char* at(void* p, uint64_t off) { return p ? static_cast<char*>(p) + off : nullptr; }
+
+bool is_reduction(OpType t) {
+  return t == OpType::kAllReduce || t == OpType::kReduce || t == OpType::kReduceScatter ||
+         t == OpType::kReduceScatterSingle || t == OpType::kReduceScatterV;
+}
+
+}  // namespace
+
+CudaBackend::~CudaBackend() {
+  try {
+    finalize();
+  } catch (const std::exception& e) {
+    std::cerr << "commx cuda: finalize failed: " << e.what() << "\n";
+  }
+}
+
+void CudaBackend::init(const BackendContext& ctx) {
+  ctx_ = ctx;
+  device_ = resolve_device(ctx.device);
+  DeviceGuard g(device_);
+  const std::string where = "[comm '" + ctx.comm_name + "' rank " + std::to_string(ctx.rank) +
+                            "/" + std::to_string(ctx.size) + "] cuda init: ";
+  int sms = 0;
+  COMMX_CUDA_CHECK_CTX(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_), where);
+  tuning_ = Tuning::resolve(ctx.size, sms, ctx.options.hints);
+
+  COMMX_CUDA_CHECK_CTX(cudaHostAlloc(reinterpret_cast<void**>(&ctl_host_), sizeof(HostCtl),
+                                     cudaHostAllocMapped),
+                       where);
+  std::memset(static_cast<void*>(ctl_host_), 0, sizeof(HostCtl));
+  COMMX_CUDA_CHECK_CTX(cudaHostGetDevicePointer(reinterpret_cast<void**>(&ctl_dev_), ctl_host_, 0),
+                       where);
+  COMMX_CUDA_CHECK_CTX(cudaMalloc(reinterpret_cast<void**>(&state_), sizeof(DevState)), where);
+  COMMX_CUDA_CHECK_CTX(cudaMemset(state_, 0, sizeof(DevState)), where);
+  COMMX_CUDA_CHECK_CTX(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), where);
+  COMMX_CUDA_CHECK_CTX(cudaEventCreateWithFlags(&last_event_, cudaEventDisableTiming), where);
+  COMMX_CUDA_CHECK_CTX(cudaEventCreateWithFlags(&ready_event_, cudaEventDisableTiming), where);
+
+  if (ctx.size > kMaxRanks) {
+    native_problem_ = "the native path supports at most " + std::to_string(kMaxRanks) + " ranks";
+  } else if (ctx.size > 1) {
+    pm_ = PeerMemory::create(*ctx.store, ctx.rank, ctx.size, device_,
+                             kSignalBytes + 2 * tuning_.buffer_bytes, where);
+    native_problem_ = pm_->problem();
+  }
+  // One rank needs no peer memory: its ops are local copies (the rest go to NCCL lazily).
+  native_ = native_problem_.empty() && ctx.size > 1;
+  if (!native_problem_.empty()) {
+    try {
+      nccl(nullptr);
+    } catch (const Error& e) {
+      throw Error(ErrorCode::kUnsupported, where + "peer memory is unusable (" + native_problem_ +
+                                               ") and NCCL cannot take over: " + e.what());
+    }
+    if (ctx.rank == 0)
+      std::cerr << "commx cuda: comm '" << ctx.comm_name << "': " << native_problem_
+                << "; every op goes through NCCL\n";
+  }
+}
+
+Backend& CudaBackend::nccl(const OpDesc* op) {
+  if (nccl_ready_) return *nccl_;
+  try {
+    if (!nccl_) nccl_ = create_backend("nccl");
+    BackendContext c = ctx_;
+    c.store = make_prefix_store("nccl_delegate", ctx_.store);
+    nccl_->init(c);
+  } catch (const Error& e) {
+    std::string what = op ? op_context(ctx_, *op) + op->name() + " is not covered by the native "
+                                                                 "cuda path and "
+                          : std::string();
+    throw Error(ErrorCode::kUnsupported, what + "the nccl backend is unavailable: " + e.what());
+  }
+  nccl_ready_ = true;
+  return *nccl_;
+}
+
+bool CudaBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
+  if (type == OpType::kAllToAllVDynamic) return false;
+  if (!is_reduction(type)) return true;
+  if (native_reduce_supported(dtype, kind)) return true;
+  // Reductions NCCL has (taken through the nccl backend when it loads).
+  bool nccl_op = kind == ReduceKind::kSum || kind == ReduceKind::kProduct ||
+                 kind == ReduceKind::kMin || kind == ReduceKind::kMax ||
+                 (kind == ReduceKind::kAvg && dtype_is_floating(dtype));
+  return nccl_op && dtype != DataType::kBool;
+}
+
+AllReduceAlgo CudaBackend::allreduce_algo(uint64_t bytes, const Hints& hints) const {
+  return choose_allreduce(tuning_, bytes, hints);
+}
+
+PeerSet CudaBackend::peers(const OpDesc& op) const {
+  PeerSet ps{};
+  for (int r = 0; r < ctx_.size; ++r) {
+    ps.data[r] = pm_->base(r) + kSignalBytes;
+    ps.sig[r] = reinterpret_cast<unsigned long long*>(pm_->base(r));
+  }
+  ps.rank = ctx_.rank;
+  ps.world = ctx_.size;
+  ps.half_bytes = tuning_.buffer_bytes;
+  ps.state = state_;
+  ps.ctl = ctl_dev_;
+  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(op.timeout).count();
+  ps.timeout_ns = ns > 0 ? static_cast<unsigned long long>(ns) : ~0ull;
+  ps.seq = op.seq;
+  ps.op = static_cast<int>(op.type);
+  return ps;
+}
+
+std::exception_ptr CudaBackend::device_error(const std::string& where) const {
+  const volatile HostCtl* c = ctl_host_;
+  int code = c->error_code;
+  if (code == kDevOk) return nullptr;
+  std::string op = op_type_name(static_cast<OpType>(c->error_op));
+  std::string msg = where + op + " #" + std::to_string(c->error_seq) + " on rank " +
+                    std::to_string(ctx_.rank);
+  if (code == kDevTimeout) {
+    msg += " timed out on the GPU waiting for rank " + std::to_string(c->error_peer) +
+           " (block " + std::to_string(c->error_block) +
+           "): that rank never joined the op within its timeout; the comm is unusable, abort it";
+    return std::make_exception_ptr(Error(ErrorCode::kTimeout, msg));
+  }
+  msg += " was aborted while waiting for rank " + std::to_string(c->error_peer);
+  return std::make_exception_ptr(Error(ErrorCode::kAborted, msg));
+}
+
+void CudaBackend::enqueue_allreduce(const OpDesc& op, int out_rank, cudaStream_t s,
+                                    const std::string& where) {
+  const int64_t n = op.input.count;
+  const size_t es = dtype_size(op.input.dtype);
+  const uint64_t bytes = static_cast<uint64_t>(n) * es;
+  const int world = ctx_.size;
+  const uint64_t half = tuning_.buffer_bytes;
+  PeerSet ps = peers(op);
+  ReduceSpec rs = make_reduce_spec(op.input.dtype, op.op, world,
+                                   aligned16(op.input.data) && aligned16(op.output.data));
+  AllReduceAlgo algo = choose_allreduce(tuning_, bytes, op.hints, where);
+  // LL needs every rank to receive (all_reduce only); reduce takes the flat path instead.
+  if (algo == AllReduceAlgo::kLL && out_rank < 0 && ll_bytes_needed(n, es, world) <= half) {
+    launch_allreduce_ll(ps, op.input.data, op.output.data, n, rs,
+                        ll_blocks(bytes, tuning_.max_blocks), s);
+  } else if ((algo == AllReduceAlgo::kFlat || algo == AllReduceAlgo::kLL) &&
+             flat_bytes_needed(n, es, world) <= half) {
+    launch_allreduce_flat(ps, op.input.data, op.output.data, n, out_rank, rs,
+                          blocks_for(bytes, tuning_.max_blocks), s);
+  } else {
+    // Tree, in chunks that fit one half of the buffer (the bandwidth path for large messages).
+    const int64_t unit = static_cast<int64_t>(16 / es) * world;
+    int64_t chunk = static_cast<int64_t>((half / 2 / world - 256) / es) * world;
+    chunk = std::max<int64_t>(chunk / unit * unit, unit);
+    for (int64_t off = 0; off < n; off += chunk) {
+      int64_t len = std::min(chunk, n - off);
+      launch_allreduce_tree(ps, static_cast<const char*>(op.input.data) + off * es,
+                            static_cast<char*>(op.output.data) + off * es, len, out_rank, rs,
+                            blocks_for(len * es / world, tuning_.max_blocks_large), s);
+    }
+  }
+  COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
+}
+
+bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s, const std::string& where) {
+  const int world = ctx_.size;
+  const int me = ctx_.rank;
+  auto copy = [&](void* dst, const void* src, size_t bytes) {
+    if (bytes && dst != src)
+      COMMX_CUDA_CHECK_CTX(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s), where);
+  };
+  // One rank: every op is a local copy (or nothing).
+  if (world == 1) {
+    switch (op.type) {
+      case OpType::kAllReduce:
+      case OpType::kReduce:
+        if (op.op.kind == ReduceKind::kPremulSum) break;  // the average of one input is itself
+        copy(op.output.data, op.input.data, op.input.nbytes());
+        return true;
+      case OpType::kBroadcast:
+      case OpType::kBarrier:
+        return true;
+      case OpType::kAllGatherSingle:
+      case OpType::kReduceScatterSingle:
+      case OpType::kAllToAllSingle:
+      case OpType::kAllToAllVSingle:
+      case OpType::kGatherSingle:
+        if (op.op.kind == ReduceKind::kPremulSum) break;
+        copy(op.output.data, op.input.data, op.output.nbytes());
+        return true;
+      case OpType::kAllGather:
+      case OpType::kAllGatherV:
+      case OpType::kGather:
+        copy(op.outputs[0].data, op.input.data, op.input.nbytes());
+        return true;
+      case OpType::kReduceScatter:
+      case OpType::kReduceScatterV:
+        if (op.op.kind == ReduceKind::kPremulSum) break;
+        [[fallthrough]];
+      case OpType::kScatter:
+      case OpType::kAllToAll:
+        copy(op.type == OpType::kAllToAll ? op.outputs[0].data : op.output.data,
+             op.inputs[0].data, op.inputs[0].nbytes());
+        return true;
+      default:
+        break;
+    }
+  }
+  if (!native_) return false;
+  const uint64_t half = tuning_.buffer_bytes;
+  // Per-pair byte exchange in chunks of at most one region of the buffer. `every_pair`: every rank
+  // receives from every peer (all-gather, all-to-all), which the barrier-free LL variant needs.
+  auto exchange = [&](const PtrList& src, const PtrList& dst, uint64_t nbytes, bool every_pair) {
+    if (nbytes == 0) {
+      launch_barrier(peers(op), s);
+      return;
+    }
+    if (every_pair && nbytes <= tuning_.ll_max_bytes &&
+        world * region_bytes((nbytes + 7) / 8 * 16) <= half) {
+      launch_exchange_ll(peers(op), src, dst, static_cast<int64_t>(nbytes),
+                         ll_blocks(nbytes, tuning_.max_blocks), s);
+      COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
+      return;
+    }
+    bool al = true;
+    for (int q = 0; q < world; ++q) al = al && aligned16(src.p[q]) && aligned16(dst.p[q]);
+    const uint64_t cap = (half / world) & ~uint64_t(255);
+    PeerSet ps = peers(op);
+    for (uint64_t off = 0; off < nbytes; off += cap) {
+      uint64_t len = std::min(cap, nbytes - off);
+      PtrList a{}, b{};
+      for (int q = 0; q < world; ++q) {
+        a.p[q] = at(src.p[q], off);
+        b.p[q] = at(dst.p[q], off);
+      }
+      launch_exchange(ps, a, b, static_cast<int64_t>(len), al,
+                      blocks_for(len, tuning_.max_blocks_large), s);
+    }
+    COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
+  };
+  PtrList src{}, dst{};
+  switch (op.type) {
+    case OpType::kAllReduce:
+    case OpType::kReduce: {
+      if (!native_reduce_supported(op.input.dtype, op.op.kind)) return false;
+      int out_rank = op.type == OpType::kReduce ? op.root : -1;
+      if (op.type == OpType::kAllReduce &&
+          choose_allreduce(tuning_, op.input.nbytes(), op.hints, where) == AllReduceAlgo::kNccl)
+        return false;
+      if (op.input.count == 0) {
+        launch_barrier(peers(op), s);
+        return true;
+      }
+      enqueue_allreduce(op, out_rank, s, where);
+      return true;
+    }
+    case OpType::kAllGather:
+    case OpType::kAllGatherSingle: {
+      uint64_t nb = op.input.nbytes();
+      for (int q = 0; q < world; ++q) {
+        src.p[q] = static_cast<char*>(op.input.data);
+        dst.p[q] = op.type == OpType::kAllGather ? static_cast<char*>(op.outputs[q].data)
+                                                 : at(op.output.data, q * nb);
+      }
+      exchange(src, dst, nb, true);
+      return true;
+    }
+    case OpType::kAllToAllSingle: {
+      uint64_t nb = op.input.nbytes() / world;
+      for (int q = 0; q < world; ++q) {
+        src.p[q] = at(op.input.data, q * nb);
+        dst.p[q] = at(op.output.data, q * nb);
+      }
+      exchange(src, dst, nb, true);
+      return true;
+    }
+    case OpType::kBroadcast: {
+      if (me == op.root)
+        for (int q = 0; q < world; ++q) src.p[q] = static_cast<char*>(op.input.data);
+      dst.p[op.root] = static_cast<char*>(op.output.data);
+      exchange(src, dst, op.input.nbytes(), false);
+      return true;
+    }
+    case OpType::kGather:
+    case OpType::kGatherSingle: {
+      uint64_t nb = op.input.nbytes();
+      src.p[op.root] = static_cast<char*>(op.input.data);
+      if (me == op.root)
+        for (int q = 0; q < world; ++q)
+          dst.p[q] = op.type == OpType::kGather ? static_cast<char*>(op.outputs[q].data)
+                                                : at(op.output.data, q * nb);
+      exchange(src, dst, nb, false);
+      return true;
+    }
+    case OpType::kScatter: {
+      if (me == op.root)
+        for (int q = 0; q < world; ++q) src.p[q] = static_cast<char*>(op.inputs[q].data);
+      dst.p[op.root] = static_cast<char*>(op.output.data);
+      exchange(src, dst, op.output.nbytes(), false);
+      return true;
+    }
+    case OpType::kReduceScatter:
+    case OpType::kReduceScatterSingle: {
+      if (!native_reduce_supported(op.output.dtype, op.op.kind)) return false;
+      const int64_t n = op.output.count;
+      const size_t es = dtype_size(op.output.dtype);
+      bool al = aligned16(op.output.data);
+      for (int q = 0; q < world; ++q) {
+        src.p[q] = op.type == OpType::kReduceScatter ? static_cast<char*>(op.inputs[q].data)
+                                                     : at(op.input.data, q * n * es);
+        al = al && aligned16(src.p[q]);
+      }
+      if (n == 0) {
+        launch_barrier(peers(op), s);
+        return true;
+      }
+      ReduceSpec rs = make_reduce_spec(op.output.dtype, op.op, world, al);
+      PeerSet ps = peers(op);
+      if (n * es <= tuning_.ll_max_bytes && ll_bytes_needed(n, es, world) <= half) {
+        launch_reduce_scatter_ll(ps, src, op.output.data, n, rs,
+                                 ll_blocks(n * es, tuning_.max_blocks), s);
+        COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
+        return true;
+      }
+      const int64_t p = static_cast<int64_t>(16 / es);
+      int64_t cap = static_cast<int64_t>(((half / world) & ~uint64_t(255)) / es) / p * p;
+      for (int64_t off = 0; off < n; off += cap) {
+        int64_t len = std::min(cap, n - off);
+        PtrList ins{};
+        for (int q = 0; q < world; ++q) ins.p[q] = at(src.p[q], off * es);
+        launch_reduce_scatter(ps, ins, at(op.output.data, off * es), len, rs,
+                              blocks_for(len * es, tuning_.max_blocks_large), s);
+      }
+      COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
+      return true;
+    }
+    case OpType::kBarrier:
+      launch_barrier(peers(op), s);
+      COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
+      return true;
+    default:
+      return false;  // v-variants, list all-to-all, p2p: NCCL
+  }
+}
+
+Work CudaBackend::delegate(const OpDesc& op, cudaStream_t s) {
+  OpDesc d = op;
+  auto set = [s](Tensor& t) { t.stream = s; };
+  set(d.input);
+  set(d.output);
+  for (auto& t : d.inputs) set(t);
+  for (auto& t : d.outputs) set(t);
+  for (auto& p : d.p2p) set(p.tensor);
+  return nccl(&op).run(d, false);
+}
+
+Work CudaBackend::run(const OpDesc& op, bool async_op) {
+  const std::string where = op_context(ctx_, op);
+  if (aborted_.load()) throw Error(ErrorCode::kAborted, where + "the cuda comm was aborted");
+  if (std::exception_ptr e = device_error(where + "an earlier op failed: ")) std::rethrow_exception(e);
+  DeviceGuard g(device_);
+  cudaStream_t caller = caller_stream(op_stream(op));
+  const bool capturing = is_capturing(caller);
+  cudaStream_t s = caller;
+  if (async_op && !capturing) {
+    // The comm's stream starts after the caller's queued work and after the previous op.
+    if (have_last_ && last_stream_ != stream_)
+      COMMX_CUDA_CHECK_CTX(cudaStreamWaitEvent(stream_, last_done(), 0), where);
+    COMMX_CUDA_CHECK_CTX(cudaEventRecord(ready_event_, caller), where);
+    COMMX_CUDA_CHECK_CTX(cudaStreamWaitEvent(stream_, ready_event_, 0), where);
+    s = stream_;
+  } else if (!capturing && have_last_ && last_stream_ != s) {
+    // Ops of one comm run in issue order even when issued on different streams.
+    COMMX_CUDA_CHECK_CTX(cudaStreamWaitEvent(s, last_done(), 0), where);
+  }
+  Work w;
+  if (enqueue_native(op, s, where)) {
+    if (capturing) {
+      w = Work(std::make_shared<DoneWork>());
+    } else {
+      EventWorkHooks hooks;
+      hooks.poll_error = [this, where] { return device_error(where); };
+      hooks.on_timeout = [this] { abort(); };
+      // The device-side bound fires first and names the missing peer; the host bound is a backstop.
+      Timeout host_bound = op.timeout + op.timeout / 10 + std::chrono::milliseconds(200);
+      auto ew = std::make_shared<EventWork>(s, device_, host_bound, where, std::move(hooks));
+      // Later ops on other streams wait for this op's own completion event.
+      last_work_ = ew;
+      w = Work(std::move(ew));
+    }
+  } else {
+    if (!native_problem_.empty() && !nccl_ready_)
+      throw Error(ErrorCode::kUnsupported, where + native_problem_);
+    w = delegate(op, s);
+    last_work_.reset();
+  }
+  if (!capturing) {
+    if (!last_work_) COMMX_CUDA_CHECK_CTX(cudaEventRecord(last_event_, s), where);
+    last_stream_ = s;
+    have_last_ = true;
+  }
+  if (op.type == OpType::kBarrier && !async_op && !capturing) w.wait_blocking();
+  return w;
+}
+
+void CudaBackend::abort() {
+  aborted_ = true;
+  if (ctl_host_) ctl_host_->abort = 1;
+  if (nccl_ && nccl_ready_) nccl_->abort();
+}
+
+void CudaBackend::finalize() {
+  if (finalized_) return;
+  finalized_ = true;
+  DeviceGuard g(device_);
+  // Kernels may still touch peer memory: let them end (they are bounded) before unmapping.
+  if (have_last_) {
+    auto deadline = std::chrono::steady_clock::now() + ctx_.options.timeout.value_or(kDefaultTimeout);
+    while (cudaEventQuery(last_done()) == cudaErrorNotReady) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ctl_host_->abort = 1;
+        deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    cudaGetLastError();
+  }
+  last_work_.reset();
+  if (nccl_ && nccl_ready_) nccl_->finalize();
+  nccl_.reset();
+  if (pm_) pm_->close();
+  if (last_event_) cudaEventDestroy(last_event_);
+  last_event_ = nullptr;
+  if (ready_event_) cudaEventDestroy(ready_event_);
+  ready_event_ = nullptr;
+  if (stream_) cudaStreamDestroy(stream_);
+  stream_ = nullptr;
+  if (state_) cudaFree(state_);
+  state_ = nullptr;
+  if (ctl_host_) cudaFreeHost(ctl_host_);
+  ctl_host_ = nullptr;
+}
+
+}  // namespace commx::cuda

@@ -1,0 +1,71 @@
+// The native cuda backend: DDA all-reduce (flat one-shot, tree two-shot) and all-gather,
+// reduce-scatter, all-to-all, broadcast, reduce, gather, scatter and barrier over CUDA IPC peer
+// memory; the ops it does not cover natively (v-variants, list all-to-all, send/recv) and any op
+// when peer access is missing go to the nccl backend when it can be loaded.
+// Layer: backends (cuda).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "commx/backend.h"
+#include "cuda/kernel_params.h"
+#include "cuda/peer_memory.h"
+#include "cuda/tuning.h"
+#include "cuda_common/event_work.h"
+
+namespace commx::cuda {
+
+class CudaBackend : public Backend {
+ public:
+  CudaBackend() = default;
+  ~CudaBackend() override;
+  std::string name() const override { return "cuda"; }
+  void init(const BackendContext& ctx) override;
+  Work run(const OpDesc& op, bool async_op) override;
+  bool supports(OpType type, DataType dtype, ReduceKind kind) const override;
+  void abort() override;
+  void finalize() override;
+  bool accepts_device(const Device& d) const override { return d.is_cuda(); }
+
+  // For tests and the benchmark: which all-reduce algorithm an op of `bytes` would use.
+  AllReduceAlgo allreduce_algo(uint64_t bytes, const Hints& hints) const;
+  bool native() const { return native_; }
+
+ private:
+  // Enqueues `op` on `s` through the peer-memory kernels; false when the op is not covered.
+  bool enqueue_native(const OpDesc& op, cudaStream_t s, const std::string& where);
+  void enqueue_allreduce(const OpDesc& op, int out_rank, cudaStream_t s, const std::string& where);
+  Work delegate(const OpDesc& op, cudaStream_t s);
+  Backend& nccl(const OpDesc* op);
+  std::exception_ptr device_error(const std::string& where) const;
+  PeerSet peers(const OpDesc& op) const;
+
+  BackendContext ctx_;
+  int device_ = 0;
+  Tuning tuning_;
+  bool native_ = false;
+  std::string native_problem_;
+  std::unique_ptr<PeerMemory> pm_;
+  HostCtl* ctl_host_ = nullptr;
+  HostCtl* ctl_dev_ = nullptr;
+  DevState* state_ = nullptr;
+  cudaStream_t stream_ = nullptr;    // the comm's stream (async_op=true)
+  // End of the last op (its Work's event, else last_event_): orders ops issued on other streams.
+  cudaEvent_t last_done() const { return last_work_ ? last_work_->event() : last_event_; }
+  std::shared_ptr<EventWork> last_work_;
+  cudaEvent_t last_event_ = nullptr;
+  cudaEvent_t ready_event_ = nullptr;  // work queued on the caller's stream before an async op
+  cudaStream_t last_stream_ = nullptr;
+  bool have_last_ = false;
+  std::unique_ptr<Backend> nccl_;
+  bool nccl_ready_ = false;
+  std::atomic<bool> aborted_{false};
+  bool finalized_ = false;
+};
+
+}  // namespace commx::cuda

@@ -1,0 +1,60 @@
+// Host entry points of the cuda backend's kernels (DDA all-reduce, reduce-scatter, the byte
+// exchange behind all-gather/all-to-all/broadcast/gather/scatter, and the barrier).
+// Layer: backends (cuda). Each launch is one kernel that synchronises with its peers through
+// per-block flags; sizes must fit the registered buffer (the caller splits larger ops in chunks).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "commx/types.h"
+#include "cuda/kernel_params.h"
+
+namespace commx::cuda {
+
+struct ReduceSpec {
+  DataType dtype;
+  int red;       // RedOp of reduce_device.cuh
+  double scale;  // applied to the result (AVG: 1/world, PREMUL_SUM: factor); 1 = none
+  bool aligned;  // every user pointer is 16-byte aligned
+};
+
+// Whether the native kernels reduce `dtype` with `kind` (f32/f64/f16/bf16: sum, prod, min, max,
+// avg, premul_sum; i32/i64: sum, prod, min, max).
+bool native_reduce_supported(DataType dtype, ReduceKind kind);
+// Maps kind to a RedOp and result scale; call only when native_reduce_supported.
+ReduceSpec make_reduce_spec(DataType dtype, ReduceOp op, int world, bool aligned);
+
+// Bytes of registered buffer (one half) an op of `n` elements of `elem` bytes needs.
+uint64_t flat_bytes_needed(int64_t n, size_t elem, int world);
+uint64_t tree_bytes_needed(int64_t n, size_t elem, int world);
+uint64_t region_bytes(uint64_t bytes);  // per-source region, 256-byte aligned
+
+// One-shot: every rank pushes its input to all peers, then reduces all inputs in rank order.
+// out_rank >= 0: only that rank writes `out` (reduce); -1: all ranks (all_reduce).
+void launch_allreduce_flat(const PeerSet& ps, const void* in, void* out, int64_t n, int out_rank,
+                           const ReduceSpec& rs, int blocks, cudaStream_t s);
+// Low-latency one-shot (LL protocol: data and flag in one 8-byte unit, no barrier); all-reduce
+// only (every rank must receive from every peer).
+void launch_allreduce_ll(const PeerSet& ps, const void* in, void* out, int64_t n,
+                         const ReduceSpec& rs, int blocks, cudaStream_t s);
+uint64_t ll_bytes_needed(int64_t n, size_t elem, int world);
+// Two-shot: reduce-scatter by pushes into owners, owners reduce and push results back.
+void launch_allreduce_tree(const PeerSet& ps, const void* in, void* out, int64_t n, int out_rank,
+                           const ReduceSpec& rs, int blocks, cudaStream_t s);
+// ins.p[q] = the n elements this rank contributes to rank q's result.
+void launch_reduce_scatter(const PeerSet& ps, const PtrList& ins, void* out, int64_t n,
+                           const ReduceSpec& rs, int blocks, cudaStream_t s);
+// For each peer q: src.p[q] (if set) is pushed to q, and what q pushed to us lands in dst.p[q]
+// (if set); src.p[rank] -> dst.p[rank] is a local copy. `nbytes` per pair.
+// LL variants: every rank must receive from every peer (reduce-scatter, all-gather, all-to-all).
+void launch_reduce_scatter_ll(const PeerSet& ps, const PtrList& ins, void* out, int64_t n,
+                              const ReduceSpec& rs, int blocks, cudaStream_t s);
+void launch_exchange_ll(const PeerSet& ps, const PtrList& src, const PtrList& dst, int64_t nbytes,
+                        int blocks, cudaStream_t s);
+void launch_exchange(const PeerSet& ps, const PtrList& src, const PtrList& dst, int64_t nbytes,
+                     bool aligned, int blocks, cudaStream_t s);
+void launch_barrier(const PeerSet& ps, cudaStream_t s);
+
+}  // namespace commx::cuda

@@ -1,0 +1,111 @@
+// Device-side element helpers of the cuda backend: 16-byte packs, accumulation types and the
+// reduction operators, and the loop that splits a range among blocks the same way on every rank.
+// Layer: backends (cuda).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace commx::cuda {
+
+enum RedOp : int { kRedSum = 0, kRedProd = 1, kRedMin = 2, kRedMax = 3 };
+
+// f16/bf16 accumulate in float; the fixed rank order makes results bit-identical on all ranks.
+template <typename T> struct AccOf { using type = T; };
+template <> struct AccOf<__half> { using type = float; };
+template <> struct AccOf<__nv_bfloat16> { using type = float; };
+
+template <typename T>
+__device__ __forceinline__ typename AccOf<T>::type to_acc(T v) {
+  return static_cast<typename AccOf<T>::type>(v);
+}
+template <> __device__ __forceinline__ float to_acc<__half>(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float to_acc<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+template <typename T, typename A>
+__device__ __forceinline__ T from_acc(A v) { return static_cast<T>(v); }
+template <> __device__ __forceinline__ __half from_acc<__half, float>(float v) {
+  return __float2half_rn(v);
+}
+template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16, float>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+template <int OP, typename A>
+__device__ __forceinline__ A combine(A a, A b) {
+  if constexpr (OP == kRedSum) return a + b;
+  if constexpr (OP == kRedProd) return a * b;
+  if constexpr (OP == kRedMin) return b < a ? b : a;
+  if constexpr (OP == kRedMax) return b > a ? b : a;
+}
+
+template <typename T> inline constexpr int kPack = 16 / sizeof(T);
+
+// Loads kPack elements: one 16-byte access when `aligned`, else element by element.
+template <typename T>
+__device__ __forceinline__ void load_pack(const T* p, bool aligned, T (&v)[kPack<T>]) {
+  if (aligned) {
+    uint4 u = *reinterpret_cast<const uint4*>(p);
+    memcpy(v, &u, 16);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kPack<T>; ++k) v[k] = p[k];
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void store_pack(T* p, bool aligned, const T (&v)[kPack<T>]) {
+  if (aligned) {
+    uint4 u;
+    memcpy(&u, v, 16);
+    *reinterpret_cast<uint4*>(p) = u;
+  } else {
+#pragma unroll
+    for (int k = 0; k < kPack<T>; ++k) p[k] = v[k];
+  }
+}
+
+// Visits the part of [0, len) that this block owns: whole packs by grid-stride (pack j belongs to
+// block (j / blockDim) % gridDim on every rank and in every phase, so per-block flags suffice),
+// and the tail (len % kPack) element by element in block 0.
+template <typename T, typename FPack, typename FElem>
+__device__ __forceinline__ void for_block_packs(int64_t len, FPack&& f_pack, FElem&& f_elem) {
+  const int64_t npacks = len / kPack<T>;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < npacks;
+       j += stride)
+    f_pack(j * kPack<T>);
+  if (blockIdx.x == 0)
+    for (int64_t e = npacks * kPack<T> + threadIdx.x; e < len; e += blockDim.x) f_elem(e);
+}
+
+// Copies this block's part of [0, len) elements (same ownership as for_block_packs), four packs
+// in flight per thread so that remote stores and loads overlap.
+template <typename T>
+__device__ __forceinline__ void copy_block(const T* src, T* dst, int64_t len, bool src_aligned,
+                                           bool dst_aligned) {
+  constexpr int P = kPack<T>;
+  constexpr int U = 4;
+  const int64_t npacks = len / P;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; j + (U - 1) * stride < npacks; j += U * stride) {
+    T v[U][P];
+#pragma unroll
+    for (int u = 0; u < U; ++u) load_pack(src + (j + u * stride) * P, src_aligned, v[u]);
+#pragma unroll
+    for (int u = 0; u < U; ++u) store_pack(dst + (j + u * stride) * P, dst_aligned, v[u]);
+  }
+  for (; j < npacks; j += stride) {
+    T v[P];
+    load_pack(src + j * P, src_aligned, v);
+    store_pack(dst + j * P, dst_aligned, v);
+  }
+  if (blockIdx.x == 0)
+    for (int64_t e = npacks * P + threadIdx.x; e < len; e += blockDim.x) dst[e] = src[e];
+}
+
+}  // namespace commx::cuda

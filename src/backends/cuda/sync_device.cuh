@@ -1,0 +1,151 @@
+// Device-side synchronisation helpers: release/acquire system-scope flags, a clock-based bound on
+// every spin, and the per-block cross-rank barrier built from them. Layer: backends (cuda).
+// Every wait here ends: on success, on the op's timeout (reported through HostCtl as
+// kDevTimeout naming the peer), or when the host sets HostCtl::abort (kDevAborted).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/kernel_params.h"
+
+namespace commx::cuda {
+
+__device__ __forceinline__ void st_release_sys(unsigned long long* p, unsigned long long v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned long long ld_acquire_sys(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ unsigned long long global_timer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Records the first error of this comm for the host. The claim is a device-memory atomic
+// (atomics on host memory are not portable); the report is written with plain stores, the code last.
+__device__ __forceinline__ void report_error(const PeerSet& ps, int code, int peer) {
+  if (atomicCAS(&ps.state->error_claimed, 0, 1) == 0) {
+    volatile HostCtl* c = ps.ctl;
+    c->error_peer = peer;
+    c->error_block = blockIdx.x;
+    c->error_op = ps.op;
+    c->error_seq = ps.seq;
+    __threadfence_system();
+    c->error_code = code;
+    __threadfence_system();
+  }
+}
+
+// Spins until *flag >= value. Returns false after reporting a timeout or abort.
+__device__ __forceinline__ bool wait_flag(const PeerSet& ps, const unsigned long long* flag,
+                                          unsigned long long value, int peer) {
+  if (ld_acquire_sys(flag) >= value) return true;
+  const unsigned long long start = global_timer_ns();
+  for (unsigned int spins = 1;; ++spins) {
+    if (ld_acquire_sys(flag) >= value) return true;
+    if ((spins & 255u) == 0) {
+      if (ps.ctl->abort) {
+        report_error(ps, kDevAborted, peer);
+        return false;
+      }
+      if (global_timer_ns() - start > ps.timeout_ns) {
+        report_error(ps, kDevTimeout, peer);
+        return false;
+      }
+    }
+  }
+}
+
+// Flag value of barrier `i` (0..3) of the op numbered `epoch`: strictly increasing over ops, so
+// flags never need resetting and a peer one op ahead still satisfies ">=".
+__device__ __forceinline__ unsigned long long flag_value(unsigned long long epoch, int i) {
+  return epoch * 4ull + static_cast<unsigned long long>(i) + 1ull;
+}
+
+// Block `blockIdx.x` of every rank meets here: all writes this block made before the call (to
+// its own or to peers' buffers) are visible to the same block of every peer after it.
+// Returns false on timeout/abort (uniformly for the whole block).
+__device__ __forceinline__ bool block_barrier(const PeerSet& ps, unsigned long long value) {
+  __syncthreads();
+  bool ok = true;
+  const int t = threadIdx.x;
+  if (t < ps.world && t != ps.rank) {
+    st_release_sys(&ps.sig[t][blockIdx.x * kMaxRanks + ps.rank], value);
+    ok = wait_flag(ps, &ps.sig[ps.rank][blockIdx.x * kMaxRanks + t], value, t);
+  }
+  return __syncthreads_and(ok) != 0;
+}
+
+// Start of every kernel: with programmatic dependent launch (PDL) the kernel may start before
+// the previous kernel on the stream ended; griddepcontrol.wait returns once it has completed and
+// its writes are visible (a no-op without PDL). Then lets the next kernel launch early, and
+// returns the op counter of this kernel (set by the previous kernel of this comm).
+__device__ __forceinline__ unsigned long long begin_op(const PeerSet& ps) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  return *reinterpret_cast<volatile unsigned long long*>(&ps.state->epoch);
+}
+
+// Called by every block at its end: the last block advances the op counter for the next kernel
+// (kernel completion, or griddepcontrol.wait in the next kernel, publishes it).
+__device__ __forceinline__ void finish_op(const PeerSet& ps, unsigned long long epoch) {
+  if (gridDim.x == 1) {
+    if (threadIdx.x == 0) ps.state->epoch = epoch + 1;
+    return;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && atomicAdd(&ps.state->done_blocks, 1u) == gridDim.x - 1) {
+    ps.state->done_blocks = 0;
+    ps.state->epoch = epoch + 1;
+  }
+}
+
+// LL protocol (NCCL's): a 16-byte line {d0, flag, d1, flag} written by one vector store; each
+// 8-byte half is seen whole, so a reader that sees both flags sees both data words.
+__device__ __forceinline__ void st_ll(char* p, uint32_t d0, uint32_t d1, uint32_t flag) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(d0), "r"(flag),
+               "r"(d1), "r"(flag)
+               : "memory");
+}
+
+// Polls one LL line until both flags equal `flag`; false after a timeout or abort (reported).
+__device__ __forceinline__ bool ld_ll(const PeerSet& ps, const char* p, uint32_t flag, int peer,
+                                      uint32_t& d0, uint32_t& d1) {
+  uint32_t f0, f1;
+  unsigned long long start = 0;
+  for (unsigned int spins = 0;; ++spins) {
+    asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
+                 : "l"(p)
+                 : "memory");
+    if (f0 == flag && f1 == flag) return true;
+    if (spins == 0) start = global_timer_ns();
+    if ((spins & 255u) == 255u) {
+      if (ps.ctl->abort) {
+        report_error(ps, kDevAborted, peer);
+        return false;
+      }
+      if (global_timer_ns() - start > ps.timeout_ns) {
+        report_error(ps, kDevTimeout, peer);
+        return false;
+      }
+    }
+  }
+}
+
+// The LL flag of the op numbered `epoch` (lines of op k-2 in the same buffer half differ).
+__device__ __forceinline__ uint32_t ll_flag(unsigned long long epoch) {
+  return static_cast<uint32_t>(epoch) + 1u;
+}
+
+// This op's half of rank r's data area.
+__device__ __forceinline__ char* half_of(const PeerSet& ps, int r, unsigned long long epoch) {
+  return ps.data[r] + (epoch & 1ull) * ps.half_bytes;
+}
+
+}  // namespace commx::cuda

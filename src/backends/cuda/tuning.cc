@@ -1,0 +1,105 @@
+// Algorithm selection of the cuda backend. Layer: backends (cuda).
+#include "cuda/tuning.h"
+
+#include <algorithm>
+
+#include "commx/error.h"
+#include "core/env.h"
+#include "cuda/kernel_params.h"
+
+namespace commx::cuda {
+namespace {
+
+uint64_t parse_bytes(const std::string& s, const char* what) {
+  try {
+    size_t pos = 0;
+    double v = std::stod(s, &pos);
+    std::string unit = s.substr(pos);
+    double mul = 1;
+    if (unit == "k" || unit == "K" || unit == "KiB") mul = 1024;
+    else if (unit == "m" || unit == "M" || unit == "MiB") mul = 1024.0 * 1024;
+    else if (unit == "g" || unit == "G" || unit == "GiB") mul = 1024.0 * 1024 * 1024;
+    else if (!unit.empty()) throw std::invalid_argument(unit);
+    return static_cast<uint64_t>(v * mul);
+  } catch (const std::exception&) {
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string("cuda backend: ") + what + "='" + s + "' is not a byte count");
+  }
+}
+
+void override_bytes(uint64_t& v, const char* env, const Hints& h, const char* hint) {
+  if (auto e = env_str(env)) v = parse_bytes(*e, env);
+  if (auto it = h.find(hint); it != h.end()) v = parse_bytes(it->second, hint);
+}
+
+}  // namespace
+
+const char* algo_name(AllReduceAlgo a) {
+  switch (a) {
+    case AllReduceAlgo::kLL: return "ll";
+    case AllReduceAlgo::kFlat: return "flat";
+    case AllReduceAlgo::kTree: return "tree";
+    case AllReduceAlgo::kNccl: return "nccl";
+  }
+  return "?";
+}
+
+Tuning Tuning::resolve(int world, int sms, const Hints& h) {
+  Tuning t;
+  // Measured on 2 H200 (bench/results/cuda_h200x2_run2, bf16, graph): LL beats flat up to
+  // 256 KiB, flat beats tree up to 4 MiB (tie at 8 MiB). One-shot moves (world-1) full copies per
+  // rank, so beyond 2 ranks the crossovers come earlier (not yet measured: vLLM-like guesses).
+  t.ll_max_bytes = world <= 2 ? (256u << 10) : (64u << 10);
+  t.flat_max_bytes = world <= 2 ? (4u << 20) : (256u << 10);
+  t.tree_max_bytes = UINT64_MAX;
+  // Larger buffers mean fewer kernel boundaries for large messages (256 MiB all-reduce: 804 us with
+  // 256 MiB halves, 817 us with 128 MiB); two halves cost 512 MiB of GPU memory per rank and comm
+  // (COMMX_CUDA_BUFFER_BYTES lowers it).
+  t.buffer_bytes = 256ull << 20;
+  t.max_blocks = std::min(sms > 0 ? sms : kMaxBlocks, kMaxBlocks);
+  // Two blocks per SM keep more NVLink stores in flight (256 MiB: 850 us vs 892 us).
+  t.max_blocks_large = std::min(sms > 0 ? 2 * sms : kMaxBlocks, kMaxBlocks);
+  if (auto e = env_first({"COMMX_DDA_ENABLE", "RCCL_DDA_ENABLE"}))
+    t.dda_enable = !(*e == "0" || *e == "false" || *e == "off");
+  if (auto it = h.find("dda_enable"); it != h.end()) t.dda_enable = it->second != "0";
+  override_bytes(t.ll_max_bytes, "COMMX_DDA_LL_MAX_BYTES", h, "dda_ll_max_bytes");
+  override_bytes(t.flat_max_bytes, "COMMX_DDA_FLAT_MAX_BYTES", h, "dda_flat_max_bytes");
+  override_bytes(t.tree_max_bytes, "COMMX_DDA_TREE_MAX_BYTES", h, "dda_tree_max_bytes");
+  override_bytes(t.buffer_bytes, "COMMX_CUDA_BUFFER_BYTES", h, "buffer_bytes");
+  t.buffer_bytes = std::max<uint64_t>(t.buffer_bytes & ~uint64_t(4095), 1u << 20);
+  int64_t mb = env_int("COMMX_CUDA_MAX_BLOCKS", t.max_blocks);
+  t.max_blocks = static_cast<int>(std::clamp<int64_t>(mb, 1, kMaxBlocks));
+  mb = env_int("COMMX_CUDA_MAX_BLOCKS_LARGE", t.max_blocks_large);
+  t.max_blocks_large = static_cast<int>(std::clamp<int64_t>(mb, 1, kMaxBlocks));
+  return t;
+}
+
+AllReduceAlgo choose_allreduce(const Tuning& t, uint64_t bytes, const Hints& op_hints,
+                               const std::string& where) {
+  if (auto it = op_hints.find("algorithm"); it != op_hints.end()) {
+    if (it->second == "ll") return AllReduceAlgo::kLL;
+    if (it->second == "flat") return AllReduceAlgo::kFlat;
+    if (it->second == "tree") return AllReduceAlgo::kTree;
+    if (it->second == "nccl") return AllReduceAlgo::kNccl;
+    throw Error(ErrorCode::kInvalidArgument, where + "unknown all_reduce algorithm hint '" +
+                                                 it->second + "' (want ll, flat, tree or nccl)");
+  }
+  if (!t.dda_enable) return AllReduceAlgo::kNccl;
+  if (bytes <= t.ll_max_bytes) return AllReduceAlgo::kLL;
+  if (bytes <= t.flat_max_bytes) return AllReduceAlgo::kFlat;
+  if (bytes <= t.tree_max_bytes) return AllReduceAlgo::kTree;
+  return AllReduceAlgo::kNccl;
+}
+
+int ll_blocks(uint64_t bytes, int max_blocks) {
+  uint64_t lines = (bytes + 7) / 8;
+  uint64_t b = (lines + kThreads - 1) / kThreads;
+  return static_cast<int>(std::clamp<uint64_t>(b, 1, static_cast<uint64_t>(max_blocks)));
+}
+
+int blocks_for(uint64_t bytes, int max_blocks) {
+  uint64_t b = (bytes + 16383) / 16384;
+  return static_cast<int>(std::clamp<uint64_t>(b, 1, static_cast<uint64_t>(max_blocks)));
+}
+
+}  // namespace commx::cuda

@@ -1,0 +1,40 @@
+// Algorithm selection of the cuda backend: size thresholds (defaults measured with the GPU
+// benchmark, see docs/cuda.md), overridable by comm hints, op hints and COMMX_* variables.
+// Layer: backends (cuda).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "commx/options.h"
+
+namespace commx::cuda {
+
+enum class AllReduceAlgo { kLL, kFlat, kTree, kNccl };
+const char* algo_name(AllReduceAlgo a);
+
+struct Tuning {
+  bool dda_enable = true;         // COMMX_DDA_ENABLE (alias RCCL_DDA_ENABLE)
+  uint64_t ll_max_bytes = 0;      // COMMX_DDA_LL_MAX_BYTES / hint dda_ll_max_bytes
+  uint64_t flat_max_bytes = 0;    // COMMX_DDA_FLAT_MAX_BYTES / hint dda_flat_max_bytes
+  uint64_t tree_max_bytes = 0;    // COMMX_DDA_TREE_MAX_BYTES / hint dda_tree_max_bytes
+  uint64_t buffer_bytes = 0;      // COMMX_CUDA_BUFFER_BYTES: one half of the registered buffer
+  int max_blocks = 0;             // COMMX_CUDA_MAX_BLOCKS: latency paths (LL, flat)
+  int max_blocks_large = 0;       // COMMX_CUDA_MAX_BLOCKS_LARGE: bandwidth paths (tree, exchange)
+
+  // Defaults for `world` ranks on a GPU with `sms` multiprocessors, then env, then comm hints.
+  static Tuning resolve(int world, int sms, const Hints& comm_hints);
+};
+
+// Picks the all-reduce algorithm for `bytes`; op hint "algorithm" (ll, flat, tree, nccl) wins.
+// Throws InvalidArgument (message prefixed by `where`) for an unknown hint value.
+AllReduceAlgo choose_allreduce(const Tuning& t, uint64_t bytes, const Hints& op_hints,
+                               const std::string& where = {});
+
+// Grid size for a kernel that moves `bytes` per rank (512 threads x 16 bytes per block pass).
+int blocks_for(uint64_t bytes, int max_blocks);
+// Grid size of an LL kernel moving `bytes` of payload: one 8-byte line per thread when possible
+// (a thread that polls two lines pays the local load latency twice: 8 KiB took 3.3 us vs 2.6 us).
+int ll_blocks(uint64_t bytes, int max_blocks);
+
+}  // namespace commx::cuda

@@ -1,0 +1,57 @@
+// CUDA error checks and small runtime helpers shared by the GPU backends. Layer: backends (GPU).
+#include "cuda_common/cuda_util.h"
+
+namespace commx::cuda {
+
+void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int line,
+                      const std::string& context) {
+  const char* base = file;
+  for (const char* p = file; *p; ++p)
+    if (*p == '/') base = p + 1;
+  throw Error(ErrorCode::kCuda, context + expr + " failed: " + cudaGetErrorName(err) + " (" +
+                                    cudaGetErrorString(err) + ") at " + base + ":" +
+                                    std::to_string(line));
+}
+
+DeviceGuard::DeviceGuard(int device) {
+  if (cudaGetDevice(&prev_) != cudaSuccess) prev_ = -1;
+  if (device >= 0 && device != prev_) {
+    COMMX_CUDA_CHECK(cudaSetDevice(device));
+    changed_ = true;
+  }
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (changed_ && prev_ >= 0) cudaSetDevice(prev_);
+}
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return n;
+}
+
+int resolve_device(const Device& d) {
+  if (d.index >= 0) return d.index;
+  int cur = 0;
+  COMMX_CUDA_CHECK(cudaGetDevice(&cur));
+  return cur;
+}
+
+cudaStream_t caller_stream(const void* stream) {
+  return stream ? static_cast<cudaStream_t>(const_cast<void*>(stream)) : cudaStreamLegacy;
+}
+
+bool is_capturing(cudaStream_t s) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &st) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return st != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace commx::cuda

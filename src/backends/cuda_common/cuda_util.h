@@ -1,0 +1,49 @@
+// CUDA error checks and small runtime helpers shared by the GPU backends.
+// Layer: backends (GPU). Every CUDA call in a backend goes through COMMX_CUDA_CHECK so that a
+// failure becomes a commx::Error (code kCuda) naming the call, never an exit().
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "commx/error.h"
+#include "commx/tensor.h"
+
+namespace commx::cuda {
+
+[[noreturn]] void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int line,
+                                   const std::string& context);
+
+#define COMMX_CUDA_CHECK_CTX(EXPR, CTX)                                                    \
+  do {                                                                                     \
+    cudaError_t commx_err_ = (EXPR);                                                       \
+    if (commx_err_ != cudaSuccess)                                                         \
+      ::commx::cuda::throw_cuda_error(commx_err_, #EXPR, __FILE__, __LINE__, (CTX));       \
+  } while (0)
+#define COMMX_CUDA_CHECK(EXPR) COMMX_CUDA_CHECK_CTX(EXPR, std::string())
+
+// Makes `device` current for the scope and restores the previous device after.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = -1;
+  bool changed_ = false;
+};
+
+// Number of visible GPUs; 0 when there is no driver or no device (never throws).
+int device_count();
+// Resolves Device::cuda(-1) to the current device.
+int resolve_device(const Device& d);
+// The stream an op runs on when async_op=false: the first tensor's stream, else the legacy default
+// stream (what PyTorch calls the default stream).
+cudaStream_t caller_stream(const void* stream);
+// Whether `s` is being captured into a CUDA graph (no events may be recorded or waited then).
+bool is_capturing(cudaStream_t s);
+
+}  // namespace commx::cuda

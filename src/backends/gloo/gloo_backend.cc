@@ -1,0 +1,540 @@
+// GlooBackend (see gloo_backend.h): maps each commx op onto Gloo's collective functions.
+// Layer: backends/gloo.
+#include "backends/gloo/gloo_backend.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/alltoallv.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/gather.h>
+#include <gloo/reduce.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/scatter.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/types.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <iostream>
+
+#include "backends/gloo/host_reduce.h"
+#include "backends/gloo/store_adapter.h"
+#include "commx/error.h"
+#include "core/env.h"
+
+namespace commx::gloo_backend {
+namespace {
+
+// Slot prefix for send/recv; Gloo's collectives use prefixes 0x01-0x08.
+constexpr uint8_t kP2PSlotPrefix = 0x40;
+
+// Calls f(T{}) with an unsigned type of `size` bytes: Gloo's setters are templates on the
+// element type but only use sizeof(T).
+template <typename F>
+void with_elem(size_t size, F&& f) {
+  switch (size) {
+    case 1:
+      return f(uint8_t{});
+    case 2:
+      return f(uint16_t{});
+    case 4:
+      return f(uint32_t{});
+    case 8:
+      return f(uint64_t{});
+  }
+  throw Error(ErrorCode::kInternal, "gloo backend: element size " + std::to_string(size));
+}
+
+bool is_reduction(OpType t) {
+  return t == OpType::kAllReduce || t == OpType::kReduce || t == OpType::kReduceScatter ||
+         t == OpType::kReduceScatterSingle || t == OpType::kReduceScatterV;
+}
+
+// memmove that accepts empty views (whose pointers may be null).
+void copy_bytes(void* dst, const void* src, size_t n) {
+  if (n > 0 && dst != src) std::memmove(dst, src, n);
+}
+
+char* bytes_of(const Tensor& t) { return static_cast<char*>(t.data); }
+
+// True when the list's tensors lie back to back in memory (then Gloo can use them directly).
+bool contiguous(const std::vector<Tensor>& ts) {
+  if (ts.empty()) return false;
+  char* p = bytes_of(ts[0]);
+  for (const auto& t : ts) {
+    if (bytes_of(t) != p) return false;
+    p += t.nbytes();
+  }
+  return true;
+}
+
+size_t total_bytes(const std::vector<Tensor>& ts) {
+  size_t n = 0;
+  for (const auto& t : ts) n += t.nbytes();
+  return n;
+}
+
+std::string local_hostname() {
+  char buf[256] = {};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+}  // namespace
+
+GlooBackend::~GlooBackend() { exec_.drain(); }
+
+void GlooBackend::init(const BackendContext& ctx) {
+  ctx_ = ctx;
+  send_seq_.assign(ctx.size, 0);
+  recv_seq_.assign(ctx.size, 0);
+  Timeout timeout = ctx.options.timeout.value_or(kDefaultTimeout);
+  // Loopback when every rank is on this host (the common case here), else the host name.
+  std::string host = local_hostname();
+  std::string bind = "127.0.0.1";
+  auto hint = ctx.options.hints.find("gloo.hostname");
+  if (hint != ctx.options.hints.end()) {
+    bind = hint->second;
+  } else if (auto env = env_str("COMMX_GLOO_HOSTNAME")) {
+    bind = *env;
+  } else if (ctx.size > 1) {
+    ctx.store->set_str("gloo/host/" + std::to_string(ctx.rank), host);
+    for (int r = 0; r < ctx.size; ++r) {
+      if (ctx.store->get_str("gloo/host/" + std::to_string(r)) != host) {
+        bind = host;
+        break;
+      }
+    }
+  }
+  try {
+    ::gloo::transport::tcp::attr attr;
+    attr.hostname = bind;
+    auto device = ::gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<::gloo::rendezvous::Context>(ctx.rank, ctx.size);
+    context->setTimeout(timeout);
+    StoreAdapter store(ctx.store);
+    context->connectFullMesh(store, device);
+    gloo_ = context;
+  } catch (const ::gloo::Exception& e) {
+    throw Error(ErrorCode::kPeerFailure,
+                "[comm '" + ctx.comm_name + "' rank " + std::to_string(ctx.rank) + "/" +
+                    std::to_string(ctx.size) + "] gloo: connecting the full mesh over " + bind +
+                    " failed: " + e.what());
+  }
+}
+
+bool GlooBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
+  switch (type) {
+    case OpType::kAllToAllVDynamic:
+      return false;  // device-resident counts: GPU backends only
+    default:
+      break;
+  }
+  if (!is_reduction(type)) return true;  // data movement works on bytes of any dtype
+  if (kind == ReduceKind::kAvg || kind == ReduceKind::kPremulSum) {
+    // Sum, then scale in the element type: defined for floating types only.
+    return dtype_is_floating(dtype);
+  }
+  return pairwise_reduce_fn(dtype, kind) != nullptr;
+}
+
+Work GlooBackend::run(const OpDesc& op, bool async_op) {
+  if (aborted_.load())
+    throw Error(ErrorCode::kAborted, op_context(ctx_, op) + "the comm was aborted");
+  if (!gloo_) throw Error(ErrorCode::kInvalidArgument, op_context(ctx_, op) + "gloo: finalized");
+  // A synchronous op runs inline before submit returns: no need to copy its description.
+  if (!async_op) return exec_.submit([this, &op] { execute(op); }, false);
+  return exec_.submit([this, op] { execute(op); }, true);
+}
+
+void GlooBackend::execute(const OpDesc& op) {
+  if (aborted_.load())
+    throw Error(ErrorCode::kAborted, op_context(ctx_, op) + "the comm was aborted");
+  try {
+    dispatch(op);
+  } catch (const ::gloo::IoException& e) {
+    if (aborted_.load())
+      throw Error(ErrorCode::kAborted, op_context(ctx_, op) + "the comm was aborted");
+    std::string what = e.what();
+    if (what.find("Timed out") != std::string::npos || what.find("timed out") != std::string::npos)
+      throw Error(ErrorCode::kTimeout, op_context(ctx_, op) + "gloo: timed out after " +
+                                           std::to_string(op.timeout.count()) + " ms: " + what);
+    throw Error(ErrorCode::kPeerFailure, op_context(ctx_, op) + "gloo: a peer failed: " + what);
+  } catch (const ::gloo::Exception& e) {
+    if (aborted_.load())
+      throw Error(ErrorCode::kAborted, op_context(ctx_, op) + "the comm was aborted");
+    throw Error(ErrorCode::kInternal, op_context(ctx_, op) + "gloo: " + e.what());
+  }
+}
+
+void GlooBackend::dispatch(const OpDesc& op) {
+  switch (op.type) {
+    case OpType::kAllReduce:
+      return all_reduce(op, op.input.data, op.input.count);
+    case OpType::kReduce:
+      return reduce(op);
+    case OpType::kBroadcast:
+      return broadcast(op);
+    case OpType::kAllGatherSingle:
+      return all_gather_into(op, op.input, op.output.data);
+    case OpType::kAllGather:
+      if (contiguous(op.outputs)) return all_gather_into(op, op.input, op.outputs[0].data);
+      scratch_.resize(total_bytes(op.outputs));
+      all_gather_into(op, op.input, scratch_.data());
+      for (int r = 0; r < ctx_.size; ++r)
+        copy_bytes(op.outputs[r].data, scratch_.data() + r * op.input.nbytes(), op.input.nbytes());
+      return;
+    case OpType::kAllGatherV:
+      return all_gather_v(op);
+    case OpType::kReduceScatter:
+    case OpType::kReduceScatterSingle:
+    case OpType::kReduceScatterV:
+      return reduce_scatter(op);
+    case OpType::kAllToAll:
+    case OpType::kAllToAllSingle:
+      return all_to_all(op);
+    case OpType::kAllToAllVSingle:
+      return all_to_all_v(op);
+    case OpType::kGather:
+    case OpType::kGatherSingle:
+      return gather(op);
+    case OpType::kScatter:
+      return scatter(op);
+    case OpType::kBarrier:
+      return barrier(op);
+    case OpType::kSend:
+      return p2p(op, {P2POp{true, op.input, op.root}});
+    case OpType::kRecv:
+      return p2p(op, {P2POp{false, op.input, op.root}});
+    case OpType::kBatchP2P:
+      return p2p(op, op.p2p);
+    case OpType::kAllToAllVDynamic:
+      break;
+  }
+  throw Error(ErrorCode::kUnsupported, op_context(ctx_, op) + "gloo: not supported");
+}
+
+void GlooBackend::all_reduce(const OpDesc& op, void* data, int64_t count) {
+  uint32_t tag = next_tag();
+  if (count == 0 || ctx_.size == 1) {
+    if (count > 0 && op.op.kind == ReduceKind::kPremulSum)
+      scale_in_place(data, count, op.input.dtype, op.op.factor);
+    return;
+  }
+  DataType dt = op.type == OpType::kAllReduce || op.type == OpType::kReduce ? op.input.dtype
+                                                                            : op.output.dtype;
+  ReduceFn fn = pairwise_reduce_fn(dt, op.op.kind);
+  with_elem(dtype_size(dt), [&](auto t) {
+    using T = decltype(t);
+    ::gloo::AllreduceOptions o(gloo_);
+    o.setOutput<T>(static_cast<T*>(data), count);
+    o.setReduceFunction(fn);
+    o.setTag(tag);
+    o.setTimeout(op.timeout);
+    ::gloo::allreduce(o);
+  });
+  if (op.op.kind == ReduceKind::kAvg) scale_in_place(data, count, dt, 1.0 / ctx_.size);
+  if (op.op.kind == ReduceKind::kPremulSum) scale_in_place(data, count, dt, op.op.factor);
+}
+
+void GlooBackend::reduce(const OpDesc& op) {
+  uint32_t tag = next_tag();
+  const Tensor& t = op.input;
+  if (t.count == 0) return;
+  bool root = ctx_.rank == op.root;
+  if (ctx_.size > 1) {
+    // Gloo uses the output as scratch on every rank; non-roots keep their buffer unchanged.
+    void* out = t.data;
+    if (!root) {
+      scratch_.resize(t.nbytes());
+      copy_bytes(scratch_.data(), t.data, t.nbytes());
+      out = scratch_.data();
+    }
+    ReduceFn fn = pairwise_reduce_fn(t.dtype, op.op.kind);
+    with_elem(dtype_size(t.dtype), [&](auto e) {
+      using T = decltype(e);
+      ::gloo::ReduceOptions o(gloo_);
+      o.setOutput<T>(static_cast<T*>(out), t.count);
+      o.setRoot(op.root);
+      o.setReduceFunction(fn);
+      o.setTag(tag);
+      o.setTimeout(op.timeout);
+      ::gloo::reduce(o);
+    });
+  }
+  if (!root) return;
+  if (op.op.kind == ReduceKind::kAvg) scale_in_place(t.data, t.count, t.dtype, 1.0 / ctx_.size);
+  if (op.op.kind == ReduceKind::kPremulSum) scale_in_place(t.data, t.count, t.dtype, op.op.factor);
+}
+
+void GlooBackend::broadcast(const OpDesc& op) {
+  uint32_t tag = next_tag();
+  const Tensor& t = op.input;
+  if (t.count == 0 || ctx_.size == 1) return;
+  with_elem(dtype_size(t.dtype), [&](auto e) {
+    using T = decltype(e);
+    ::gloo::BroadcastOptions o(gloo_);
+    // Only the output is set, on every rank: the root sends from it in place.
+    o.setOutput<T>(static_cast<T*>(t.data), t.count);
+    o.setRoot(op.root);
+    o.setTag(tag);
+    o.setTimeout(op.timeout);
+    ::gloo::broadcast(o);
+  });
+}
+
+void GlooBackend::all_gather_into(const OpDesc& op, const Tensor& in, void* out) {
+  uint32_t tag = next_tag();
+  if (in.count == 0) return;
+  char* mine = static_cast<char*>(out) + ctx_.rank * in.nbytes();
+  if (ctx_.size == 1) {
+    if (mine != in.data) copy_bytes(mine, in.data, in.nbytes());
+    return;
+  }
+  with_elem(dtype_size(in.dtype), [&](auto e) {
+    using T = decltype(e);
+    ::gloo::AllgatherOptions o(gloo_);
+    // In place when the input already sits at this rank's slot of the output.
+    if (mine != in.data) o.setInput<T>(static_cast<T*>(in.data), in.count);
+    o.setOutput<T>(static_cast<T*>(out), in.count * ctx_.size);
+    o.setTag(tag);
+    o.setTimeout(op.timeout);
+    ::gloo::allgather(o);
+  });
+}
+
+void GlooBackend::all_gather_v(const OpDesc& op) {
+  uint32_t tag = next_tag();
+  std::vector<size_t> counts;
+  for (const auto& t : op.outputs) counts.push_back(static_cast<size_t>(t.count));
+  size_t total = total_bytes(op.outputs);
+  if (total == 0) return;
+  bool direct = contiguous(op.outputs);
+  char* out = direct ? bytes_of(op.outputs[0]) : nullptr;
+  if (!direct) {
+    scratch_.resize(total);
+    out = reinterpret_cast<char*>(scratch_.data());
+  }
+  with_elem(dtype_size(op.input.dtype), [&](auto e) {
+    using T = decltype(e);
+    ::gloo::AllgathervOptions o(gloo_);
+    o.setInput<T>(static_cast<T*>(op.input.data), op.input.count);
+    o.setOutput<T>(reinterpret_cast<T*>(out), counts);
+    o.setTag(tag);
+    o.setTimeout(op.timeout);
+    ::gloo::allgatherv(o);
+  });
+  if (!direct) {
+    char* p = out;
+    for (const auto& t : op.outputs) {
+      copy_bytes(t.data, p, t.nbytes());
+      p += t.nbytes();
+    }
+  }
+}
+
+// Gloo has no type-erased reduce-scatter: like torch's ProcessGroupGloo, all-reduce a staged
+// copy of the whole input and keep this rank's block.
+void GlooBackend::reduce_scatter(const OpDesc& op) {
+  const Tensor& out = op.output;
+  size_t esize = dtype_size(out.dtype);
+  std::vector<int64_t> counts(ctx_.size, out.count);
+  if (op.type == OpType::kReduceScatterV)
+    for (int r = 0; r < ctx_.size; ++r) counts[r] = op.inputs[r].count;
+  int64_t total = 0, offset = 0;
+  for (int r = 0; r < ctx_.size; ++r) {
+    if (r == ctx_.rank) offset = total;
+    total += counts[r];
+  }
+  scratch_.resize(total * esize);
+  if (op.type == OpType::kReduceScatterSingle) {
+    copy_bytes(scratch_.data(), op.input.data, total * esize);
+  } else {
+    char* p = reinterpret_cast<char*>(scratch_.data());
+    for (const auto& t : op.inputs) {
+      copy_bytes(p, t.data, t.nbytes());
+      p += t.nbytes();
+    }
+  }
+  all_reduce(op, scratch_.data(), total);
+  copy_bytes(out.data, scratch_.data() + offset * esize, out.nbytes());
+}
+
+void GlooBackend::all_to_all(const OpDesc& op) {
+  uint32_t tag = next_tag();
+  bool list = op.type == OpType::kAllToAll;
+  DataType dt = list ? op.inputs[0].dtype : op.input.dtype;
+  size_t bytes = list ? total_bytes(op.inputs) : op.input.nbytes();
+  if (bytes == 0) return;
+  // Gloo needs distinct contiguous input and output buffers.
+  const char* in = list ? nullptr : bytes_of(op.input);
+  char* out = list ? nullptr : bytes_of(op.output);
+  std::vector<uint8_t> staged_out;
+  if (list || in == out) {
+    scratch_.resize(bytes);
+    if (list) {
+      char* p = reinterpret_cast<char*>(scratch_.data());
+      for (const auto& t : op.inputs) {
+        copy_bytes(p, t.data, t.nbytes());
+        p += t.nbytes();
+      }
+    } else {
+      copy_bytes(scratch_.data(), in, bytes);
+    }
+    in = reinterpret_cast<char*>(scratch_.data());
+  }
+  if (list) {
+    staged_out.resize(bytes);
+    out = reinterpret_cast<char*>(staged_out.data());
+  }
+  with_elem(dtype_size(dt), [&](auto e) {
+    using T = decltype(e);
+    size_t n = bytes / sizeof(T);
+    ::gloo::AlltoallOptions o(gloo_);
+    o.setInput<T>(reinterpret_cast<T*>(const_cast<char*>(in)), n);
+    o.setOutput<T>(reinterpret_cast<T*>(out), n);
+    o.setTag(tag);
+    o.setTimeout(op.timeout);
+    ::gloo::alltoall(o);
+  });
+  if (list) {
+    char* p = out;
+    for (const auto& t : op.outputs) {
+      copy_bytes(t.data, p, t.nbytes());
+      p += t.nbytes();
+    }
+  }
+}
+
+void GlooBackend::all_to_all_v(const OpDesc& op) {
+  uint32_t tag = next_tag();
+  size_t esize = dtype_size(op.input.dtype);
+  int64_t in_total = 0, out_total = 0;
+  for (int64_t v : op.input_splits) in_total += v;
+  for (int64_t v : op.output_splits) out_total += v;
+  if (in_total == 0 && out_total == 0) return;
+  const char* in = bytes_of(op.input);
+  if (in == bytes_of(op.output)) {
+    scratch_.resize(in_total * esize);
+    copy_bytes(scratch_.data(), in, in_total * esize);
+    in = reinterpret_cast<char*>(scratch_.data());
+  }
+  with_elem(esize, [&](auto e) {
+    using T = decltype(e);
+    ::gloo::AlltoallvOptions o(gloo_);
+    o.setInput<T>(reinterpret_cast<T*>(const_cast<char*>(in)), op.input_splits);
+    o.setOutput<T>(static_cast<T*>(op.output.data), op.output_splits);
+    o.setTag(tag);
+    o.setTimeout(op.timeout);
+    ::gloo::alltoallv(o);
+  });
+}
+
+void GlooBackend::gather(const OpDesc& op) {
+  uint32_t tag = next_tag();
+  const Tensor& in = op.input;
+  if (in.count == 0) return;
+  bool root = ctx_.rank == op.root;
+  bool list = op.type == OpType::kGather;
+  char* out = nullptr;
+  if (root) {
+    if (!list) {
+      out = bytes_of(op.output);
+    } else if (contiguous(op.outputs)) {
+      out = bytes_of(op.outputs[0]);
+      list = false;
+    } else {
+      scratch_.resize(in.nbytes() * ctx_.size);
+      out = reinterpret_cast<char*>(scratch_.data());
+    }
+  }
+  with_elem(dtype_size(in.dtype), [&](auto e) {
+    using T = decltype(e);
+    ::gloo::GatherOptions o(gloo_);
+    o.setInput<T>(static_cast<T*>(in.data), in.count);
+    if (root) o.setOutput<T>(reinterpret_cast<T*>(out), in.count * ctx_.size);
+    o.setRoot(op.root);
+    o.setTag(tag);
+    o.setTimeout(op.timeout);
+    ::gloo::gather(o);
+  });
+  if (root && list)
+    for (int r = 0; r < ctx_.size; ++r)
+      copy_bytes(op.outputs[r].data, out + r * in.nbytes(), in.nbytes());
+}
+
+void GlooBackend::scatter(const OpDesc& op) {
+  uint32_t tag = next_tag();
+  const Tensor& out = op.output;
+  if (out.count == 0) return;
+  with_elem(dtype_size(out.dtype), [&](auto e) {
+    using T = decltype(e);
+    ::gloo::ScatterOptions o(gloo_);
+    if (ctx_.rank == op.root) {
+      std::vector<T*> ptrs;
+      for (const auto& t : op.inputs) ptrs.push_back(static_cast<T*>(t.data));
+      o.setInputs<T>(ptrs, out.count);
+    }
+    o.setOutput<T>(static_cast<T*>(out.data), out.count);
+    o.setRoot(op.root);
+    o.setTag(tag);
+    o.setTimeout(op.timeout);
+    ::gloo::scatter(o);
+  });
+}
+
+void GlooBackend::barrier(const OpDesc& op) {
+  uint32_t tag = next_tag();
+  if (ctx_.size == 1) return;
+  ::gloo::BarrierOptions o(gloo_);
+  o.setTag(tag);
+  o.setTimeout(op.timeout);
+  ::gloo::barrier(o);
+}
+
+void GlooBackend::p2p(const OpDesc& op, const std::vector<P2POp>& ops) {
+  std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> bufs;
+  std::vector<bool> is_send;
+  for (const auto& p : ops) {
+    if (p.tensor.count == 0) continue;  // both sides skip: counts must match
+    auto buf = gloo_->createUnboundBuffer(p.tensor.data, p.tensor.nbytes());
+    uint32_t n = p.is_send ? send_seq_[p.peer]++ : recv_seq_[p.peer]++;
+    uint64_t slot = ::gloo::Slot::build(kP2PSlotPrefix, n);
+    if (p.is_send)
+      buf->send(p.peer, slot);
+    else
+      buf->recv(p.peer, slot);
+    bufs.push_back(std::move(buf));
+    is_send.push_back(p.is_send);
+  }
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    bool ok = is_send[i] ? bufs[i]->waitSend(op.timeout) : bufs[i]->waitRecv(op.timeout);
+    if (!ok) throw Error(ErrorCode::kAborted, op_context(ctx_, op) + "gloo: the wait was aborted");
+  }
+}
+
+void GlooBackend::abort() {
+  if (aborted_.exchange(true)) return;
+  exec_.fail_pending(std::make_exception_ptr(
+      Error(ErrorCode::kAborted, "[comm '" + ctx_.comm_name + "' rank " +
+                                     std::to_string(ctx_.rank) + "] the comm was aborted")));
+  // An op already inside Gloo cannot be interrupted (closing Gloo's pairs does not wake its
+  // waits): it ends at its own deadline and then reports Aborted.
+}
+
+void GlooBackend::finalize() {
+  exec_.drain();
+  gloo_.reset();
+}
+
+void register_gloo() {
+  register_backend("gloo", [] { return std::make_unique<GlooBackend>(); });
+}
+
+}  // namespace commx::gloo_backend
+
+COMMX_DEFINE_PLUGIN(commx::gloo_backend::register_gloo)

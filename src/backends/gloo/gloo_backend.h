@@ -1,0 +1,56 @@
+// The gloo backend: commx collectives over Debian's Gloo (TCP transport), for side-by-side
+// comparison with the native cpu backend. Each op runs in issue order on the comm's
+// OrderedExecutor; Gloo's own timeouts bound every wait. Layer: backends/gloo.
+#pragma once
+
+#include <gloo/context.h>
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "commx/backend.h"
+#include "core/host_work.h"
+
+namespace commx::gloo_backend {
+
+class GlooBackend : public Backend {
+ public:
+  ~GlooBackend() override;
+  std::string name() const override { return "gloo"; }
+  void init(const BackendContext& ctx) override;
+  Work run(const OpDesc& op, bool async_op) override;
+  bool supports(OpType type, DataType dtype, ReduceKind kind) const override;
+  void abort() override;
+  void finalize() override;
+  bool accepts_device(const Device& d) const override { return d.is_cpu(); }
+
+ private:
+  void execute(const OpDesc& op);
+  void dispatch(const OpDesc& op);
+  // Collectives.
+  void all_reduce(const OpDesc& op, void* data, int64_t count);
+  void reduce(const OpDesc& op);
+  void broadcast(const OpDesc& op);
+  void all_gather_into(const OpDesc& op, const Tensor& in, void* out);
+  void all_gather_v(const OpDesc& op);
+  void reduce_scatter(const OpDesc& op);
+  void all_to_all(const OpDesc& op);
+  void all_to_all_v(const OpDesc& op);
+  void gather(const OpDesc& op);
+  void scatter(const OpDesc& op);
+  void barrier(const OpDesc& op);
+  void p2p(const OpDesc& op, const std::vector<P2POp>& ops);
+  uint32_t next_tag() { return tag_++; }
+
+  BackendContext ctx_;
+  std::shared_ptr<::gloo::Context> gloo_;
+  OrderedExecutor exec_;
+  std::atomic<bool> aborted_{false};
+  uint32_t tag_ = 0;                // collective tags, equal on every rank (same issue order)
+  std::vector<uint32_t> send_seq_;  // per peer: numbers of sends (p2p slot matching)
+  std::vector<uint32_t> recv_seq_;  // per peer: numbers of receives
+  std::vector<uint8_t> scratch_;    // staging for list-shaped and reduce-scatter ops
+};
+
+}  // namespace commx::gloo_backend

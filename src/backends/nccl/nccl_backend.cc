@@ -1,0 +1,352 @@
+// The nccl backend: every collective NCCL has, the list/v variants as grouped NCCL calls, gather,
+// scatter and all-to-all as grouped send/recv, barrier as a 1-element all-reduce.
+// Layer: backends (nccl).
+#include "nccl/nccl_backend.h"
+
+#include <cstring>
+#include <iostream>
+
+#include "commx/error.h"
+#include "cuda_common/cuda_util.h"
+#include "cuda_common/event_work.h"
+
+namespace commx::nccl {
+namespace {
+
+bool data_type_of(DataType t, ncclDataType_t* out) {
+  switch (t) {
+    case DataType::kFloat32: *out = ncclFloat32; return true;
+    case DataType::kFloat64: *out = ncclFloat64; return true;
+    case DataType::kFloat16: *out = ncclFloat16; return true;
+    case DataType::kBFloat16: *out = ncclBfloat16; return true;
+    case DataType::kFloat8E4M3: *out = ncclFloat8e4m3; return true;
+    case DataType::kFloat8E5M2: *out = ncclFloat8e5m2; return true;
+    case DataType::kInt8: *out = ncclInt8; return true;
+    case DataType::kUInt8: *out = ncclUint8; return true;
+    case DataType::kBool: *out = ncclUint8; return true;
+    case DataType::kInt32: *out = ncclInt32; return true;
+    case DataType::kUInt32: *out = ncclUint32; return true;
+    case DataType::kInt64: *out = ncclInt64; return true;
+    case DataType::kUInt64: *out = ncclUint64; return true;
+  }
+  return false;
+}
+
+bool red_op_of(ReduceKind k, ncclRedOp_t* out) {
+  switch (k) {
+    case ReduceKind::kSum: *out = ncclSum; return true;
+    case ReduceKind::kProduct: *out = ncclProd; return true;
+    case ReduceKind::kMax: *out = ncclMax; return true;
+    case ReduceKind::kMin: *out = ncclMin; return true;
+    case ReduceKind::kAvg: *out = ncclAvg; return true;
+    default: return false;
+  }
+}
+
+bool is_reduction(OpType t) {
+  return t == OpType::kAllReduce || t == OpType::kReduce || t == OpType::kReduceScatter ||
+         t == OpType::kReduceScatterSingle || t == OpType::kReduceScatterV;
+}
+
+// Data movement needs no dtype: move bytes.
+size_t nbytes(const Tensor& t) { return t.nbytes(); }
+
+const void* op_stream(const OpDesc& op) {
+  if (op.input.stream) return op.input.stream;
+  if (op.output.stream) return op.output.stream;
+  for (const auto& t : op.inputs)
+    if (t.stream) return t.stream;
+  for (const auto& t : op.outputs)
+    if (t.stream) return t.stream;
+  for (const auto& p : op.p2p)
+    if (p.tensor.stream) return p.tensor.stream;
+  return nullptr;
+}
+
+}  // namespace
+
+NcclBackend::~NcclBackend() {
+  try {
+    finalize();
+  } catch (const std::exception& e) {
+    std::cerr << "commx nccl: finalize failed: " << e.what() << "\n";
+  }
+}
+
+void NcclBackend::init(const BackendContext& ctx) {
+  ctx_ = ctx;
+  api_ = &api();
+  device_ = cuda::resolve_device(ctx.device);
+  cuda::DeviceGuard g(device_);
+  std::string where = "[comm '" + ctx.comm_name + "' rank " + std::to_string(ctx.rank) + "/" +
+                      std::to_string(ctx.size) + "] nccl init: ";
+  ncclUniqueId id;
+  if (ctx.rank == 0) {
+    ncclResult_t r = api_->GetUniqueId(&id);
+    if (r != ncclSuccess)
+      throw Error(ErrorCode::kNccl, where + "ncclGetUniqueId: " + api_->GetErrorString(r));
+    ctx.store->set("nccl/uid", Bytes(id.internal, id.internal + sizeof(id.internal)));
+  } else {
+    Bytes b = ctx.store->get("nccl/uid");
+    if (b.size() != sizeof(id.internal))
+      throw Error(ErrorCode::kInternal, where + "bad unique id of " + std::to_string(b.size()) + " bytes");
+    std::memcpy(id.internal, b.data(), b.size());
+  }
+  ncclResult_t r = api_->CommInitRank(&comm_, ctx.size, id, ctx.rank);
+  if (r != ncclSuccess)
+    throw Error(ErrorCode::kNccl, where + "ncclCommInitRank: " + api_->GetErrorString(r));
+  COMMX_CUDA_CHECK_CTX(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), where);
+  COMMX_CUDA_CHECK_CTX(cudaMalloc(reinterpret_cast<void**>(&scratch_), sizeof(float)), where);
+  COMMX_CUDA_CHECK_CTX(cudaMemset(scratch_, 0, sizeof(float)), where);
+}
+
+bool NcclBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
+  if (type == OpType::kAllToAllVDynamic) return false;
+  ncclDataType_t dt;
+  if (!is_reduction(type)) return true;
+  if (!data_type_of(dtype, &dt) || dtype == DataType::kBool) return false;
+  ncclRedOp_t ro;
+  if (!red_op_of(kind, &ro)) return false;
+  if (kind == ReduceKind::kAvg && !dtype_is_floating(dtype)) return false;
+  if ((dtype == DataType::kFloat8E4M3 || dtype == DataType::kFloat8E5M2) && api_ &&
+      api_->version < 22403)
+    return false;
+  return true;
+}
+
+void NcclBackend::check(ncclResult_t r, const char* what, const OpDesc& op) const {
+  if (r == ncclSuccess || r == ncclInProgress) return;
+  std::string detail = api_->GetErrorString(r);
+  if (api_->GetLastError) {
+    const char* last = api_->GetLastError(comm_);
+    if (last && *last) detail += std::string(": ") + last;
+  }
+  throw Error(ErrorCode::kNccl, op_context(ctx_, op) + what + " failed: " + detail);
+}
+
+void NcclBackend::enqueue(const OpDesc& op, cudaStream_t s) {
+  const int n = ctx_.size;
+  const int me = ctx_.rank;
+  ncclDataType_t dt = ncclUint8;
+  ncclRedOp_t ro = ncclSum;
+  if (is_reduction(op.type)) {
+    DataType t = op.type == OpType::kReduceScatter || op.type == OpType::kReduceScatterV ||
+                         op.type == OpType::kReduceScatterSingle
+                     ? op.output.dtype
+                     : op.input.dtype;
+    data_type_of(t, &dt);
+    red_op_of(op.op.kind, &ro);
+  }
+  auto group = [&](auto&& body) {
+    check(api_->GroupStart(), "ncclGroupStart", op);
+    try {
+      body();
+    } catch (...) {
+      api_->GroupEnd();
+      throw;
+    }
+    check(api_->GroupEnd(), "ncclGroupEnd", op);
+  };
+  auto send = [&](const void* p, size_t bytes, int peer) {
+    check(api_->Send(p, bytes, ncclUint8, peer, comm_, s), "ncclSend", op);
+  };
+  auto recv = [&](void* p, size_t bytes, int peer) {
+    check(api_->Recv(p, bytes, ncclUint8, peer, comm_, s), "ncclRecv", op);
+  };
+  auto copy = [&](void* dst, const void* src, size_t bytes) {
+    if (bytes && dst != src)
+      COMMX_CUDA_CHECK_CTX(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s),
+                           op_context(ctx_, op));
+  };
+  switch (op.type) {
+    case OpType::kAllReduce:
+      check(api_->AllReduce(op.input.data, op.output.data, op.input.count, dt, ro, comm_, s),
+            "ncclAllReduce", op);
+      break;
+    case OpType::kReduce:
+      check(api_->Reduce(op.input.data, op.output.data, op.input.count, dt, ro, op.root, comm_, s),
+            "ncclReduce", op);
+      break;
+    case OpType::kBroadcast:
+      check(api_->Broadcast(op.input.data, op.output.data, nbytes(op.input), ncclUint8, op.root,
+                            comm_, s),
+            "ncclBroadcast", op);
+      break;
+    case OpType::kAllGatherSingle:
+      check(api_->AllGather(op.input.data, op.output.data, nbytes(op.input), ncclUint8, comm_, s),
+            "ncclAllGather", op);
+      break;
+    case OpType::kAllGather:
+    case OpType::kAllGatherV:
+      // One broadcast per root: outputs need not be contiguous nor equal in size.
+      group([&] {
+        for (int q = 0; q < n; ++q) {
+          const void* src = q == me ? op.input.data : op.outputs[q].data;
+          check(api_->Broadcast(src, op.outputs[q].data, nbytes(op.outputs[q]), ncclUint8, q,
+                                comm_, s),
+                "ncclBroadcast", op);
+        }
+      });
+      break;
+    case OpType::kReduceScatterSingle:
+      check(api_->ReduceScatter(op.input.data, op.output.data, op.output.count, dt, ro, comm_, s),
+            "ncclReduceScatter", op);
+      break;
+    case OpType::kReduceScatter:
+    case OpType::kReduceScatterV:
+      // One reduce per root; the receive buffer is used on the root only.
+      group([&] {
+        for (int q = 0; q < n; ++q)
+          check(api_->Reduce(op.inputs[q].data, op.output.data, op.inputs[q].count, dt, ro, q,
+                             comm_, s),
+                "ncclReduce", op);
+      });
+      break;
+    case OpType::kAllToAll:
+      group([&] {
+        for (int q = 0; q < n; ++q) {
+          send(op.inputs[q].data, nbytes(op.inputs[q]), q);
+          recv(op.outputs[q].data, nbytes(op.outputs[q]), q);
+        }
+      });
+      break;
+    case OpType::kAllToAllSingle: {
+      int64_t c = op.input.count / n;
+      group([&] {
+        for (int q = 0; q < n; ++q) {
+          send(op.input.slice(q * c, c).data, nbytes(op.input.slice(q * c, c)), q);
+          recv(op.output.slice(q * c, c).data, nbytes(op.output.slice(q * c, c)), q);
+        }
+      });
+      break;
+    }
+    case OpType::kAllToAllVSingle: {
+      group([&] {
+        int64_t in_off = 0, out_off = 0;
+        for (int q = 0; q < n; ++q) {
+          Tensor a = op.input.slice(in_off, op.input_splits[q]);
+          Tensor b = op.output.slice(out_off, op.output_splits[q]);
+          send(a.data, nbytes(a), q);
+          recv(b.data, nbytes(b), q);
+          in_off += op.input_splits[q];
+          out_off += op.output_splits[q];
+        }
+      });
+      break;
+    }
+    case OpType::kGather:
+    case OpType::kGatherSingle: {
+      bool single = op.type == OpType::kGatherSingle;
+      auto out_of = [&](int q) {
+        return single ? op.output.slice(q * op.input.count, op.input.count) : op.outputs[q];
+      };
+      group([&] {
+        if (me == op.root) {
+          for (int q = 0; q < n; ++q)
+            if (q != me) recv(out_of(q).data, nbytes(out_of(q)), q);
+        } else {
+          send(op.input.data, nbytes(op.input), op.root);
+        }
+      });
+      if (me == op.root) copy(out_of(me).data, op.input.data, nbytes(op.input));
+      break;
+    }
+    case OpType::kScatter:
+      group([&] {
+        if (me == op.root) {
+          for (int q = 0; q < n; ++q)
+            if (q != me) send(op.inputs[q].data, nbytes(op.inputs[q]), q);
+        } else {
+          recv(op.output.data, nbytes(op.output), op.root);
+        }
+      });
+      if (me == op.root) copy(op.output.data, op.inputs[me].data, nbytes(op.output));
+      break;
+    case OpType::kBarrier:
+      check(api_->AllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, s),
+            "ncclAllReduce (barrier)", op);
+      break;
+    case OpType::kSend:
+      send(op.input.data, nbytes(op.input), op.root);
+      break;
+    case OpType::kRecv:
+      recv(op.input.data, nbytes(op.input), op.root);
+      break;
+    case OpType::kBatchP2P:
+      group([&] {
+        for (const auto& p : op.p2p) {
+          if (p.is_send)
+            send(p.tensor.data, nbytes(p.tensor), p.peer);
+          else
+            recv(p.tensor.data, nbytes(p.tensor), p.peer);
+        }
+      });
+      break;
+    case OpType::kAllToAllVDynamic:
+      throw Error(ErrorCode::kUnsupported, op_context(ctx_, op) + "not supported by nccl");
+  }
+}
+
+Work NcclBackend::run(const OpDesc& op, bool async_op) {
+  if (aborted_.load())
+    throw Error(ErrorCode::kAborted, op_context(ctx_, op) + "the nccl comm was aborted");
+  cuda::DeviceGuard g(device_);
+  std::string where = op_context(ctx_, op);
+  cudaStream_t caller = cuda::caller_stream(op_stream(op));
+  bool capturing = cuda::is_capturing(caller);
+  cudaStream_t s = caller;
+  if (async_op && !capturing) {
+    // The comm's stream starts after work already queued on the caller's stream.
+    cudaEvent_t ready;
+    COMMX_CUDA_CHECK_CTX(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), where);
+    cudaEventRecord(ready, caller);
+    cudaStreamWaitEvent(stream_, ready, 0);
+    cudaEventDestroy(ready);
+    s = stream_;
+  }
+  enqueue(op, s);
+  if (capturing) return Work(std::make_shared<cuda::DoneWork>());
+  cuda::EventWorkHooks hooks;
+  hooks.poll_error = [this, where]() -> std::exception_ptr {
+    ncclResult_t ae = ncclSuccess;
+    std::lock_guard<std::mutex> lk(abort_mu_);
+    if (comm_gone_ || !comm_) return nullptr;
+    if (api_->CommGetAsyncError(comm_, &ae) == ncclSuccess && ae != ncclSuccess &&
+        ae != ncclInProgress)
+      return std::make_exception_ptr(
+          Error(ErrorCode::kNccl, where + "NCCL reported: " + api_->GetErrorString(ae)));
+    return nullptr;
+  };
+  hooks.on_timeout = [this] { abort_comm(); };
+  auto w = std::make_shared<cuda::EventWork>(s, device_, op.timeout, where, std::move(hooks));
+  Work work(w);
+  if (op.type == OpType::kBarrier && !async_op) work.wait_blocking();  // a barrier blocks the host
+  return work;
+}
+
+void NcclBackend::abort_comm() {
+  std::lock_guard<std::mutex> lk(abort_mu_);
+  aborted_ = true;
+  if (comm_ && !comm_gone_) {
+    api_->CommAbort(comm_);
+    comm_gone_ = true;
+  }
+}
+
+void NcclBackend::abort() { abort_comm(); }
+
+void NcclBackend::finalize() {
+  std::lock_guard<std::mutex> lk(abort_mu_);
+  if (comm_ && !comm_gone_) {
+    cuda::DeviceGuard g(device_);
+    api_->CommDestroy(comm_);
+  }
+  comm_gone_ = true;
+  comm_ = nullptr;
+  if (stream_) cudaStreamDestroy(stream_);
+  stream_ = nullptr;
+  if (scratch_) cudaFree(scratch_);
+  scratch_ = nullptr;
+}
+
+}  // namespace commx::nccl

@@ -1,0 +1,140 @@
+// Tuning table parser, writer and lookup (see tuning.h). Layer: core.
+#include "core/tuning.h"
+
+#include <fstream>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "commx/error.h"
+#include "core/env.h"
+
+namespace commx {
+namespace {
+
+constexpr uint64_t kMaxBytes = std::numeric_limits<uint64_t>::max();
+
+[[noreturn]] void bad_line(const std::string& source, int line, const std::string& what) {
+  throw Error(ErrorCode::kInvalidArgument,
+              "tuning table " + source + " line " + std::to_string(line) + ": " + what);
+}
+
+uint64_t parse_bytes(const std::string& s, const std::string& source, int line) {
+  if (s == "max" || s == "inf") return kMaxBytes;
+  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
+    bad_line(source, line, "'" + s + "' is not a byte count (digits or 'max')");
+  try {
+    return std::stoull(s);
+  } catch (const std::exception&) {
+    bad_line(source, line, "'" + s + "' is out of range");
+  }
+}
+
+}  // namespace
+
+TuningTable TuningTable::parse(const std::string& text, const std::string& source) {
+  TuningTable t;
+  std::istringstream in(text);
+  std::string raw;
+  int line = 0;
+  while (std::getline(in, raw)) {
+    ++line;
+    auto hash = raw.find('#');
+    if (hash != std::string::npos) raw.resize(hash);
+    std::istringstream fields(raw);
+    std::vector<std::string> f;
+    for (std::string w; fields >> w;) f.push_back(w);
+    if (f.empty()) continue;
+    if (f.size() != 5)
+      bad_line(source, line,
+               "expected 5 fields (collective world_size min_bytes max_bytes "
+               "algorithm), found " +
+                   std::to_string(f.size()));
+    TuningEntry e;
+    e.collective = f[0];
+    if (f[1].find_first_not_of("0123456789") != std::string::npos || f[1].size() > 6)
+      bad_line(source, line, "world size '" + f[1] + "' is not a positive integer");
+    e.world_size = std::stoi(f[1]);
+    if (e.world_size < 1) bad_line(source, line, "world size must be at least 1");
+    e.min_bytes = parse_bytes(f[2], source, line);
+    e.max_bytes = parse_bytes(f[3], source, line);
+    if (e.min_bytes > e.max_bytes)
+      bad_line(source, line, "min_bytes " + f[2] + " is above max_bytes " + f[3]);
+    e.algorithm = f[4];
+    t.entries_.push_back(std::move(e));
+  }
+  return t;
+}
+
+std::optional<TuningTable> TuningTable::load(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return std::nullopt;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse(ss.str(), path);
+}
+
+const TuningTable& TuningTable::from_env(const std::string& default_path) {
+  static std::mutex m;
+  static std::map<std::string, TuningTable> cache;
+  std::string path;
+  bool required = false;
+  if (auto p = env_str("COMMX_TUNING_FILE")) {
+    path = *p;
+    required = true;
+  } else {
+    path = default_path;
+  }
+  std::lock_guard<std::mutex> g(m);
+  auto it = cache.find(path);
+  if (it != cache.end()) return it->second;
+  TuningTable t;
+  if (!path.empty()) {
+    auto loaded = load(path);
+    if (loaded) {
+      t = std::move(*loaded);
+    } else if (required) {
+      throw Error(ErrorCode::kInvalidArgument, "COMMX_TUNING_FILE=" + path + " cannot be opened");
+    }
+  }
+  return cache.emplace(path, std::move(t)).first->second;
+}
+
+std::string TuningTable::lookup(const std::string& collective, int world_size,
+                                uint64_t bytes) const {
+  // Pick the world size whose entries apply.
+  int best_below = 0, best_above = 0;
+  bool exact = false;
+  for (const auto& e : entries_) {
+    if (e.collective != collective) continue;
+    if (e.world_size == world_size) exact = true;
+    if (e.world_size < world_size && e.world_size > best_below) best_below = e.world_size;
+    if (e.world_size > world_size && (best_above == 0 || e.world_size < best_above))
+      best_above = e.world_size;
+  }
+  int ws = exact ? world_size : (best_below ? best_below : best_above);
+  if (ws == 0) return "";
+  for (const auto& e : entries_) {
+    if (e.collective == collective && e.world_size == ws && bytes >= e.min_bytes &&
+        bytes <= e.max_bytes)
+      return e.algorithm;
+  }
+  return "";
+}
+
+std::string TuningTable::to_text() const {
+  std::ostringstream o;
+  o << "# commx tuning table v1: collective world_size min_bytes max_bytes algorithm\n";
+  for (const auto& e : entries_) {
+    o << e.collective << ' ' << e.world_size << ' ' << e.min_bytes << ' ';
+    if (e.max_bytes == kMaxBytes)
+      o << "max";
+    else
+      o << e.max_bytes;
+    o << ' ' << e.algorithm << '\n';
+  }
+  return o.str();
+}
+
+}  // namespace commx

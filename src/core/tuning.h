@@ -1,0 +1,45 @@
+// Tuning table: measured per-size algorithm winners that commx-bench writes (--tune FILE) and
+// backends read at run time to pick an algorithm, instead of thresholds hard-coded in source.
+// Layer: core (pure logic, no backend knowledge). File format: docs/bench.md "Tuning tables".
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace commx {
+
+struct TuningEntry {
+  std::string collective;  // e.g. "all_reduce"
+  int world_size = 0;
+  uint64_t min_bytes = 0;  // inclusive
+  uint64_t max_bytes = 0;  // inclusive; UINT64_MAX for "max"
+  std::string algorithm;
+};
+
+class TuningTable {
+ public:
+  // Parses the text format; throws Error(kInvalidArgument) naming the source and line on bad input.
+  static TuningTable parse(const std::string& text, const std::string& source = "<string>");
+  // Reads and parses `path`; nullopt when the file does not exist (other errors throw).
+  static std::optional<TuningTable> load(const std::string& path);
+  // COMMX_TUNING_FILE if set (an unreadable file is an error), else `default_path` if it exists,
+  // else an empty table. Loaded once per path and cached for the process.
+  static const TuningTable& from_env(const std::string& default_path = "");
+
+  // The algorithm for `bytes` at `world_size`: entries of the exact world size first; else
+  // those of the largest listed world size below it; else of the smallest above. Empty when no
+  // entry covers the size.
+  std::string lookup(const std::string& collective, int world_size, uint64_t bytes) const;
+
+  const std::vector<TuningEntry>& entries() const { return entries_; }
+  void add(TuningEntry e) { entries_.push_back(std::move(e)); }
+  // The text form that parse() reads back.
+  std::string to_text() const;
+
+ private:
+  std::vector<TuningEntry> entries_;
+};
+
+}  // namespace commx

@@ -1,0 +1,141 @@
+// commx-bench writers: JSON parses back (python3's json module), the SVG is well-formed XML with
+// one line per backend, and the text rows keep the nccl-tests columns. Layer: tests.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "report.h"
+#include "tune.h"
+
+using namespace commx;
+using namespace commx::bench;
+
+namespace {
+
+std::vector<Row> sample_rows() {
+  std::vector<Row> rows;
+  for (const char* b : {"cpu", "gloo \"quoted\" <x>"})
+    for (uint64_t s : {8ull, 1024ull, 1048576ull}) {
+      Row r;
+      r.collective = "all_reduce";
+      r.backend = b;
+      r.world_size = 2;
+      r.dtype = "float32";
+      r.op = "sum";
+      r.size = s;
+      r.count = s / 4;
+      r.time_us = 1.5 + s / 1000.0;
+      r.mean_us = r.time_us * 1.1;
+      r.algbw = s / (r.time_us * 1e3);
+      r.busbw = r.algbw;
+      r.wrong = 0;
+      r.in_place = true;
+      rows.push_back(r);
+    }
+  return rows;
+}
+
+MachineInfo machine() {
+  MachineInfo m = collect_machine_info("commx-bench all_reduce --np 2 \"x\"", 2, {"cpu", "gloo"});
+  EXPECT_GT(m.cores, 0);
+  EXPECT_FALSE(m.date.empty());
+  return m;
+}
+
+// Runs python3 on `file`; returns its exit status.
+int python_check(const std::string& code, const std::string& file) {
+  std::string cmd = "python3 -c '" + code + "' " + file;
+  return std::system(cmd.c_str());
+}
+
+TEST(BenchReport, JsonParsesBack) {
+  std::string path = ::testing::TempDir() + "/bench_report_test.json";
+  std::ofstream(path) << to_json(machine(), sample_rows());
+  const char* code =
+      "import json,sys; d=json.load(open(sys.argv[1])); h=d[\"header\"]; r=d[\"rows\"];"
+      "assert h[\"cores\"]>0 and h[\"world_size\"]==2 and \"hostname\" in h and \"gpus\" in h;"
+      "assert len(r)==6 and r[3][\"backend\"]==\"gloo \\\"quoted\\\" <x>\";"
+      "keys={\"collective\",\"backend\",\"world_size\",\"dtype\",\"op\",\"size\",\"count\","
+      "\"time_us\",\"algbw\",\"busbw\",\"wrong\",\"in_place\",\"graph\",\"root\"};"
+      "assert all(keys <= set(x) for x in r)";
+  EXPECT_EQ(python_check(code, path), 0);
+}
+
+TEST(BenchReport, SvgIsWellFormed) {
+  std::string path = ::testing::TempDir() + "/bench_report_test.svg";
+  std::string svg = to_svg(machine(), sample_rows());
+  std::ofstream(path) << svg;
+  const char* code =
+      "import sys,xml.etree.ElementTree as E; t=E.parse(sys.argv[1]).getroot();"
+      "ns=\"{http://www.w3.org/2000/svg}\"; assert t.tag==ns+\"svg\";"
+      "paths=t.findall(ns+\"path\"); assert len(paths)==4, len(paths)";
+  EXPECT_EQ(python_check(code, path), 0);
+  EXPECT_NE(svg.find("fill='white'"), std::string::npos);
+  EXPECT_NE(svg.find("busbw"), std::string::npos);
+}
+
+TEST(BenchReport, TextRows) {
+  auto rows = sample_rows();
+  std::ostringstream os;
+  print_header(os, true);
+  rows[3].ratio = 2.5;
+  print_row(os, nullptr, &rows[3], true);
+  std::string s = os.str();
+  for (const char* col :
+       {"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "ratio"})
+    EXPECT_NE(s.find(col), std::string::npos) << col;
+  EXPECT_NE(s.find("N/A"), std::string::npos);
+  EXPECT_NE(s.find("2.50x"), std::string::npos);
+}
+
+TEST(BenchReport, Markdown) {
+  auto rows = sample_rows();
+  rows[4].ratio = 2.0;
+  std::string md = to_markdown(machine(), rows);
+  EXPECT_NE(md.find("Command: `commx-bench all_reduce --np 2"), std::string::npos) << md;
+  EXPECT_NE(md.find("### all_reduce float32 sum in-place"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 1024 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("2.00x"), std::string::npos) << md;
+  // header, separator and 3 sizes
+  size_t table_lines = 0;
+  for (size_t p = md.find("| size"); p != std::string::npos && p < md.size();
+       p = md.find('\n', p) + 1) {
+    if (md[p] != '|') break;
+    ++table_lines;
+  }
+  EXPECT_EQ(table_lines, 5u) << md;
+}
+
+TEST(BenchTune, WinnersBecomeRanges) {
+  std::vector<Row> rows;
+  auto add = [&](const char* b, uint64_t size, double t) {
+    Row r;
+    r.collective = "all_reduce";
+    r.backend = b;
+    r.world_size = 4;
+    r.dtype = "float32";
+    r.op = "sum";
+    r.size = size;
+    r.time_us = t;
+    r.wrong = 0;
+    r.in_place = true;
+    rows.push_back(r);
+  };
+  add("cpu:flat", 8, 1), add("cpu:ring", 8, 2);
+  add("cpu:flat", 1024, 3), add("cpu:ring", 1024, 4);
+  add("cpu:flat", 65536, 30), add("cpu:ring", 65536, 20);
+  add("gloo", 65536, 1);  // other backends never win a cpu table
+  TuningTable t = tuning_from_rows(rows, "cpu");
+  ASSERT_EQ(t.entries().size(), 2u);
+  EXPECT_EQ(t.lookup("all_reduce", 4, 0), "flat");
+  EXPECT_EQ(t.lookup("all_reduce", 4, 1024), "flat");
+  EXPECT_EQ(t.lookup("all_reduce", 4, 1025), "ring");
+  EXPECT_EQ(t.lookup("all_reduce", 4, 1ull << 40), "ring");
+  // The text form reads back to the same table.
+  TuningTable back = TuningTable::parse(t.to_text());
+  EXPECT_EQ(back.to_text(), t.to_text());
+}
+
+}  // namespace

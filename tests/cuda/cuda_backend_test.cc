@@ -1,0 +1,337 @@
+// GPU tests of the cuda backend (and the nccl backend it is compared with): every collective
+// against a CPU reference on random data, dtypes/ops, odd and unaligned sizes, chunking, CUDA
+// graph capture and replay, async ops, a peer that never arrives, two comms at once, several
+// ranks per GPU. Ranks are processes forked before any CUDA call. Skips without a GPU.
+// Layer: tests (label gpu).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "cuda/collective_checks.h"
+
+namespace commx::testing {
+namespace {
+
+#define REQUIRE_GPUS(N)                                                        \
+  do {                                                                         \
+    if (gpu_count() < (N)) GTEST_SKIP() << "needs " << (N) << " GPU(s), found " << gpu_count(); \
+  } while (0)
+
+int two_gpus() { return std::min(gpu_count(), 2); }
+
+OpOptions algo(const char* a) {
+  OpOptions o;
+  o.hints["algorithm"] = a;
+  return o;
+}
+
+TEST(CudaBackend, AllReduceEveryDtypeOpAndSize) {
+  REQUIRE_GPUS(1);
+  std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
+    auto c = make_comm(ctx, "cuda", "ar");
+    const DataType types[] = {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16,
+                              DataType::kFloat64, DataType::kInt32, DataType::kInt64};
+    const ReduceOp ops[] = {ReduceOp::SUM, ReduceOp::PRODUCT, ReduceOp::MIN, ReduceOp::MAX,
+                            ReduceOp::AVG, ReduceOp::premul_sum(0.5)};
+    uint64_t seed = 1;
+    for (const char* a : {"ll", "flat", "tree"})
+      for (DataType t : types)
+        for (ReduceOp op : ops) {
+          if (!dtype_is_floating(t) && (op.kind == ReduceKind::kAvg || op.kind == ReduceKind::kPremulSum))
+            continue;
+          for (int64_t n : {0, 1, 3, 17, 1000, 4099, 70001})
+            check_allreduce(*c, ctx, t, op, n, seed++, algo(a));
+        }
+    // Unaligned user buffers (element offset 1) on every path.
+    for (const char* a : {"ll", "flat", "tree"})
+      for (DataType t : {DataType::kFloat32, DataType::kBFloat16})
+        for (int64_t n : {1000, 70001}) check_allreduce(*c, ctx, t, ReduceOp::SUM, n, seed++, algo(a), 1);
+    // Automatic selection across sizes, large bf16 and f32.
+    check_allreduce(*c, ctx, DataType::kBFloat16, ReduceOp::SUM, (1 << 20) + 3, seed++);
+    check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, (3 << 20) + 5, seed++);
+    // reduce to a non-zero root on both paths.
+    for (const char* a : {"flat", "tree"})
+      check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, 5001, seed++, algo(a), 0, 1);
+    // Bit-identical results on every rank (fixed reduction order).
+    for (const char* a : {"ll", "flat", "tree"}) {
+      auto bytes = check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, 70001, 999, algo(a));
+      std::string key = std::string("bits_") + a;
+      if (ctx.rank == 0) ctx.store->set(key, bytes);
+      RANK_CHECK(ctx.store->get(key) == bytes, std::string("results differ between ranks: ") + a);
+    }
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(CudaBackend, ChunkingThroughASmallBuffer) {
+  REQUIRE_GPUS(1);
+  std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
+    auto c = make_comm(ctx, "cuda", "chunks", {{"buffer_bytes", "1M"}});
+    for (const char* a : {"flat", "tree"})
+      check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, (1 << 20) + 7, 5, algo(a));
+    check_allreduce(*c, ctx, DataType::kBFloat16, ReduceOp::MAX, (1 << 19) + 1, 6, algo("tree"));
+    check_collectives(*c, ctx, 300001, 7, false);
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(CudaBackend, EveryCollectiveTwoRanks) {
+  REQUIRE_GPUS(1);
+  std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
+    auto c = make_comm(ctx, "cuda", "coll");
+    uint64_t seed = 11;
+    for (int64_t n : {0, 1, 7, 1001, 65536 + 3}) check_collectives(*c, ctx, n, seed++, false);
+    // Ops the native path delegates to NCCL (when it loads; NCCL needs one GPU per rank).
+    if (nccl_loadable() && gpu_count() >= 2) check_collectives(*c, ctx, 1001, seed++, true);
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(CudaBackend, ThreeAndFourRanksShareGpus) {
+  REQUIRE_GPUS(1);
+  for (int world : {3, 4}) {
+    std::string err = run_ranks(world, gpu_count() >= 2 && world == 3 ? 2 : 1, [](RankCtx& ctx) {
+      auto c = make_comm(ctx, "cuda", "shared");
+      for (const char* a : {"flat", "tree"}) {
+        check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, 5003, 21, algo(a));
+        check_allreduce(*c, ctx, DataType::kBFloat16, ReduceOp::MIN, 33, 22, algo(a));
+      }
+      check_collectives(*c, ctx, 999, 23, false);
+    });
+    EXPECT_EQ(err, "") << "world " << world;
+  }
+}
+
+TEST(CudaBackend, WorldOfOne) {
+  REQUIRE_GPUS(1);
+  std::string err = run_ranks(1, 1, [](RankCtx& ctx) {
+    auto c = make_comm(ctx, "cuda", "one");
+    check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, 1001, 1);
+    check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::AVG, 1001, 2);
+    check_collectives(*c, ctx, 77, 3, false);
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(CudaBackend, GraphCaptureAndReplay) {
+  REQUIRE_GPUS(1);
+  std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
+    auto c = make_comm(ctx, "cuda", "graph");
+    const Device dev = Device::cuda(ctx.device);
+    const DataType t = DataType::kFloat32;
+    cudaStream_t s;
+    CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const int64_t n1 = 1000, n2 = 100003, ng = 513;
+    DevBuf a(n1 * 4), b(n2 * 4), gin(ng * 4), gout(2 * ng * 4);
+    // Warm-up outside the graph (lazy setup must not happen during capture).
+    c->all_reduce(Tensor(a.p, n1, t, dev, s), ReduceOp::SUM).wait_blocking();
+    cudaGraph_t graph;
+    CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    c->all_reduce(Tensor(a.p, n1, t, dev, s), ReduceOp::SUM, false, algo("ll"));
+    c->all_reduce(Tensor(a.p, n1, t, dev, s), ReduceOp::MAX, false, algo("flat"));
+    c->all_reduce(Tensor(b.p, n2, t, dev, s), ReduceOp::SUM, false, algo("tree"));
+    c->all_gather_single(Tensor(gout.p, 2 * ng, t, dev, s), Tensor(gin.p, ng, t, dev, s));
+    CU(cudaStreamEndCapture(s, &graph));
+    cudaGraphExec_t exec;
+    CU(cudaGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 4; ++rep) {
+      auto va = gen_all(t, n1, 100 + rep, 2, ReduceKind::kSum);
+      auto vb = gen_all(t, n2, 200 + rep, 2, ReduceKind::kSum);
+      auto vg = gen_all(t, ng, 300 + rep, 2, ReduceKind::kSum);
+      to_dev(a.p, encode(t, va[ctx.rank]));
+      to_dev(b.p, encode(t, vb[ctx.rank]));
+      to_dev(gin.p, encode(t, vg[ctx.rank]));
+      CU(cudaGraphLaunch(exec, s));
+      CU(cudaStreamSynchronize(s));
+      auto check_sum = [&](void* p, int64_t n, std::vector<std::vector<double>>& v, const char* w) {
+        std::vector<double> ref(n), sc(n);
+        for (int64_t i = 0; i < n; ++i) {
+          ref[i] = v[0][i] + v[1][i];
+          sc[i] = std::fabs(v[0][i]) + std::fabs(v[1][i]);
+        }
+        expect_close(t, decode(t, from_dev(p, n * 4)), ref, sc,
+                     std::string(w) + " replay " + std::to_string(rep));
+      };
+      check_sum(a.p, n1, va, "graph ll+flat (sum then max of equal values)");
+      check_sum(b.p, n2, vb, "graph tree");
+      std::vector<double> gref(vg[0]);
+      gref.insert(gref.end(), vg[1].begin(), vg[1].end());
+      expect_close(t, decode(t, from_dev(gout.p, 2 * ng * 4)), gref, {}, "graph all_gather");
+    }
+    // Eager ops still agree with the replays' flag epochs afterwards.
+    check_allreduce(*c, ctx, t, ReduceOp::SUM, 4097, 77);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(s);
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(CudaBackend, AsyncOpsAndStreams) {
+  REQUIRE_GPUS(1);
+  std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
+    auto c = make_comm(ctx, "cuda", "async");
+    const Device dev = Device::cuda(ctx.device);
+    const DataType t = DataType::kFloat32;
+    const int64_t n = 50001;
+    auto v = gen_all(t, n, 3, 2, ReduceKind::kSum);
+    DevBuf a(n * 4), b(n * 4);
+    to_dev(a.p, encode(t, v[ctx.rank]));
+    to_dev(b.p, encode(t, v[ctx.rank]));
+    Work w1 = c->all_reduce(Tensor(a.p, n, t, dev), ReduceOp::SUM, true);
+    Work w2 = c->all_reduce(Tensor(b.p, n, t, dev), ReduceOp::MAX, true, algo("tree"));
+    w1.wait();  // the default stream waits
+    w2.wait_blocking();
+    CU(cudaDeviceSynchronize());
+    RANK_CHECK(w1.is_completed() && w2.status() == WorkStatus::kCompleted, "async works not completed");
+    std::vector<double> rs(n), rm(n), sc(n);
+    for (int64_t i = 0; i < n; ++i) {
+      rs[i] = v[0][i] + v[1][i];
+      rm[i] = std::max(v[0][i], v[1][i]);
+      sc[i] = std::fabs(v[0][i]) + std::fabs(v[1][i]);
+    }
+    expect_close(t, decode(t, from_dev(a.p, n * 4)), rs, sc, "async sum");
+    expect_close(t, decode(t, from_dev(b.p, n * 4)), rm, {}, "async max");
+    // Sync ops on two different user streams stay in issue order.
+    cudaStream_t s1, s2;
+    CU(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    CU(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    for (int i = 0; i < 10; ++i) {
+      check_allreduce(*c, ctx, t, ReduceOp::SUM, 3001, 50 + i, {}, 0, -1, i % 2 ? s1 : s2);
+    }
+    cudaStreamDestroy(s1);
+    cudaStreamDestroy(s2);
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(CudaBackend, PeerThatNeverArrivesTimesOutOnTheGpu) {
+  REQUIRE_GPUS(1);
+  std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
+    // One comm per device-side wait: LL polling, per-block flag barrier, exchange barrier.
+    const char* kinds[] = {"ll", "tree", "broadcast"};
+    std::vector<std::shared_ptr<Comm>> comms;
+    for (const char* k : kinds)
+      comms.push_back(make_comm(ctx, "cuda", std::string("late_") + k, {}, std::chrono::milliseconds(400)));
+    if (ctx.rank == 1) {
+      ctx.store->get("rank0_done");  // joins no op; keeps its buffers mapped meanwhile
+      return;
+    }
+    DevBuf a(2048 * 4);
+    const Device dev = Device::cuda(ctx.device);
+    for (int i = 0; i < 3; ++i) {
+      Comm& c = *comms[i];
+      auto t0 = std::chrono::steady_clock::now();
+      bool threw = false;
+      try {
+        if (i < 2)
+          c.all_reduce(Tensor(a.p, 1024, DataType::kFloat32, dev), ReduceOp::SUM, false, algo(kinds[i]))
+              .wait_blocking();
+        else
+          c.broadcast(Tensor(a.p, 1024, DataType::kFloat32, dev), 0).wait_blocking();
+      } catch (const Error& e) {
+        threw = true;
+        std::string m = e.what();
+        RANK_CHECK(e.code() == ErrorCode::kTimeout, m);
+        RANK_CHECK(m.find("waiting for rank 1") != std::string::npos, m);
+        RANK_CHECK(m.find(i < 2 ? "all_reduce" : "broadcast") != std::string::npos, m);
+      }
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      RANK_CHECK(threw, std::string("no timeout error for ") + kinds[i]);
+      RANK_CHECK(secs < 5, "took " + std::to_string(secs) + " s");
+      bool next_threw = false;
+      try {
+        c.barrier();
+      } catch (const Error&) {
+        next_threw = true;
+      }
+      RANK_CHECK(next_threw, "the comm kept working after a device-side timeout");
+    }
+    ctx.store->set_str("rank0_done", "1");
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(CudaBackend, TwoCommsAtOnce) {
+  REQUIRE_GPUS(1);
+  std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
+    auto a = make_comm(ctx, "cuda", "first");
+    auto b = make_comm(ctx, "cuda", "second");
+    for (int i = 0; i < 6; ++i) {
+      check_allreduce(*a, ctx, DataType::kFloat32, ReduceOp::SUM, 1000 + i, 400 + i, algo("flat"));
+      check_allreduce(*b, ctx, DataType::kBFloat16, ReduceOp::SUM, 20000 + i, 500 + i, algo("tree"));
+    }
+    check_collectives(*b, ctx, 333, 600, false);
+    check_collectives(*a, ctx, 333, 601, false);
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(CudaBackend, NoPeerAccessFallsBackToNcclOrRefuses) {
+  REQUIRE_GPUS(1);
+  bool nccl = nccl_loadable();
+  if (nccl && gpu_count() < 2) GTEST_SKIP() << "the NCCL fallback needs one GPU per rank";
+  std::string err = run_ranks(2, two_gpus(), [nccl](RankCtx& ctx) {
+    setenv("COMMX_CUDA_FORCE_NO_P2P", "1", 1);
+    if (nccl) {
+      auto c = make_comm(ctx, "cuda", "nop2p");
+      check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, 1001, 9);
+      return;
+    }
+    try {
+      make_comm(ctx, "cuda", "nop2p");
+      RANK_CHECK(false, "comm creation should fail without P2P and NCCL");
+    } catch (const Error& e) {
+      RANK_CHECK(e.code() == ErrorCode::kUnsupported, e.what());
+      RANK_CHECK(std::string(e.what()).find("COMMX_CUDA_FORCE_NO_P2P") != std::string::npos, e.what());
+    }
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(CudaBackend, DdaDisabledOrNcclHintGoesThroughNccl) {
+  REQUIRE_GPUS(2);
+  if (!nccl_loadable()) GTEST_SKIP() << "libnccl.so.2 not loadable (set COMMX_NCCL_LIBRARY)";
+  std::string err = run_ranks(2, 2, [](RankCtx& ctx) {
+    setenv("RCCL_DDA_ENABLE", "0", 1);  // the alias of COMMX_DDA_ENABLE
+    auto c = make_comm(ctx, "cuda", "nodda");
+    check_allreduce(*c, ctx, DataType::kBFloat16, ReduceOp::SUM, 1001, 3);
+    check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::MAX, 70001, 4);
+    unsetenv("RCCL_DDA_ENABLE");
+    auto d = make_comm(ctx, "cuda", "hint");
+    check_allreduce(*d, ctx, DataType::kFloat32, ReduceOp::SUM, 1001, 5, algo("nccl"));
+    check_allreduce(*d, ctx, DataType::kFloat32, ReduceOp::SUM, 1001, 6, algo("ll"));
+    bool threw = false;
+    try {
+      check_allreduce(*d, ctx, DataType::kFloat32, ReduceOp::SUM, 10, 7, algo("bogus"));
+    } catch (const Error& e) {
+      threw = e.code() == ErrorCode::kInvalidArgument;
+    }
+    RANK_CHECK(threw, "an unknown algorithm hint must be an InvalidArgument error");
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(NcclBackend, EveryCollective) {
+  REQUIRE_GPUS(1);
+  if (!nccl_loadable()) GTEST_SKIP() << "libnccl.so.2 not loadable (set COMMX_NCCL_LIBRARY)";
+  // NCCL refuses two ranks on one GPU.
+  if (gpu_count() < 2) GTEST_SKIP() << "NCCL needs one GPU per rank";
+  std::string err = run_ranks(2, 2, [](RankCtx& ctx) {
+    auto c = make_comm(ctx, "nccl", "nccl");
+    uint64_t seed = 31;
+    for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt32})
+      for (ReduceOp op : {ReduceOp::SUM, ReduceOp::MAX, ReduceOp::PRODUCT})
+        for (int64_t n : {1, 1001}) check_allreduce(*c, ctx, t, op, n, seed++);
+    check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::AVG, 1001, seed++);
+    check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, 1001, seed++, {}, 0, 1);
+    for (int64_t n : {1, 1001}) check_collectives(*c, ctx, n, seed++, true);
+    Work w = c->all_reduce(Tensor(nullptr, 0, DataType::kFloat32, Device::cuda(ctx.device)),
+                           ReduceOp::SUM, true);
+    w.wait_blocking();
+  });
+  EXPECT_EQ(err, "");
+}
+
+}  // namespace
+}  // namespace commx::testing

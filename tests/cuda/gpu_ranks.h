@@ -1,0 +1,125 @@
+// Multi-process harness of the GPU tests: forks one process per rank before any CUDA call in the
+// parent, meets them through a commx TCP store hosted by the parent on the loopback address, and
+// reports each rank's failures. Layer: tests.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <filesystem>
+
+#include "commx/error.h"
+#include "commx/store.h"
+
+namespace commx::testing {
+
+// Number of GPUs, asked in a child process so that the parent stays CUDA-free for fork().
+inline int gpu_count() {
+  static int cached = -1;
+  if (cached >= 0) return cached;
+  pid_t pid = fork();
+  if (pid == 0) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+    _exit(n > 100 ? 100 : n);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  cached = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+  return cached;
+}
+
+struct RankCtx {
+  int rank;
+  int world;
+  int device;
+  std::shared_ptr<Store> store;
+};
+
+// A failed check inside a rank process: message printed by the harness.
+struct CheckFailed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+#define RANK_CHECK(COND, MSG)                                                                  \
+  do {                                                                                         \
+    if (!(COND))                                                                               \
+      throw ::commx::testing::CheckFailed(std::string(__FILE__) + ":" + std::to_string(__LINE__) + \
+                                          ": " + #COND + ": " + (MSG));                        \
+  } while (0)
+
+// Runs body(ctx) in `world` processes, rank r on GPU r % gpus. Returns "" when all ranks exit 0,
+// else a description of the failures. Ranks still running after `limit` are killed (a failure).
+inline std::string run_ranks(int world, int gpus, const std::function<void(RankCtx&)>& body,
+                             std::chrono::seconds limit = std::chrono::seconds(120)) {
+  static int counter = 0;
+  std::string dir = "/tmp/commx_gpu_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
+  auto server = start_tcp_store_server("127.0.0.1", 0);
+  const uint16_t port = server->port();
+  std::vector<pid_t> pids;
+  std::vector<std::string> logs;
+  for (int r = 0; r < world; ++r) {
+    std::string log = dir + ".rank" + std::to_string(r) + ".log";
+    logs.push_back(log);
+    pid_t pid = fork();
+    if (pid == 0) {
+      int code = 0;
+      FILE* f = std::fopen(log.c_str(), "w");
+      try {
+        TCPStoreOptions so;
+        so.port = port;
+        so.timeout = std::chrono::seconds(60);
+        RankCtx ctx{r, world, r % gpus, make_tcp_store("127.0.0.1", so)};
+        body(ctx);
+      } catch (const std::exception& e) {
+        if (f) std::fprintf(f, "rank %d: %s\n", r, e.what());
+        code = 1;
+      }
+      if (f) std::fclose(f);
+      std::fflush(stdout);
+      _exit(code);
+    }
+    pids.push_back(pid);
+  }
+  std::string failures;
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  for (int r = 0; r < world; ++r) {
+    int status = 0;
+    for (;;) {
+      pid_t w = waitpid(pids[r], &status, WNOHANG);
+      if (w == pids[r]) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        for (pid_t p : pids) kill(p, SIGKILL);
+        waitpid(pids[r], &status, 0);
+        failures += "rank " + std::to_string(r) + " killed after the time limit\n";
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      FILE* f = std::fopen(logs[r].c_str(), "r");
+      char buf[4096];
+      size_t n = f ? std::fread(buf, 1, sizeof(buf) - 1, f) : 0;
+      buf[n] = 0;
+      if (f) std::fclose(f);
+      failures += "rank " + std::to_string(r) + " failed (status " + std::to_string(status) + "): " + buf;
+    }
+  }
+  server->stop();
+  std::error_code ec;
+  for (auto& l : logs) std::filesystem::remove(l, ec);
+  return failures;
+}
+
+}  // namespace commx::testing

@@ -1,0 +1,263 @@
+"""The PyTorch side: torch CPU tensors through the bindings, and the "commx" torch.distributed
+backend (process-group collectives, DeviceMesh/DTensor, an FSDP2 loop matching gloo, torchrun).
+Skipped where torch is absent. Layer: tests (Python)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+import commx  # noqa: E402
+import store_backend  # noqa: E402
+from ranks import run_ranks  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+NATIVE_CPU = commx._C.has_backend("cpu")
+# Until the native cpu backend exists, the reference Python backend stands in for it.
+CPU_BACKEND = "cpu" if NATIVE_CPU else "pystore"
+
+
+def _use_commx_backend():
+    import commx.torch as ct
+    if not NATIVE_CPU:
+        store_backend.register()
+    ct.set_device_backend("cpu", CPU_BACKEND)
+
+
+# -- torch tensors straight through the bindings ----------------------------------------------
+
+def _bindings_with_torch(rank, size, store):
+    if not NATIVE_CPU:
+        store_backend.register()
+    comm = commx.new_comm(CPU_BACKEND, torch.device("cpu"), "tt", store=store, rank=rank,
+                          size=size)
+    assert comm.get_device() == torch.device("cpu")
+    dtypes = [torch.float32, torch.float64, torch.int32, torch.int64, torch.uint8]
+    if NATIVE_CPU:
+        dtypes += [torch.bfloat16, torch.float16, torch.int8, torch.bool]
+    for dt in dtypes:
+        t = (torch.arange(6) % 3 + rank).to(dt).reshape(2, 3)
+        want = sum((torch.arange(6) % 3 + r).to(torch.float64) for r in range(size))
+        op = commx.ReduceOp.MAX if dt == torch.bool else commx.ReduceOp.SUM
+        comm.all_reduce(t, op)
+        if dt != torch.bool:
+            torch.testing.assert_close(t.reshape(-1).to(torch.float64), want.to(dt).to(
+                torch.float64), msg=f"all_reduce {dt}")
+    out = torch.zeros(3 * size)
+    comm.all_gather_single(out, torch.full((3,), float(rank)), async_op=True).wait()
+    assert out.tolist() == [float(r) for r in range(size) for _ in range(3)]
+    # A non-contiguous tensor is bad input.
+    with pytest.raises(commx.InvalidArgumentError, match="not contiguous"):
+        comm.all_reduce(torch.zeros(4, 4).t(), commx.ReduceOp.SUM)
+    comm.finalize()
+    return True
+
+
+def test_torch_tensors_through_bindings():
+    run_ranks(2, _bindings_with_torch)
+
+
+# -- the torch.distributed backend ------------------------------------------------------------
+
+def _init_pg(rank, size, port, backend="commx"):
+    if backend == "commx":
+        _use_commx_backend()
+    from ranks import init_agent_store_env, native_tcp_store
+    if native_tcp_store():  # the parent hosts a commx TCPStore: torch joins it as a client
+        init_agent_store_env(rank, size, port)
+        dist.init_process_group(backend)
+    else:
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=size)
+
+
+def _pg_collectives(rank, size, port):
+    _init_pg(rank, size, port)
+    assert dist.get_backend() == "commx"
+    r, n = rank, size
+    t = torch.tensor([r + 1.0, 2.0 * r])
+    dist.all_reduce(t)
+    torch.testing.assert_close(t, torch.tensor([n * (n + 1) / 2, float(n * (n - 1))]))
+    t = torch.tensor([float(r)])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    assert t.item() == n - 1
+    t = torch.tensor([float(r)])
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    torch.testing.assert_close(t, torch.tensor([(n - 1) / 2]))
+    # all_gather (list and into one tensor), reduce_scatter_tensor.
+    outs = [torch.zeros(2) for _ in range(n)]
+    dist.all_gather(outs, torch.full((2,), float(r)))
+    assert [o.tolist() for o in outs] == [[float(i)] * 2 for i in range(n)]
+    big = torch.zeros(n, 2)
+    dist.all_gather_into_tensor(big, torch.full((2,), float(r)))
+    assert big.tolist() == [[float(i)] * 2 for i in range(n)]
+    rs = torch.zeros(2)
+    dist.reduce_scatter_tensor(rs, torch.arange(2.0 * n) + r)
+    want = sum(torch.arange(2.0 * n) + i for i in range(n))[2 * r:2 * r + 2]
+    torch.testing.assert_close(rs, want)
+    rs_list = torch.zeros(2)
+    dist.reduce_scatter(rs_list, list((torch.arange(2.0 * n) + r).chunk(n)))
+    torch.testing.assert_close(rs_list, want)
+    # broadcast / reduce / gather / scatter from the last rank.
+    root = n - 1
+    b = torch.full((3,), float(r))
+    dist.broadcast(b, src=root)
+    assert b.tolist() == [float(root)] * 3
+    red = torch.tensor([float(r + 1)])
+    dist.reduce(red, dst=root)
+    if r == root:
+        assert red.item() == n * (n + 1) / 2
+    g = [torch.zeros(1) for _ in range(n)] if r == root else None
+    dist.gather(torch.tensor([float(r)]), g, dst=root)
+    if r == root:
+        assert [x.item() for x in g] == list(map(float, range(n)))
+    s = torch.zeros(1)
+    dist.scatter(s, [torch.tensor([10.0 + i]) for i in range(n)] if r == root else None, src=root)
+    assert s.item() == 10.0 + r
+    # all_to_all_single with and without row splits; all_to_all with lists.
+    a_in = torch.arange(n * 2.0).reshape(n, 2) + 100 * r
+    a_out = torch.zeros(n, 2)
+    dist.all_to_all_single(a_out, a_in)
+    assert a_out.tolist() == [[100.0 * s_ + 2 * r, 100.0 * s_ + 2 * r + 1] for s_ in range(n)]
+    in_splits = [d + 1 for d in range(n)]  # rank r sends d+1 rows to d
+    out_splits = [r + 1] * n
+    v_in = torch.cat([torch.full((d + 1, 3), float(10 * r + d)) for d in range(n)])
+    v_out = torch.zeros(sum(out_splits), 3)
+    dist.all_to_all_single(v_out, v_in, out_splits, in_splits)
+    want = torch.cat([torch.full((r + 1, 3), float(10 * s_ + r)) for s_ in range(n)])
+    torch.testing.assert_close(v_out, want)
+    lo = [torch.zeros(1) for _ in range(n)]
+    dist.all_to_all(lo, [torch.tensor([float(10 * r + d)]) for d in range(n)])
+    assert [x.item() for x in lo] == [float(10 * s_ + r) for s_ in range(n)]
+    # Point to point and barrier; async_op through torch's Work.
+    if n > 1:
+        p = torch.tensor([float(r)])
+        if r == 0:
+            dist.send(p + 5, dst=1)
+        elif r == 1:
+            dist.recv(p, src=0)
+            assert p.item() == 5.0
+    w = dist.all_reduce(torch.ones(1), async_op=True)
+    w.wait()
+    dist.barrier()
+    # Non-contiguous and complex tensors.
+    nc = torch.ones(4, 4).t()
+    dist.all_reduce(nc)
+    assert nc.sum().item() == 16 * n
+    cx = torch.tensor([1 + 2j, 3 - 1j])
+    dist.all_reduce(cx)
+    torch.testing.assert_close(cx, torch.tensor([1 + 2j, 3 - 1j]) * n)
+    # Functional collectives (what DTensor uses).
+    import torch.distributed._functional_collectives as fc
+    got = fc.all_reduce(torch.ones(2), "sum", dist.group.WORLD)
+    torch.testing.assert_close(got.wait() if hasattr(got, "wait") else got, torch.full((2,),
+                                                                                       float(n)))
+    dist.destroy_process_group()
+    return True
+
+
+@pytest.mark.parametrize("size", [1, 2])  # 3 ranks: covered by test_collectives.py
+def test_process_group_collectives(size):
+    run_ranks(size, _pg_collectives, with_store=False)
+
+
+def _device_mesh(rank, size, port):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    _init_pg(rank, size, port)
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    dp, tp = mesh["dp"].get_group(), mesh["tp"].get_group()
+    assert dist.get_world_size(dp) == 2 and dist.get_world_size(tp) == 2
+    t = torch.tensor([float(rank)])
+    dist.all_reduce(t, group=tp)  # tp groups: {0,1}, {2,3}
+    assert t.item() == (1.0 if rank < 2 else 5.0)
+    t = torch.tensor([float(rank)])
+    dist.all_reduce(t, group=dp)  # dp groups: {0,2}, {1,3}
+    assert t.item() == (2.0 if rank % 2 == 0 else 4.0)
+    # DTensor: shard a matrix over the 2-D mesh, redistribute, gather it back.
+    torch.manual_seed(0)
+    full = torch.randn(8, 6)
+    d = distribute_tensor(full, mesh, [Shard(0), Shard(1)])
+    assert d.to_local().shape == (4, 3)
+    torch.testing.assert_close(d.redistribute(mesh, [Replicate(), Replicate()]).to_local(), full)
+    torch.testing.assert_close((d * 2).sum().full_tensor(), full.sum() * 2)
+    dist.destroy_process_group()
+    return True
+
+
+def test_device_mesh_and_dtensor():
+    run_ranks(4, _device_mesh, with_store=False, timeout=150)
+
+
+def _fsdp2_losses(rank, size, port, backend):
+    from torch.distributed.fsdp import fully_shard
+    _init_pg(rank, size, port, backend)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(100 + rank)
+    losses = []
+    for _ in range(5):
+        x, y = torch.randn(8, 16, generator=gen), torch.randn(8, 4, generator=gen)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    dist.destroy_process_group()
+    return losses
+
+
+def test_fsdp2_loss_matches_gloo():
+    ours = run_ranks(2, _fsdp2_losses, "commx", with_store=False, timeout=150)
+    gloo = run_ranks(2, _fsdp2_losses, "gloo", with_store=False, timeout=150)
+    for r in range(2):
+        assert len(ours[r]) == 5
+        for a, b in zip(ours[r], gloo[r]):
+            assert abs(a - b) <= 1e-5, (r, ours[r], gloo[r])
+    assert ours[0][-1] < ours[0][0]  # it trains
+
+
+def _run_torchrun(script, *args, timeout=180):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.join(ROOT, "python"), HERE, env.get("PYTHONPATH", "")])
+    env["COMMX_TEST_CPU_BACKEND"] = CPU_BACKEND
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--master-port", str(__import__("ranks").free_port()), script, *args]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, f"torchrun failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
+    return p.stdout
+
+
+def test_torchrun_process_group():
+    out = _run_torchrun(os.path.join(HERE, "torchrun_worker.py"))
+    assert out.count("commx torchrun ok") == 2, out
+
+
+@pytest.mark.skipif(not NATIVE_CPU, reason="the quick start uses the native cpu backend")
+def test_quickstart_cpu_under_torchrun():
+    out = _run_torchrun(os.path.join(ROOT, "examples", "python", "quickstart_cpu.py"))
+    assert out.count("quickstart ok") == 2, out
+
+
+def _cuda_gpus():
+    try:
+        return torch.cuda.device_count()
+    except Exception:  # noqa: BLE001 - no driver
+        return 0
+
+
+@pytest.mark.skipif(_cuda_gpus() < 2, reason="needs 2 GPUs")
+def test_quickstart_cuda_under_torchrun():
+    out = _run_torchrun(os.path.join(ROOT, "examples", "python", "quickstart.py"))
+    assert out.count("quickstart ok") == 2, out

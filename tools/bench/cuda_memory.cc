@@ -1,0 +1,106 @@
+// GPU buffers, stream syncs and CUDA graph capture for commx-bench (see memory.h). Compiled only
+// when the CUDA toolkit is found (COMMX_BENCH_HAS_CUDA); the CPU build never includes it.
+// Layer: tools/bench.
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+
+#include "commx/error.h"
+#include "memory.h"
+
+namespace commx::bench {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw Error(ErrorCode::kCuda,
+                std::string("commx-bench: ") + what + ": " + cudaGetErrorString(e));
+}
+
+class CudaMemory : public Memory {
+ public:
+  explicit CudaMemory(int index) {
+    if (index >= 0) check(cudaSetDevice(index), "cudaSetDevice");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  ~CudaMemory() override {
+    if (exec_) cudaGraphExecDestroy(exec_);
+    if (graph_) cudaGraphDestroy(graph_);
+    cudaStreamDestroy(stream_);
+  }
+  void* alloc(size_t bytes) override {
+    void* p = nullptr;
+    check(cudaMalloc(&p, bytes + 64), "cudaMalloc");
+    return p;
+  }
+  void release(void* p) override { cudaFree(p); }
+  void to_device(void* dst, const void* src, size_t n) override {
+    check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_), "cudaMemcpy H2D");
+    sync();
+  }
+  void to_host(void* dst, const void* src, size_t n) override {
+    check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream_), "cudaMemcpy D2H");
+    sync();
+  }
+  void sync() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+  void* stream() override { return stream_; }
+  std::function<void()> capture(const std::function<void()>& fn) override {
+    if (exec_) cudaGraphExecDestroy(exec_);
+    if (graph_) cudaGraphDestroy(graph_);
+    exec_ = nullptr;
+    graph_ = nullptr;
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");
+    try {
+      fn();
+    } catch (...) {
+      cudaGraph_t g = nullptr;
+      cudaStreamEndCapture(stream_, &g);
+      if (g) cudaGraphDestroy(g);
+      throw;
+    }
+    check(cudaStreamEndCapture(stream_, &graph_), "end capture");
+    check(cudaGraphInstantiate(&exec_, graph_, 0), "cudaGraphInstantiate");
+    cudaGraphExec_t exec = exec_;
+    cudaStream_t s = stream_;
+    return [exec, s] { check(cudaGraphLaunch(exec, s), "cudaGraphLaunch"); };
+  }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Memory> make_memory(const Device& d) {
+  if (d.is_cpu()) return make_host_memory();
+  return std::make_unique<CudaMemory>(d.index);
+}
+
+Device resolve_device(Device d) {
+  if (!d.is_cuda() || d.index >= 0) return d;
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
+    throw Error(ErrorCode::kCuda, "--device cuda: no GPU is visible to this process");
+  int local = 0;
+  for (const char* v : {"COMMX_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"})
+    if (const char* s = std::getenv(v)) {
+      local = std::atoi(s);
+      break;
+    }
+  return Device::cuda(local % n);
+}
+
+std::vector<std::string> gpu_names() {
+  std::vector<std::string> names;
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return names;
+  for (int i = 0; i < n; ++i) {
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, i) == cudaSuccess) names.push_back(p.name);
+  }
+  return names;
+}
+
+}  // namespace commx::bench
