@@ -21,12 +21,13 @@ int main() {
         std::fprintf(stderr, "rank %d: exiting abruptly at iteration %d\n", rank, iter);
         _exit(3);  // no finalize, no goodbye
       }
-      comm->all_reduce(commx::make_tensor(v.data(), static_cast<int64_t>(v.size())), commx::ReduceOp::MAX);
+      comm->all_reduce(commx::make_tensor(v.data(), static_cast<int64_t>(v.size())),
+                       commx::ReduceOp::MAX);
     }
     std::printf("rank %d: finished without noticing a failure\n", rank);
     return 0;
   } catch (const commx::Error& e) {
-    std::fprintf(stderr, "rank %d: %s error: %s\n", rank, commx::error_code_name(e.code()), e.what());
+    std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
     return e.code() == commx::ErrorCode::kPeerFailure ? 1 : 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: failed: %s\n", rank, e.what());

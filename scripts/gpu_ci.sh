@@ -9,8 +9,8 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/bench/results/local}
 mkdir -p "$OUT"
 # Logs go to LOGS and are packed into $OUT/logs.tar.gz at the end (the device tool returns at
-# most 8 files): machine.txt, gpu_tests.log, allreduce.{json,md}, collectives.{json,md},
-# symm_mem.json, logs.tar.gz.
+# most 8 files): machine.txt, gpu_tests.log, allreduce.json, collectives.json, symm_mem.json,
+# report.md (cuda vs nccl vs symm_mem against the targets), allreduce_bf16.svg, logs.tar.gz.
 LOGS=$(mktemp -d)
 # Never NVLink multicast on shared machines.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -50,11 +50,11 @@ if [ "${GPU_CI_BENCH:-1}" = 1 ]; then
   ARGS="--ranks $NR --backend cuda,nccl --dtypes bf16,f32 --ops all_reduce --modes eager,graph --min 8 --max 256M"
   [ "${GPU_CI_QUICK:-0}" = 1 ] && ARGS="--ranks $NR --backend cuda,nccl --dtypes bf16 --ops all_reduce --modes eager,graph --min 8 --max 256M --factor 4 --reps 5"
   echo "command: commx-gpu-bench $ARGS ${BENCH_ARGS:-}" >> "$OUT/machine.txt"
-  timeout 300 "$BUILD/bin/commx-gpu-bench" $ARGS ${BENCH_ARGS:-} --json "$OUT/allreduce.json" --md "$OUT/allreduce.md" > "$LOGS/bench.log" 2>&1 || rc=1
+  timeout 300 "$BUILD/bin/commx-gpu-bench" $ARGS ${BENCH_ARGS:-} --json "$OUT/allreduce.json" --md "$LOGS/allreduce.md" > "$LOGS/bench.log" 2>&1 || rc=1
   if [ "${GPU_CI_COLL:-1}" = 1 ]; then
     timeout 200 "$BUILD/bin/commx-gpu-bench" --ranks "$NR" --backend cuda,nccl --dtypes bf16 \
       --ops all_gather,reduce_scatter,all_to_all --modes graph,eager --min 1K --max 256M --factor 4 --reps 5 \
-      --json "$OUT/collectives.json" --md "$OUT/collectives.md" >> "$LOGS/bench.log" 2>&1 || rc=1
+      --json "$OUT/collectives.json" --md "$LOGS/collectives.md" >> "$LOGS/bench.log" 2>&1 || rc=1
   fi
   if [ "${GPU_CI_SYMM:-1}" = 1 ]; then
     timeout 200 python3 tools/gpu_bench/symm_mem_bench.py --ranks "$NR" --dtypes bf16 --max 64M --factor 4 \
@@ -91,7 +91,8 @@ if [ "${GPU_CI_BENCH:-1}" = 1 ]; then
       echo "== $v"; awk '{print $5, $6}' "$LOGS/tune_$tag.log" | tr '\n' ' '; echo
     done
   fi
-  cat "$OUT/allreduce.md" 2>/dev/null
+  python3 tools/gpu_bench/report.py "$OUT" || rc=1
+  cat "$OUT/report.md" 2>/dev/null | cut -d'|' -f2-13 | grep -v eager
   tail -5 "$LOGS/bench.log"
 fi
 tar -czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # The quick start of quickstart.py on CPU tensors: the same program with device "cpu", the
-# backend "cpu", and no CUDA stream to synchronise. Run: torchrun --nproc_per_node=2 quickstart_cpu.py
+# backend "cpu", and no CUDA stream to synchronise.
+# Run: torchrun --nproc_per_node=2 quickstart_cpu.py
 import torch
 from commx import new_comm, ReduceOp
 

@@ -2,7 +2,6 @@
 // DLPack, `async_op`, then `hints=` and `timeout=`; the GIL is released while it communicates.
 // Layer: Python bindings.
 #include "comm.h"
-
 #include "module.h"
 #include "work.h"
 
@@ -24,8 +23,7 @@ WorkPtr issue(KeepAlive keep, F&& f) {
 }
 
 commx::Comm& get(PyComm& c) {
-  if (!c.comm)
-    throw commx::Error(commx::ErrorCode::kInvalidArgument, "this Comm object is empty");
+  if (!c.comm) throw commx::Error(commx::ErrorCode::kInvalidArgument, "this Comm object is empty");
   return *c.comm;
 }
 
@@ -39,6 +37,13 @@ std::vector<int64_t> to_splits(py::handle seq, const char* what) {
     out.push_back(n);
   }
   return out;
+}
+
+std::shared_ptr<PyComm> make_py_comm(std::shared_ptr<commx::Comm> comm, py::object store_owner) {
+  auto p = std::make_shared<PyComm>();
+  p->comm = std::move(comm);
+  p->store_owner = std::move(store_owner);
+  return p;
 }
 
 // Send/recv collected in Python and issued together.
@@ -86,225 +91,252 @@ void bind_comm(py::module_& m) {
           async_op, hints, timeout)
       .def_property_readonly("num_ops", [](const PyBatchOp& b) { return b.ops.size(); });
 
-  py::class_<PyComm, std::shared_ptr<PyComm>> c(m, "Comm", "A communicator (torchcomms' TorchComm).");
+  py::class_<PyComm, std::shared_ptr<PyComm>> c(m, "Comm",
+                                                "A communicator (torchcomms' TorchComm).");
   c.def("get_rank", [](PyComm& p) { return get(p).rank(); })
       .def("get_size", [](PyComm& p) { return get(p).size(); })
       .def("get_name", [](PyComm& p) { return get(p).name(); })
       .def("get_backend", [](PyComm& p) { return get(p).backend_name(); })
       .def("_device_str", [](PyComm& p) { return get(p).device().str(); })
-      .def("get_timeout", [](PyComm& p) {
-        return py::module_::import("datetime").attr("timedelta")(
-            py::arg("milliseconds") = static_cast<double>(get(p).timeout().count()));
-      })
-      .def("_backend_address", [](PyComm& p) {
-        return reinterpret_cast<uintptr_t>(&get(p).unsafe_get_backend());
-      })
-      .def("abort", [](PyComm& p) {
-        py::gil_scoped_release nogil;
-        get(p).abort();
-      }, "Non-blocking: fails pending work with AbortedError; later ops raise AbortedError.")
+      .def("get_timeout",
+           [](PyComm& p) {
+             return py::module_::import("datetime")
+                 .attr("timedelta")(py::arg("milliseconds") =
+                                        static_cast<double>(get(p).timeout().count()));
+           })
+      .def("_backend_address",
+           [](PyComm& p) { return reinterpret_cast<uintptr_t>(&get(p).unsafe_get_backend()); })
+      .def(
+          "abort",
+          [](PyComm& p) {
+            py::gil_scoped_release nogil;
+            get(p).abort();
+          },
+          "Non-blocking: fails pending work with AbortedError; later ops raise AbortedError.")
       .def("is_aborted", [](PyComm& p) { return get(p).is_aborted(); })
-      .def("finalize", [](PyComm& p) {
-        py::gil_scoped_release nogil;
-        get(p).finalize();
-      })
-      .def("get_store", [](PyComm& p) { return get(p).store(); },
-           "This comm's private (prefixed) store.")
+      .def("finalize",
+           [](PyComm& p) {
+             py::gil_scoped_release nogil;
+             get(p).finalize();
+           })
+      .def(
+          "get_store", [](PyComm& p) { return get(p).store(); },
+          "This comm's private (prefixed) store.")
 
-      .def("all_reduce",
-           [](PyComm& p, py::object t, const commx::ReduceOp& op, bool async, py::object h,
-              py::object to) {
-             KeepAlive keep;
-             auto tt = to_tensor(t, keep, "all_reduce tensor");
-             auto o = to_op_options(to, h);
-             return issue(std::move(keep), [&] { return get(p).all_reduce(tt, op, async, o); });
-           },
-           py::arg("tensor"), py::arg("op"), async_op, hints, timeout)
-      .def("reduce",
-           [](PyComm& p, py::object t, int root, const commx::ReduceOp& op, bool async,
-              py::object h, py::object to) {
-             KeepAlive keep;
-             auto tt = to_tensor(t, keep, "reduce tensor");
-             auto o = to_op_options(to, h);
-             return issue(std::move(keep), [&] { return get(p).reduce(tt, root, op, async, o); });
-           },
-           py::arg("tensor"), py::arg("root"), py::arg("op"), async_op, hints, timeout)
-      .def("broadcast",
-           [](PyComm& p, py::object t, int root, bool async, py::object h, py::object to) {
-             KeepAlive keep;
-             auto tt = to_tensor(t, keep, "broadcast tensor");
-             auto o = to_op_options(to, h);
-             return issue(std::move(keep), [&] { return get(p).broadcast(tt, root, async, o); });
-           },
-           py::arg("tensor"), py::arg("root"), async_op, hints, timeout)
-      .def("all_gather",
-           [](PyComm& p, py::object outs, py::object in, bool async, py::object h, py::object to) {
-             KeepAlive keep;
-             auto o_t = to_tensors(outs, keep, "all_gather tensor_list");
-             auto i_t = to_tensor(in, keep, "all_gather tensor");
-             auto o = to_op_options(to, h);
-             return issue(std::move(keep), [&] { return get(p).all_gather(o_t, i_t, async, o); });
-           },
-           py::arg("tensor_list"), py::arg("tensor"), async_op, hints, timeout)
-      .def("all_gather_v",
-           [](PyComm& p, py::object outs, py::object in, bool async, py::object h, py::object to) {
-             KeepAlive keep;
-             auto o_t = to_tensors(outs, keep, "all_gather_v tensor_list");
-             auto i_t = to_tensor(in, keep, "all_gather_v tensor");
-             auto o = to_op_options(to, h);
-             return issue(std::move(keep), [&] { return get(p).all_gather_v(o_t, i_t, async, o); });
-           },
-           py::arg("tensor_list"), py::arg("tensor"), async_op, hints, timeout)
-      .def("all_gather_single",
-           [](PyComm& p, py::object out, py::object in, bool async, py::object h, py::object to) {
-             KeepAlive keep;
-             auto o_t = to_tensor(out, keep, "all_gather_single output");
-             auto i_t = to_tensor(in, keep, "all_gather_single input");
-             auto o = to_op_options(to, h);
-             return issue(std::move(keep),
-                          [&] { return get(p).all_gather_single(o_t, i_t, async, o); });
-           },
-           py::arg("output"), py::arg("input"), async_op, hints, timeout)
-      .def("reduce_scatter",
-           [](PyComm& p, py::object out, py::object ins, const commx::ReduceOp& op, bool async,
-              py::object h, py::object to) {
-             KeepAlive keep;
-             auto o_t = to_tensor(out, keep, "reduce_scatter output");
-             auto i_t = to_tensors(ins, keep, "reduce_scatter input_list");
-             auto o = to_op_options(to, h);
-             return issue(std::move(keep),
-                          [&] { return get(p).reduce_scatter(o_t, i_t, op, async, o); });
-           },
-           py::arg("output"), py::arg("input_list"), py::arg("op"), async_op, hints, timeout)
-      .def("reduce_scatter_v",
-           [](PyComm& p, py::object out, py::object ins, const commx::ReduceOp& op, bool async,
-              py::object h, py::object to) {
-             KeepAlive keep;
-             auto o_t = to_tensor(out, keep, "reduce_scatter_v output");
-             auto i_t = to_tensors(ins, keep, "reduce_scatter_v input_list");
-             auto o = to_op_options(to, h);
-             return issue(std::move(keep),
-                          [&] { return get(p).reduce_scatter_v(o_t, i_t, op, async, o); });
-           },
-           py::arg("output"), py::arg("input_list"), py::arg("op"), async_op, hints, timeout)
-      .def("reduce_scatter_single",
-           [](PyComm& p, py::object out, py::object in, const commx::ReduceOp& op, bool async,
-              py::object h, py::object to) {
-             KeepAlive keep;
-             auto o_t = to_tensor(out, keep, "reduce_scatter_single output");
-             auto i_t = to_tensor(in, keep, "reduce_scatter_single input");
-             auto o = to_op_options(to, h);
-             return issue(std::move(keep),
-                          [&] { return get(p).reduce_scatter_single(o_t, i_t, op, async, o); });
-           },
-           py::arg("output"), py::arg("input"), py::arg("op"), async_op, hints, timeout)
-      .def("all_to_all",
-           [](PyComm& p, py::object outs, py::object ins, bool async, py::object h, py::object to) {
-             KeepAlive keep;
-             auto o_t = to_tensors(outs, keep, "all_to_all output_tensor_list");
-             auto i_t = to_tensors(ins, keep, "all_to_all input_tensor_list");
-             auto o = to_op_options(to, h);
-             return issue(std::move(keep), [&] { return get(p).all_to_all(o_t, i_t, async, o); });
-           },
-           py::arg("output_tensor_list"), py::arg("input_tensor_list"), async_op, hints, timeout)
-      .def("all_to_all_single",
-           [](PyComm& p, py::object out, py::object in, bool async, py::object h, py::object to) {
-             KeepAlive keep;
-             auto o_t = to_tensor(out, keep, "all_to_all_single output");
-             auto i_t = to_tensor(in, keep, "all_to_all_single input");
-             auto o = to_op_options(to, h);
-             return issue(std::move(keep),
-                          [&] { return get(p).all_to_all_single(o_t, i_t, async, o); });
-           },
-           py::arg("output"), py::arg("input"), async_op, hints, timeout)
-      .def("all_to_all_v_single",
-           [](PyComm& p, py::object out, py::object in, py::object out_splits,
-              py::object in_splits, bool async, py::object h, py::object to) {
-             KeepAlive keep;
-             auto o_t = to_tensor(out, keep, "all_to_all_v_single output");
-             auto i_t = to_tensor(in, keep, "all_to_all_v_single input");
-             auto os = to_splits(out_splits, "all_to_all_v_single output_split_sizes");
-             auto is = to_splits(in_splits, "all_to_all_v_single input_split_sizes");
-             auto o = to_op_options(to, h);
-             return issue(std::move(keep), [&] {
-               return get(p).all_to_all_v_single(o_t, i_t, os, is, async, o);
-             });
-           },
-           py::arg("output"), py::arg("input"), py::arg("output_split_sizes"),
-           py::arg("input_split_sizes"), async_op, hints, timeout)
-      .def("gather",
-           [](PyComm& p, py::object outs, py::object in, int root, bool async, py::object h,
-              py::object to) {
-             KeepAlive keep;
-             auto o_t = to_tensors(outs, keep, "gather output_tensor_list");
-             auto i_t = to_tensor(in, keep, "gather input_tensor");
-             auto o = to_op_options(to, h);
-             return issue(std::move(keep), [&] { return get(p).gather(o_t, i_t, root, async, o); });
-           },
-           py::arg("output_tensor_list"), py::arg("input_tensor"), py::arg("root"), async_op,
-           hints, timeout)
-      .def("gather_single",
-           [](PyComm& p, py::object out, py::object in, int root, bool async, py::object h,
-              py::object to) {
-             KeepAlive keep;
-             auto o_t = to_tensor(out, keep, "gather_single output");
-             auto i_t = to_tensor(in, keep, "gather_single input");
-             auto o = to_op_options(to, h);
-             return issue(std::move(keep),
-                          [&] { return get(p).gather_single(o_t, i_t, root, async, o); });
-           },
-           py::arg("output"), py::arg("input"), py::arg("root"), async_op, hints, timeout)
-      .def("scatter",
-           [](PyComm& p, py::object out, py::object ins, int root, bool async, py::object h,
-              py::object to) {
-             KeepAlive keep;
-             auto o_t = to_tensor(out, keep, "scatter output_tensor");
-             auto i_t = to_tensors(ins, keep, "scatter input_tensor_list");
-             auto o = to_op_options(to, h);
-             return issue(std::move(keep), [&] { return get(p).scatter(o_t, i_t, root, async, o); });
-           },
-           py::arg("output_tensor"), py::arg("input_tensor_list"), py::arg("root"), async_op,
-           hints, timeout)
-      .def("barrier",
-           [](PyComm& p, bool async, py::object h, py::object to) {
-             auto o = to_op_options(to, h);
-             return issue({}, [&] { return get(p).barrier(async, o); });
-           },
-           async_op, hints, timeout)
-      .def("send",
-           [](PyComm& p, py::object t, int dst, bool async, py::object h, py::object to) {
-             KeepAlive keep;
-             auto tt = to_tensor(t, keep, "send tensor");
-             auto o = to_op_options(to, h);
-             return issue(std::move(keep), [&] { return get(p).send(tt, dst, async, o); });
-           },
-           py::arg("tensor"), py::arg("dst"), async_op, hints, timeout)
-      .def("recv",
-           [](PyComm& p, py::object t, int src, bool async, py::object h, py::object to) {
-             KeepAlive keep;
-             auto tt = to_tensor(t, keep, "recv tensor");
-             auto o = to_op_options(to, h);
-             return issue(std::move(keep), [&] { return get(p).recv(tt, src, async, o); });
-           },
-           py::arg("tensor"), py::arg("src"), async_op, hints, timeout)
+      .def(
+          "all_reduce",
+          [](PyComm& p, py::object t, const commx::ReduceOp& op, bool async, py::object h,
+             py::object to) {
+            KeepAlive keep;
+            auto tt = to_tensor(t, keep, "all_reduce tensor");
+            auto o = to_op_options(to, h);
+            return issue(std::move(keep), [&] { return get(p).all_reduce(tt, op, async, o); });
+          },
+          py::arg("tensor"), py::arg("op"), async_op, hints, timeout)
+      .def(
+          "reduce",
+          [](PyComm& p, py::object t, int root, const commx::ReduceOp& op, bool async, py::object h,
+             py::object to) {
+            KeepAlive keep;
+            auto tt = to_tensor(t, keep, "reduce tensor");
+            auto o = to_op_options(to, h);
+            return issue(std::move(keep), [&] { return get(p).reduce(tt, root, op, async, o); });
+          },
+          py::arg("tensor"), py::arg("root"), py::arg("op"), async_op, hints, timeout)
+      .def(
+          "broadcast",
+          [](PyComm& p, py::object t, int root, bool async, py::object h, py::object to) {
+            KeepAlive keep;
+            auto tt = to_tensor(t, keep, "broadcast tensor");
+            auto o = to_op_options(to, h);
+            return issue(std::move(keep), [&] { return get(p).broadcast(tt, root, async, o); });
+          },
+          py::arg("tensor"), py::arg("root"), async_op, hints, timeout)
+      .def(
+          "all_gather",
+          [](PyComm& p, py::object outs, py::object in, bool async, py::object h, py::object to) {
+            KeepAlive keep;
+            auto o_t = to_tensors(outs, keep, "all_gather tensor_list");
+            auto i_t = to_tensor(in, keep, "all_gather tensor");
+            auto o = to_op_options(to, h);
+            return issue(std::move(keep), [&] { return get(p).all_gather(o_t, i_t, async, o); });
+          },
+          py::arg("tensor_list"), py::arg("tensor"), async_op, hints, timeout)
+      .def(
+          "all_gather_v",
+          [](PyComm& p, py::object outs, py::object in, bool async, py::object h, py::object to) {
+            KeepAlive keep;
+            auto o_t = to_tensors(outs, keep, "all_gather_v tensor_list");
+            auto i_t = to_tensor(in, keep, "all_gather_v tensor");
+            auto o = to_op_options(to, h);
+            return issue(std::move(keep), [&] { return get(p).all_gather_v(o_t, i_t, async, o); });
+          },
+          py::arg("tensor_list"), py::arg("tensor"), async_op, hints, timeout)
+      .def(
+          "all_gather_single",
+          [](PyComm& p, py::object out, py::object in, bool async, py::object h, py::object to) {
+            KeepAlive keep;
+            auto o_t = to_tensor(out, keep, "all_gather_single output");
+            auto i_t = to_tensor(in, keep, "all_gather_single input");
+            auto o = to_op_options(to, h);
+            return issue(std::move(keep),
+                         [&] { return get(p).all_gather_single(o_t, i_t, async, o); });
+          },
+          py::arg("output"), py::arg("input"), async_op, hints, timeout)
+      .def(
+          "reduce_scatter",
+          [](PyComm& p, py::object out, py::object ins, const commx::ReduceOp& op, bool async,
+             py::object h, py::object to) {
+            KeepAlive keep;
+            auto o_t = to_tensor(out, keep, "reduce_scatter output");
+            auto i_t = to_tensors(ins, keep, "reduce_scatter input_list");
+            auto o = to_op_options(to, h);
+            return issue(std::move(keep),
+                         [&] { return get(p).reduce_scatter(o_t, i_t, op, async, o); });
+          },
+          py::arg("output"), py::arg("input_list"), py::arg("op"), async_op, hints, timeout)
+      .def(
+          "reduce_scatter_v",
+          [](PyComm& p, py::object out, py::object ins, const commx::ReduceOp& op, bool async,
+             py::object h, py::object to) {
+            KeepAlive keep;
+            auto o_t = to_tensor(out, keep, "reduce_scatter_v output");
+            auto i_t = to_tensors(ins, keep, "reduce_scatter_v input_list");
+            auto o = to_op_options(to, h);
+            return issue(std::move(keep),
+                         [&] { return get(p).reduce_scatter_v(o_t, i_t, op, async, o); });
+          },
+          py::arg("output"), py::arg("input_list"), py::arg("op"), async_op, hints, timeout)
+      .def(
+          "reduce_scatter_single",
+          [](PyComm& p, py::object out, py::object in, const commx::ReduceOp& op, bool async,
+             py::object h, py::object to) {
+            KeepAlive keep;
+            auto o_t = to_tensor(out, keep, "reduce_scatter_single output");
+            auto i_t = to_tensor(in, keep, "reduce_scatter_single input");
+            auto o = to_op_options(to, h);
+            return issue(std::move(keep),
+                         [&] { return get(p).reduce_scatter_single(o_t, i_t, op, async, o); });
+          },
+          py::arg("output"), py::arg("input"), py::arg("op"), async_op, hints, timeout)
+      .def(
+          "all_to_all",
+          [](PyComm& p, py::object outs, py::object ins, bool async, py::object h, py::object to) {
+            KeepAlive keep;
+            auto o_t = to_tensors(outs, keep, "all_to_all output_tensor_list");
+            auto i_t = to_tensors(ins, keep, "all_to_all input_tensor_list");
+            auto o = to_op_options(to, h);
+            return issue(std::move(keep), [&] { return get(p).all_to_all(o_t, i_t, async, o); });
+          },
+          py::arg("output_tensor_list"), py::arg("input_tensor_list"), async_op, hints, timeout)
+      .def(
+          "all_to_all_single",
+          [](PyComm& p, py::object out, py::object in, bool async, py::object h, py::object to) {
+            KeepAlive keep;
+            auto o_t = to_tensor(out, keep, "all_to_all_single output");
+            auto i_t = to_tensor(in, keep, "all_to_all_single input");
+            auto o = to_op_options(to, h);
+            return issue(std::move(keep),
+                         [&] { return get(p).all_to_all_single(o_t, i_t, async, o); });
+          },
+          py::arg("output"), py::arg("input"), async_op, hints, timeout)
+      .def(
+          "all_to_all_v_single",
+          [](PyComm& p, py::object out, py::object in, py::object out_splits, py::object in_splits,
+             bool async, py::object h, py::object to) {
+            KeepAlive keep;
+            auto o_t = to_tensor(out, keep, "all_to_all_v_single output");
+            auto i_t = to_tensor(in, keep, "all_to_all_v_single input");
+            auto os = to_splits(out_splits, "all_to_all_v_single output_split_sizes");
+            auto is = to_splits(in_splits, "all_to_all_v_single input_split_sizes");
+            auto o = to_op_options(to, h);
+            return issue(std::move(keep),
+                         [&] { return get(p).all_to_all_v_single(o_t, i_t, os, is, async, o); });
+          },
+          py::arg("output"), py::arg("input"), py::arg("output_split_sizes"),
+          py::arg("input_split_sizes"), async_op, hints, timeout)
+      .def(
+          "gather",
+          [](PyComm& p, py::object outs, py::object in, int root, bool async, py::object h,
+             py::object to) {
+            KeepAlive keep;
+            auto o_t = to_tensors(outs, keep, "gather output_tensor_list");
+            auto i_t = to_tensor(in, keep, "gather input_tensor");
+            auto o = to_op_options(to, h);
+            return issue(std::move(keep), [&] { return get(p).gather(o_t, i_t, root, async, o); });
+          },
+          py::arg("output_tensor_list"), py::arg("input_tensor"), py::arg("root"), async_op, hints,
+          timeout)
+      .def(
+          "gather_single",
+          [](PyComm& p, py::object out, py::object in, int root, bool async, py::object h,
+             py::object to) {
+            KeepAlive keep;
+            auto o_t = to_tensor(out, keep, "gather_single output");
+            auto i_t = to_tensor(in, keep, "gather_single input");
+            auto o = to_op_options(to, h);
+            return issue(std::move(keep),
+                         [&] { return get(p).gather_single(o_t, i_t, root, async, o); });
+          },
+          py::arg("output"), py::arg("input"), py::arg("root"), async_op, hints, timeout)
+      .def(
+          "scatter",
+          [](PyComm& p, py::object out, py::object ins, int root, bool async, py::object h,
+             py::object to) {
+            KeepAlive keep;
+            auto o_t = to_tensor(out, keep, "scatter output_tensor");
+            auto i_t = to_tensors(ins, keep, "scatter input_tensor_list");
+            auto o = to_op_options(to, h);
+            return issue(std::move(keep), [&] { return get(p).scatter(o_t, i_t, root, async, o); });
+          },
+          py::arg("output_tensor"), py::arg("input_tensor_list"), py::arg("root"), async_op, hints,
+          timeout)
+      .def(
+          "barrier",
+          [](PyComm& p, bool async, py::object h, py::object to) {
+            auto o = to_op_options(to, h);
+            return issue({}, [&] { return get(p).barrier(async, o); });
+          },
+          async_op, hints, timeout)
+      .def(
+          "send",
+          [](PyComm& p, py::object t, int dst, bool async, py::object h, py::object to) {
+            KeepAlive keep;
+            auto tt = to_tensor(t, keep, "send tensor");
+            auto o = to_op_options(to, h);
+            return issue(std::move(keep), [&] { return get(p).send(tt, dst, async, o); });
+          },
+          py::arg("tensor"), py::arg("dst"), async_op, hints, timeout)
+      .def(
+          "recv",
+          [](PyComm& p, py::object t, int src, bool async, py::object h, py::object to) {
+            KeepAlive keep;
+            auto tt = to_tensor(t, keep, "recv tensor");
+            auto o = to_op_options(to, h);
+            return issue(std::move(keep), [&] { return get(p).recv(tt, src, async, o); });
+          },
+          py::arg("tensor"), py::arg("src"), async_op, hints, timeout)
       .def("batch_op_create",
-           [](PyComm& p) { return PyBatchOp{p.comm, {}, {}}; })
-      .def("split",
-           [](PyComm& p, std::vector<int> ranks, const std::string& name, py::object h,
-              py::object to) -> std::shared_ptr<PyComm> {
-             commx::CommOptions o;
-             o.timeout = to_timeout(to);
-             o.hints = to_hints(h);
-             std::shared_ptr<commx::Comm> child;
-             {
-               py::gil_scoped_release nogil;
-               child = get(p).split(ranks, name, o);
-             }
-             if (!child) return nullptr;
-             return std::make_shared<PyComm>(PyComm{child, p.store_owner});
-           },
-           py::arg("ranks"), py::arg("name"), hints, timeout,
-           "Collective; the new rank is the position in `ranks`; an empty list returns None.");
+           [](PyComm& p) {
+             return PyBatchOp{p.comm, {}, {}};
+           })
+      .def(
+          "split",
+          [](PyComm& p, std::vector<int> ranks, const std::string& name, py::object h,
+             py::object to) -> std::shared_ptr<PyComm> {
+            commx::CommOptions o;
+            o.timeout = to_timeout(to);
+            o.hints = to_hints(h);
+            std::shared_ptr<commx::Comm> child;
+            {
+              py::gil_scoped_release nogil;
+              child = get(p).split(ranks, name, o);
+            }
+            if (!child) return nullptr;
+            return make_py_comm(std::move(child), p.store_owner);
+          },
+          py::arg("ranks"), py::arg("name"), hints, timeout,
+          "Collective; the new rank is the position in `ranks`; an empty list returns None.");
 
   m.def(
       "new_comm",
@@ -313,7 +345,8 @@ void bind_comm(py::module_& m) {
          py::object size, bool enable_reconfigure, py::object store_owner) {
         commx::CommOptions o;
         o.timeout = to_timeout(to);
-        if (!abort_process.is_none()) o.abort_process_on_timeout_or_error = abort_process.cast<bool>();
+        if (!abort_process.is_none())
+          o.abort_process_on_timeout_or_error = abort_process.cast<bool>();
         if (!store.is_none()) o.store = store.cast<std::shared_ptr<commx::Store>>();
         o.hints = to_hints(h);
         if (!rank.is_none()) o.rank = rank.cast<int>();
@@ -325,7 +358,7 @@ void bind_comm(py::module_& m) {
           py::gil_scoped_release nogil;
           comm = commx::Comm::create(backend, dev, name, o);
         }
-        return std::make_shared<PyComm>(PyComm{comm, store_owner});
+        return make_py_comm(std::move(comm), store_owner);
       },
       py::arg("backend"), py::arg("device"), py::arg("name"),
       py::arg("abort_process_on_timeout_or_error") = py::none(), timeout,

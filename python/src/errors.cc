@@ -71,10 +71,9 @@ void bind_errors(py::module_& m) {
       .value("INTERNAL", commx::ErrorCode::kInternal);
 
   auto& c = classes();
-  c.base = py::reinterpret_steal<py::object>(
-      PyErr_NewExceptionWithDoc("commx._C.Error",
-                                "Base of every commx error; `.code` is a commx.ErrorCode.",
-                                PyExc_RuntimeError, nullptr));
+  c.base = py::reinterpret_steal<py::object>(PyErr_NewExceptionWithDoc(
+      "commx._C.Error", "Base of every commx error; `.code` is a commx.ErrorCode.",
+      PyExc_RuntimeError, nullptr));
   m.attr("Error") = c.base;
   const std::pair<commx::ErrorCode, const char*> subclasses[] = {
       {commx::ErrorCode::kInvalidArgument, "InvalidArgumentError"},
@@ -89,8 +88,8 @@ void bind_errors(py::module_& m) {
   };
   for (auto& [code, name] : subclasses) {
     std::string qual = std::string("commx._C.") + name;
-    py::object cls = py::reinterpret_steal<py::object>(
-        PyErr_NewException(qual.c_str(), c.base.ptr(), nullptr));
+    py::object cls =
+        py::reinterpret_steal<py::object>(PyErr_NewException(qual.c_str(), c.base.ptr(), nullptr));
     cls.attr("code") = py::cast(code);  // also for instances raised from Python
     m.attr(name) = cls;
     c.by_code.emplace_back(code, cls);

@@ -78,7 +78,8 @@ py::capsule export_dlpack(const commx::Tensor& t, bool versioned) {
 
 class PythonBackend : public commx::Backend {
  public:
-  PythonBackend(std::string name, py::object impl) : name_(std::move(name)), impl_(std::move(impl)) {}
+  PythonBackend(std::string name, py::object impl)
+      : name_(std::move(name)), impl_(std::move(impl)) {}
   ~PythonBackend() override {
     py::gil_scoped_acquire gil;
     impl_ = py::object();
@@ -135,8 +136,8 @@ class PythonBackend : public commx::Backend {
 };
 
 py::object timedelta_of(commx::Timeout t) {
-  return py::module_::import("datetime").attr("timedelta")(
-      py::arg("milliseconds") = static_cast<double>(t.count()));
+  return py::module_::import("datetime")
+      .attr("timedelta")(py::arg("milliseconds") = static_cast<double>(t.count()));
 }
 
 }  // namespace
@@ -149,8 +150,8 @@ void bind_python_backends(py::module_& m) {
       .def_property_readonly("dtype",
                              [](const commx::Tensor& t) { return commx::dtype_name(t.dtype); })
       .def_property_readonly("device", [](const commx::Tensor& t) { return t.device.str(); })
-      .def_property_readonly("data_ptr",
-                             [](const commx::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data); })
+      .def_property_readonly(
+          "data_ptr", [](const commx::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data); })
       .def("__dlpack__",
            [](const commx::Tensor& t, py::args, py::kwargs kw) {
              bool versioned = false;
@@ -181,17 +182,22 @@ void bind_python_backends(py::module_& m) {
       .def_readonly("root", &commx::OpDesc::root)
       .def_readonly("p2p", &commx::OpDesc::p2p)
       .def_readonly("hints", &commx::OpDesc::hints)
-      .def_property_readonly("timeout", [](const commx::OpDesc& o) { return timedelta_of(o.timeout); })
+      .def_property_readonly("timeout",
+                             [](const commx::OpDesc& o) { return timedelta_of(o.timeout); })
       .def_property_readonly("name", [](const commx::OpDesc& o) { return o.name(); })
-      .def("context", [](const commx::OpDesc& o, const commx::BackendContext& c) {
-        return commx::op_context(c, o);
-      }, py::arg("ctx"), "The '[comm ...] op #seq: ' prefix for error messages.");
+      .def(
+          "context",
+          [](const commx::OpDesc& o, const commx::BackendContext& c) {
+            return commx::op_context(c, o);
+          },
+          py::arg("ctx"), "The '[comm ...] op #seq: ' prefix for error messages.");
 
   py::class_<commx::BackendContext>(m, "BackendContext")
       .def_readonly("comm_name", &commx::BackendContext::comm_name)
       .def_readonly("rank", &commx::BackendContext::rank)
       .def_readonly("size", &commx::BackendContext::size)
-      .def_property_readonly("device", [](const commx::BackendContext& c) { return c.device.str(); })
+      .def_property_readonly("device",
+                             [](const commx::BackendContext& c) { return c.device.str(); })
       .def_readonly("store", &commx::BackendContext::store)
       .def_readonly("world_ranks", &commx::BackendContext::world_ranks)
       .def_property_readonly("hints",

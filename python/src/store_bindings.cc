@@ -66,7 +66,9 @@ class TcpStoreHandle : public NamedStore {
  public:
   TcpStoreHandle(std::shared_ptr<commx::Store> client,
                  std::shared_ptr<commx::TCPStoreServer> server, std::string host, uint16_t port)
-      : NamedStore(std::move(client)), server_(std::move(server)), host_(std::move(host)),
+      : NamedStore(std::move(client)),
+        server_(std::move(server)),
+        host_(std::move(host)),
         port_(port) {}
   const std::string& host() const { return host_; }
   uint16_t port() const { return port_; }
@@ -95,7 +97,8 @@ class HashStoreHandle : public NamedStore {
 class PrefixStoreHandle : public NamedStore {
  public:
   PrefixStoreHandle(std::string prefix, std::shared_ptr<commx::Store> base)
-      : NamedStore(commx::make_prefix_store(prefix, base)), prefix_(std::move(prefix)),
+      : NamedStore(commx::make_prefix_store(prefix, base)),
+        prefix_(std::move(prefix)),
         base_(std::move(base)) {}
   const std::string& prefix() const { return prefix_; }
   const std::shared_ptr<commx::Store>& underlying_store() const { return base_; }
@@ -144,8 +147,9 @@ class PythonStore : public commx::Store {
   }
   void wait(const std::vector<std::string>& keys, commx::Timeout t) override {
     call([&] {
-      py::object td = py::module_::import("datetime").attr("timedelta")(
-          py::arg("milliseconds") = static_cast<double>(t.count()));
+      py::object td =
+          py::module_::import("datetime")
+              .attr("timedelta")(py::arg("milliseconds") = static_cast<double>(t.count()));
       obj_.attr("wait")(keys, td);
     });
   }
@@ -289,8 +293,8 @@ void bind_stores(py::module_& m) {
           },
           py::arg("timeout"))
       .def_property_readonly("timeout", [](const Store& s) {
-        return py::module_::import("datetime").attr("timedelta")(
-            py::arg("milliseconds") = static_cast<double>(s.timeout().count()));
+        return py::module_::import("datetime")
+            .attr("timedelta")(py::arg("milliseconds") = static_cast<double>(s.timeout().count()));
       });
 
   py::class_<TcpStoreHandle, Store, std::shared_ptr<TcpStoreHandle>>(

@@ -16,8 +16,8 @@ void* torch_current_stream(int device_index) {
   py::dict modules = sys.attr("modules");
   if (!modules.contains("torch")) return nullptr;
   py::object cuda = modules["torch"].attr("cuda");
-  py::object stream = cuda.attr("current_stream")(device_index < 0 ? py::object(py::none())
-                                                                   : py::object(py::int_(device_index)));
+  py::object stream = cuda.attr("current_stream")(
+      device_index < 0 ? py::object(py::none()) : py::object(py::int_(device_index)));
   return reinterpret_cast<void*>(stream.attr("cuda_stream").cast<uintptr_t>());
 }
 
@@ -26,10 +26,11 @@ void* torch_current_stream(int device_index) {
 commx::Tensor to_tensor(py::handle obj, KeepAlive& keep, const char* what) {
   if (!py::hasattr(obj, "__dlpack__")) {
     std::string type = py::str(py::type::handle_of(obj).attr("__name__"));
-    throw commx::Error(commx::ErrorCode::kInvalidArgument,
-                       std::string(what) + ": an object of type '" + type +
-                           "' is not a tensor (it has no __dlpack__); pass a numpy array or a torch "
-                           "tensor");
+    throw commx::Error(
+        commx::ErrorCode::kInvalidArgument,
+        std::string(what) + ": an object of type '" + type +
+            "' is not a tensor (it has no __dlpack__); pass a numpy array or a torch "
+            "tensor");
   }
   bool cuda = false;
   if (py::hasattr(obj, "__dlpack_device__")) {
@@ -43,8 +44,9 @@ commx::Tensor to_tensor(py::handle obj, KeepAlive& keep, const char* what) {
     capsule = cuda ? obj.attr("__dlpack__")(py::arg("stream") = -1) : obj.attr("__dlpack__")();
   } catch (py::error_already_set& e) {
     // e.g. numpy refuses read-only arrays: report it as bad input with the producer's reason.
-    throw commx::Error(commx::ErrorCode::kInvalidArgument,
-                       std::string(what) + ": __dlpack__ failed: " + py::str(e.value()).cast<std::string>());
+    throw commx::Error(
+        commx::ErrorCode::kInvalidArgument,
+        std::string(what) + ": __dlpack__ failed: " + py::str(e.value()).cast<std::string>());
   }
   auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
   if (managed == nullptr) {

@@ -10,15 +10,24 @@ namespace {
 // torchcomms' RedOpType names.
 const char* torchcomms_name(commx::ReduceKind k) {
   switch (k) {
-    case commx::ReduceKind::kSum: return "SUM";
-    case commx::ReduceKind::kProduct: return "PRODUCT";
-    case commx::ReduceKind::kMin: return "MIN";
-    case commx::ReduceKind::kMax: return "MAX";
-    case commx::ReduceKind::kAvg: return "AVG";
-    case commx::ReduceKind::kBand: return "BAND";
-    case commx::ReduceKind::kBor: return "BOR";
-    case commx::ReduceKind::kBxor: return "BXOR";
-    case commx::ReduceKind::kPremulSum: return "PREMUL_SUM";
+    case commx::ReduceKind::kSum:
+      return "SUM";
+    case commx::ReduceKind::kProduct:
+      return "PRODUCT";
+    case commx::ReduceKind::kMin:
+      return "MIN";
+    case commx::ReduceKind::kMax:
+      return "MAX";
+    case commx::ReduceKind::kAvg:
+      return "AVG";
+    case commx::ReduceKind::kBand:
+      return "BAND";
+    case commx::ReduceKind::kBor:
+      return "BOR";
+    case commx::ReduceKind::kBxor:
+      return "BXOR";
+    case commx::ReduceKind::kPremulSum:
+      return "PREMUL_SUM";
   }
   return "?";
 }
@@ -28,23 +37,24 @@ const char* torchcomms_name(commx::ReduceKind k) {
 void bind_types(py::module_& m) {
   py::class_<commx::ReduceOp> op(m, "ReduceOp",
                                  "A reduction: ReduceOp.SUM, ..., or ReduceOp.PREMUL_SUM(factor).");
-  op.def_property_readonly("kind", [](const commx::ReduceOp& o) {
-        return std::string(commx::reduce_kind_name(o.kind));
-      })
-      .def_property_readonly("type", [](const commx::ReduceOp& o) {
-        return std::string(torchcomms_name(o.kind));
-      })
+  op.def_property_readonly(
+        "kind",
+        [](const commx::ReduceOp& o) { return std::string(commx::reduce_kind_name(o.kind)); })
+      .def_property_readonly(
+          "type", [](const commx::ReduceOp& o) { return std::string(torchcomms_name(o.kind)); })
       .def_readonly("factor", &commx::ReduceOp::factor)
       .def("__eq__", [](const commx::ReduceOp& a, const commx::ReduceOp& b) { return a == b; })
-      .def("__hash__", [](const commx::ReduceOp& o) {
-        return std::hash<double>()(o.factor) * 31 + static_cast<size_t>(o.kind);
-      })
-      .def("__repr__", [](const commx::ReduceOp& o) {
-        std::ostringstream s;
-        s << "ReduceOp." << torchcomms_name(o.kind);
-        if (o.kind == commx::ReduceKind::kPremulSum) s << "(" << o.factor << ")";
-        return s.str();
-      })
+      .def("__hash__",
+           [](const commx::ReduceOp& o) {
+             return std::hash<double>()(o.factor) * 31 + static_cast<size_t>(o.kind);
+           })
+      .def("__repr__",
+           [](const commx::ReduceOp& o) {
+             std::ostringstream s;
+             s << "ReduceOp." << torchcomms_name(o.kind);
+             if (o.kind == commx::ReduceKind::kPremulSum) s << "(" << o.factor << ")";
+             return s.str();
+           })
       // PREMUL_SUM(factor): factor is a number or a one-element tensor (torchcomms accepts both).
       .def_static(
           "PREMUL_SUM",

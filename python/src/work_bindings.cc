@@ -1,9 +1,8 @@
 // Work for Python: wait (GIL released), wait_blocking, is_completed, status; tensors stay alive
 // until the op ends even if the Work object is dropped.
 // Layer: Python bindings.
-#include "work.h"
-
 #include "module.h"
+#include "work.h"
 
 namespace commx_py {
 namespace {
@@ -79,19 +78,22 @@ void bind_work(py::module_& m) {
       .def("wait_blocking", &PyWork::wait_blocking, "Blocks the calling thread until the op ends.")
       .def("is_completed", &PyWork::is_completed)
       .def("status", &PyWork::status)
-      .def("exception", [](PyWork& w) -> py::object {
-        std::exception_ptr e = w.work().error();
-        if (!e) return py::none();
-        try {
-          std::rethrow_exception(e);
-        } catch (const commx::Error& err) {
-          raise_python_error(err);
-          py::error_already_set py_err;
-          return py_err.value();
-        } catch (const std::exception& other) {
-          return py::module_::import("builtins").attr("RuntimeError")(other.what());
-        }
-      }, "The error of a failed op (a commx.Error), else None.");
+      .def(
+          "exception",
+          [](PyWork& w) -> py::object {
+            std::exception_ptr e = w.work().error();
+            if (!e) return py::none();
+            try {
+              std::rethrow_exception(e);
+            } catch (const commx::Error& err) {
+              raise_python_error(err);
+              py::error_already_set py_err;
+              return py_err.value();
+            } catch (const std::exception& other) {
+              return py::module_::import("builtins").attr("RuntimeError")(other.what());
+            }
+          },
+          "The error of a failed op (a commx.Error), else None.");
 }
 
 }  // namespace commx_py

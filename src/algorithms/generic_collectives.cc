@@ -28,7 +28,8 @@ void recv(GenericColl& c, int from, void* d, size_t b) {
 }
 
 // out = reduce(lo, hi) in that order (the lower rank's data first, on every rank).
-void combine(const HostReducer& r, void* out, const void* lo, const void* hi, size_t count, bool fin) {
+void combine(const HostReducer& r, void* out, const void* lo, const void* hi, size_t count,
+             bool fin) {
   const void* srcs[2] = {lo, hi};
   r.reduce(out, srcs, 2, count, fin);
 }
@@ -73,8 +74,10 @@ void gen_all_reduce_recursive_doubling(GenericColl& c, const void* in, void* out
     int peer = real(vr ^ mask);
     sendrecv(c, peer, out, bytes, peer, tmp, bytes);
     bool last = mask * 2 >= p2;
-    if (peer < me) combine(r, out, tmp, out, count, last);
-    else combine(r, out, out, tmp, count, last);
+    if (peer < me)
+      combine(r, out, tmp, out, count, last);
+    else
+      combine(r, out, out, tmp, count, last);
   }
   if (me < 2 * rem) send(c, me - 1, out, bytes);
 }
@@ -142,8 +145,8 @@ void gen_broadcast_tree(GenericColl& c, void* buf, size_t bytes, int root) {
     if (vr + mask < n) send(c, (vr + mask + root) % n, buf, bytes);
 }
 
-void gen_all_gather_ring(GenericColl& c, const void* in, size_t in_bytes, std::span<void* const> outs,
-                         std::span<const size_t> out_bytes) {
+void gen_all_gather_ring(GenericColl& c, const void* in, size_t in_bytes,
+                         std::span<void* const> outs, std::span<const size_t> out_bytes) {
   const int n = c.size, me = c.rank;
   if (outs[me] != in) std::memcpy(outs[me], in, in_bytes);
   const int next = (me + 1) % n, prev = (me + n - 1) % n;
@@ -177,8 +180,9 @@ void gen_reduce_scatter_ring(GenericColl& c, std::span<const void* const> ins,
   }
 }
 
-void gen_all_to_all(GenericColl& c, std::span<const void* const> ins, std::span<const size_t> in_bytes,
-                    std::span<void* const> outs, std::span<const size_t> out_bytes) {
+void gen_all_to_all(GenericColl& c, std::span<const void* const> ins,
+                    std::span<const size_t> in_bytes, std::span<void* const> outs,
+                    std::span<const size_t> out_bytes) {
   const int n = c.size, me = c.rank;
   std::memcpy(outs[me], ins[me], std::min(in_bytes[me], out_bytes[me]));
   std::vector<SendReq> s;
@@ -191,7 +195,8 @@ void gen_all_to_all(GenericColl& c, std::span<const void* const> ins, std::span<
   c.t.exchange(s, rv, c.deadline);
 }
 
-void gen_gather(GenericColl& c, const void* in, size_t bytes, std::span<void* const> outs, int root) {
+void gen_gather(GenericColl& c, const void* in, size_t bytes, std::span<void* const> outs,
+                int root) {
   if (c.rank != root) return send(c, root, in, bytes);
   std::memcpy(outs[root], in, bytes);
   std::vector<RecvReq> rv;
@@ -200,7 +205,8 @@ void gen_gather(GenericColl& c, const void* in, size_t bytes, std::span<void* co
   c.t.exchange({}, rv, c.deadline);
 }
 
-void gen_scatter(GenericColl& c, std::span<const void* const> ins, void* out, size_t bytes, int root) {
+void gen_scatter(GenericColl& c, std::span<const void* const> ins, void* out, size_t bytes,
+                 int root) {
   if (c.rank != root) return recv(c, root, out, bytes);
   std::memcpy(out, ins[root], bytes);
   std::vector<SendReq> s;
@@ -212,8 +218,7 @@ void gen_scatter(GenericColl& c, std::span<const void* const> ins, void* out, si
 void gen_barrier(GenericColl& c) {
   const int n = c.size, me = c.rank;
   char dummy = 0;
-  for (int k = 1; k < n; k <<= 1)
-    sendrecv(c, (me + k) % n, &dummy, 0, (me - k + n) % n, &dummy, 0);
+  for (int k = 1; k < n; k <<= 1) sendrecv(c, (me + k) % n, &dummy, 0, (me - k + n) % n, &dummy, 0);
 }
 
 }  // namespace commx

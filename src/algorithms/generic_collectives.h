@@ -27,14 +27,17 @@ void gen_all_reduce_ring(GenericColl& c, const void* in, void* out, size_t count
 void gen_reduce_tree(GenericColl& c, const void* in, void* out, size_t count, int root,
                      const HostReducer& r);
 void gen_broadcast_tree(GenericColl& c, void* buf, size_t bytes, int root);
-void gen_all_gather_ring(GenericColl& c, const void* in, size_t in_bytes, std::span<void* const> outs,
-                         std::span<const size_t> out_bytes);
+void gen_all_gather_ring(GenericColl& c, const void* in, size_t in_bytes,
+                         std::span<void* const> outs, std::span<const size_t> out_bytes);
 void gen_reduce_scatter_ring(GenericColl& c, std::span<const void* const> ins,
                              std::span<const size_t> counts, void* out, const HostReducer& r);
-void gen_all_to_all(GenericColl& c, std::span<const void* const> ins, std::span<const size_t> in_bytes,
-                    std::span<void* const> outs, std::span<const size_t> out_bytes);
-void gen_gather(GenericColl& c, const void* in, size_t bytes, std::span<void* const> outs, int root);
-void gen_scatter(GenericColl& c, std::span<const void* const> ins, void* out, size_t bytes, int root);
+void gen_all_to_all(GenericColl& c, std::span<const void* const> ins,
+                    std::span<const size_t> in_bytes, std::span<void* const> outs,
+                    std::span<const size_t> out_bytes);
+void gen_gather(GenericColl& c, const void* in, size_t bytes, std::span<void* const> outs,
+                int root);
+void gen_scatter(GenericColl& c, std::span<const void* const> ins, void* out, size_t bytes,
+                 int root);
 void gen_barrier(GenericColl& c);
 
 }  // namespace commx

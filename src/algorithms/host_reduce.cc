@@ -100,25 +100,46 @@ A wrap_mul(A a, A b) {
 }
 
 struct SumOp {
-  template <typename A> static A apply(A a, A b) { return wrap_add(a, b); }
+  template <typename A>
+  static A apply(A a, A b) {
+    return wrap_add(a, b);
+  }
 };
 struct ProdOp {
-  template <typename A> static A apply(A a, A b) { return wrap_mul(a, b); }
+  template <typename A>
+  static A apply(A a, A b) {
+    return wrap_mul(a, b);
+  }
 };
 struct MinOp {
-  template <typename A> static A apply(A a, A b) { return b < a ? b : a; }
+  template <typename A>
+  static A apply(A a, A b) {
+    return b < a ? b : a;
+  }
 };
 struct MaxOp {
-  template <typename A> static A apply(A a, A b) { return a < b ? b : a; }
+  template <typename A>
+  static A apply(A a, A b) {
+    return a < b ? b : a;
+  }
 };
 struct AndOp {
-  template <typename A> static A apply(A a, A b) { return a & b; }
+  template <typename A>
+  static A apply(A a, A b) {
+    return a & b;
+  }
 };
 struct OrOp {
-  template <typename A> static A apply(A a, A b) { return a | b; }
+  template <typename A>
+  static A apply(A a, A b) {
+    return a | b;
+  }
 };
 struct XorOp {
-  template <typename A> static A apply(A a, A b) { return a ^ b; }
+  template <typename A>
+  static A apply(A a, A b) {
+    return a ^ b;
+  }
 };
 
 enum class Fin { kNone, kAvg, kPremul };
@@ -175,23 +196,34 @@ void kernel(void* dst, const void* const* srcs, int nsrc, size_t count,
 template <class S>
 HostReducer::Fn pick_arith(ReduceKind k) {
   switch (k) {
-    case ReduceKind::kSum: return &kernel<S, SumOp, Fin::kNone>;
-    case ReduceKind::kAvg: return &kernel<S, SumOp, Fin::kAvg>;
-    case ReduceKind::kPremulSum: return &kernel<S, SumOp, Fin::kPremul>;
-    case ReduceKind::kProduct: return &kernel<S, ProdOp, Fin::kNone>;
-    case ReduceKind::kMin: return &kernel<S, MinOp, Fin::kNone>;
-    case ReduceKind::kMax: return &kernel<S, MaxOp, Fin::kNone>;
-    default: return nullptr;
+    case ReduceKind::kSum:
+      return &kernel<S, SumOp, Fin::kNone>;
+    case ReduceKind::kAvg:
+      return &kernel<S, SumOp, Fin::kAvg>;
+    case ReduceKind::kPremulSum:
+      return &kernel<S, SumOp, Fin::kPremul>;
+    case ReduceKind::kProduct:
+      return &kernel<S, ProdOp, Fin::kNone>;
+    case ReduceKind::kMin:
+      return &kernel<S, MinOp, Fin::kNone>;
+    case ReduceKind::kMax:
+      return &kernel<S, MaxOp, Fin::kNone>;
+    default:
+      return nullptr;
   }
 }
 
 template <class S>
 HostReducer::Fn pick_int(ReduceKind k) {
   switch (k) {
-    case ReduceKind::kBand: return &kernel<S, AndOp, Fin::kNone>;
-    case ReduceKind::kBor: return &kernel<S, OrOp, Fin::kNone>;
-    case ReduceKind::kBxor: return &kernel<S, XorOp, Fin::kNone>;
-    default: return pick_arith<S>(k);
+    case ReduceKind::kBand:
+      return &kernel<S, AndOp, Fin::kNone>;
+    case ReduceKind::kBor:
+      return &kernel<S, OrOp, Fin::kNone>;
+    case ReduceKind::kBxor:
+      return &kernel<S, XorOp, Fin::kNone>;
+    default:
+      return pick_arith<S>(k);
   }
 }
 
@@ -199,31 +231,48 @@ HostReducer::Fn pick_bool(ReduceKind k) {
   switch (k) {
     case ReduceKind::kSum:
     case ReduceKind::kMax:
-    case ReduceKind::kBor: return &kernel<BoolS, OrOp, Fin::kNone>;
+    case ReduceKind::kBor:
+      return &kernel<BoolS, OrOp, Fin::kNone>;
     case ReduceKind::kProduct:
     case ReduceKind::kMin:
-    case ReduceKind::kBand: return &kernel<BoolS, AndOp, Fin::kNone>;
-    case ReduceKind::kBxor: return &kernel<BoolS, XorOp, Fin::kNone>;
-    default: return nullptr;
+    case ReduceKind::kBand:
+      return &kernel<BoolS, AndOp, Fin::kNone>;
+    case ReduceKind::kBxor:
+      return &kernel<BoolS, XorOp, Fin::kNone>;
+    default:
+      return nullptr;
   }
 }
 
 HostReducer::Fn pick(DataType t, ReduceKind k) {
   bool bitwise = k == ReduceKind::kBand || k == ReduceKind::kBor || k == ReduceKind::kBxor;
   switch (t) {
-    case DataType::kFloat32: return bitwise ? nullptr : pick_arith<NativeS<float>>(k);
-    case DataType::kFloat64: return bitwise ? nullptr : pick_arith<NativeS<double>>(k);
-    case DataType::kFloat16: return bitwise ? nullptr : pick_arith<F16S>(k);
-    case DataType::kBFloat16: return bitwise ? nullptr : pick_arith<BF16S>(k);
-    case DataType::kFloat8E4M3: return bitwise ? nullptr : pick_arith<E4M3S>(k);
-    case DataType::kFloat8E5M2: return bitwise ? nullptr : pick_arith<E5M2S>(k);
-    case DataType::kInt8: return pick_int<NativeS<int8_t>>(k);
-    case DataType::kUInt8: return pick_int<NativeS<uint8_t>>(k);
-    case DataType::kInt32: return pick_int<NativeS<int32_t>>(k);
-    case DataType::kInt64: return pick_int<NativeS<int64_t>>(k);
-    case DataType::kUInt32: return pick_int<NativeS<uint32_t>>(k);
-    case DataType::kUInt64: return pick_int<NativeS<uint64_t>>(k);
-    case DataType::kBool: return pick_bool(k);
+    case DataType::kFloat32:
+      return bitwise ? nullptr : pick_arith<NativeS<float>>(k);
+    case DataType::kFloat64:
+      return bitwise ? nullptr : pick_arith<NativeS<double>>(k);
+    case DataType::kFloat16:
+      return bitwise ? nullptr : pick_arith<F16S>(k);
+    case DataType::kBFloat16:
+      return bitwise ? nullptr : pick_arith<BF16S>(k);
+    case DataType::kFloat8E4M3:
+      return bitwise ? nullptr : pick_arith<E4M3S>(k);
+    case DataType::kFloat8E5M2:
+      return bitwise ? nullptr : pick_arith<E5M2S>(k);
+    case DataType::kInt8:
+      return pick_int<NativeS<int8_t>>(k);
+    case DataType::kUInt8:
+      return pick_int<NativeS<uint8_t>>(k);
+    case DataType::kInt32:
+      return pick_int<NativeS<int32_t>>(k);
+    case DataType::kInt64:
+      return pick_int<NativeS<int64_t>>(k);
+    case DataType::kUInt32:
+      return pick_int<NativeS<uint32_t>>(k);
+    case DataType::kUInt64:
+      return pick_int<NativeS<uint64_t>>(k);
+    case DataType::kBool:
+      return pick_bool(k);
   }
   return nullptr;
 }

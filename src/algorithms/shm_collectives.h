@@ -43,8 +43,8 @@ void shm_broadcast(ShmColl& c, void* buf, size_t bytes, int root);
 void shm_all_gather(ShmColl& c, const void* in, size_t in_bytes, std::span<void* const> outs,
                     std::span<const size_t> out_bytes);
 // ins[d] (counts[d] elements) is this rank's contribution to rank d's output.
-void shm_reduce_scatter(ShmColl& c, std::span<const void* const> ins, std::span<const size_t> counts,
-                        void* out, const HostReducer& r);
+void shm_reduce_scatter(ShmColl& c, std::span<const void* const> ins,
+                        std::span<const size_t> counts, void* out, const HostReducer& r);
 // ins[d] goes to rank d; outs[p] comes from rank p. Sizes are checked across all ranks.
 void shm_all_to_all(ShmColl& c, std::span<const void* const> ins, std::span<const size_t> in_bytes,
                     std::span<void* const> outs, std::span<const size_t> out_bytes);

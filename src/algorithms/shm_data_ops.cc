@@ -130,7 +130,8 @@ void shm_gather(ShmColl& c, const void* in, size_t bytes, std::span<void* const>
       continue;
     }
     st.arrive(s);
-    std::memcpy(static_cast<char*>(outs[me]) + pc.off, static_cast<const char*>(in) + pc.off, pc.len);
+    std::memcpy(static_cast<char*>(outs[me]) + pc.off, static_cast<const char*>(in) + pc.off,
+                pc.len);
     for (int i = 1; i < n; ++i) {
       int p = (me + i) % n;
       st.wait(p, s);
@@ -154,7 +155,8 @@ void shm_scatter(ShmColl& c, std::span<const void* const> ins, void* out, size_t
         if (d != me)
           std::memcpy(st.mine(s) + block * d, static_cast<const char*>(ins[d]) + pc.off, pc.len);
       st.arrive(s);
-      std::memcpy(static_cast<char*>(out) + pc.off, static_cast<const char*>(ins[me]) + pc.off, pc.len);
+      std::memcpy(static_cast<char*>(out) + pc.off, static_cast<const char*>(ins[me]) + pc.off,
+                  pc.len);
     } else {
       st.arrive(s);
       st.wait(root, s);

@@ -15,6 +15,20 @@ namespace {
 struct Part {
   size_t off, len;
 };
+// Source pointers of one reduction; on the stack for the usual rank counts (no allocation per op).
+class SrcList {
+ public:
+  explicit SrcList(int n) : p_(n <= kInline ? inline_ : (heap_.resize(n), heap_.data())) {}
+  const void*& operator[](int i) { return p_[i]; }
+  const void* const* data() const { return p_; }
+
+ private:
+  static constexpr int kInline = 64;
+  const void* inline_[kInline];
+  std::vector<const void*> heap_;
+  const void** p_;
+};
+
 Part part_of(size_t m, int n, int p) {
   size_t q = ((m + n - 1) / n + 15) / 16 * 16;
   size_t a = std::min(m, q * p), b = std::min(m, q * (p + 1));
@@ -27,7 +41,7 @@ void shm_all_reduce_dda(ShmColl& c, const void* in, void* out, size_t count, con
   Steps st(c);
   const size_t es = r.elem_size();
   const size_t per = st.cap() / es;
-  std::vector<const void*> srcs(st.n());
+  SrcList srcs(st.n());
   size_t done = 0;
   bool first = true;
   do {
@@ -45,8 +59,10 @@ void shm_all_reduce_dda(ShmColl& c, const void* in, void* out, size_t count, con
   } while (done < count);
 }
 
-// One round of reduce-scatter + gather over a chunk: step s1 holds everyone's chunk, step s2 each
-// rank's reduced part. `to` (nullable on non-roots of reduce) receives the whole result.
+// Reduce-scatter + all-gather (root < 0) or + gather to `root`, in rounds of a chunk. Step s1:
+// each rank copies the parts of its chunk that *other* ranks reduce into its slot (its own part
+// it reads straight from its input). Step s2: each rank has reduced its part and publishes it;
+// the others copy it out. Sources are combined in rank order, so every rank gets the same bits.
 static void rsag_rounds(ShmColl& c, const void* in, void* out, size_t count, const HostReducer& r,
                         int root) {
   Steps st(c);
@@ -54,26 +70,36 @@ static void rsag_rounds(ShmColl& c, const void* in, void* out, size_t count, con
   const size_t bytes = c.chunk_bytes && c.chunk_bytes < st.cap() ? c.chunk_bytes : st.cap();
   const size_t per = std::max<size_t>(1, bytes / es);
   const int n = st.n(), me = st.me();
-  std::vector<const void*> srcs(n);
+  const bool gets_result = root < 0 || root == me;
+  SrcList srcs(n);
   size_t done = 0;
   bool first = true;
   do {
     size_t m = std::min(per, count - done);
+    const char* src = static_cast<const char*>(in) + done * es;
+    char* dst = static_cast<char*>(out) + done * es;
+    Part mp = part_of(m, n, me);
     uint64_t s1 = st.begin(true);
     if (first) st.write_sig(s1);
-    std::memcpy(st.mine(s1), static_cast<const char*>(in) + done * es, m * es);
+    std::memcpy(st.mine(s1), src, mp.off * es);  // the parts before and after this rank's own
+    std::memcpy(st.mine(s1) + (mp.off + mp.len) * es, src + (mp.off + mp.len) * es,
+                (m - mp.off - mp.len) * es);
     st.arrive(s1);
     st.wait_all(s1);
     if (first) st.check_all_sigs(s1);
     // Step s2's slot may be written now: every peer has arrived at s1.
     uint64_t s2 = st.begin(false);
-    Part mp = part_of(m, n, me);
-    for (int p = 0; p < n; ++p) srcs[p] = st.of(p, s1) + mp.off * es;
-    r.reduce(st.mine(s2), srcs.data(), n, mp.len, true);
+    for (int p = 0; p < n; ++p) srcs[p] = p == me ? src + mp.off * es : st.of(p, s1) + mp.off * es;
+    if (gets_result) {
+      // In place is fine: only this rank reads its own part of the input, and it is read here.
+      r.reduce(dst + mp.off * es, srcs.data(), n, mp.len, true);
+      if (root < 0) std::memcpy(st.mine(s2), dst + mp.off * es, mp.len * es);
+    } else {
+      r.reduce(st.mine(s2), srcs.data(), n, mp.len, true);  // a non-root's buffer stays unchanged
+    }
     st.arrive(s2);
-    if (root < 0 || root == me) {
-      char* dst = static_cast<char*>(out) + done * es;
-      for (int i = 0; i < n; ++i) {
+    if (gets_result) {
+      for (int i = 1; i < n; ++i) {
         int p = (me + i) % n;
         st.wait(p, s2);
         Part pp = part_of(m, n, p);
@@ -85,7 +111,8 @@ static void rsag_rounds(ShmColl& c, const void* in, void* out, size_t count, con
   } while (done < count);
 }
 
-void shm_all_reduce_rsag(ShmColl& c, const void* in, void* out, size_t count, const HostReducer& r) {
+void shm_all_reduce_rsag(ShmColl& c, const void* in, void* out, size_t count,
+                         const HostReducer& r) {
   rsag_rounds(c, in, out, count, r, -1);
 }
 
@@ -95,7 +122,7 @@ void shm_reduce(ShmColl& c, const void* in, void* out, size_t count, int root, c
   Steps st(c);
   const size_t es = r.elem_size();
   const size_t per = st.cap() / es;
-  std::vector<const void*> srcs(st.n());
+  SrcList srcs(st.n());
   size_t done = 0;
   bool first = true;
   do {
@@ -115,8 +142,8 @@ void shm_reduce(ShmColl& c, const void* in, void* out, size_t count, int root, c
   } while (done < count);
 }
 
-void shm_reduce_scatter(ShmColl& c, std::span<const void* const> ins, std::span<const size_t> counts,
-                        void* out, const HostReducer& r) {
+void shm_reduce_scatter(ShmColl& c, std::span<const void* const> ins,
+                        std::span<const size_t> counts, void* out, const HostReducer& r) {
   Steps st(c);
   const int n = st.n(), me = st.me();
   const size_t es = r.elem_size();
@@ -125,7 +152,7 @@ void shm_reduce_scatter(ShmColl& c, std::span<const void* const> ins, std::span<
   size_t most = 0;
   for (size_t k : counts) most = std::max(most, k);
   const size_t rounds = std::max<size_t>(1, (most + per - 1) / per);
-  std::vector<const void*> srcs(n);
+  SrcList srcs(n);
   for (size_t k = 0; k < rounds; ++k) {
     uint64_t s = st.begin(true);
     if (k == 0) st.write_sig(s);

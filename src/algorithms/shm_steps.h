@@ -16,7 +16,9 @@ inline size_t round_up64(size_t v) { return (v + 63) & ~size_t{63}; }
 class Steps {
  public:
   explicit Steps(ShmColl& c)
-      : c_(c), me_(c.g.rank()), n_(c.g.size()),
+      : c_(c),
+        me_(c.g.rank()),
+        n_(c.g.size()),
         off_(round_up64(sizeof(OpSig) + 16 * static_cast<size_t>(c.g.size()))),
         cap_(c.g.sizes().slot_bytes - off_) {}
 
@@ -47,9 +49,9 @@ class Steps {
     std::memcpy(&o, c_.g.slot(p, s), sizeof(OpSig));
     const OpSig& m = c_.sig;
     if (o.type == m.type && o.dtype == m.dtype && o.count == m.count && o.root == m.root) return;
-    throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(p) + " issued " + describe(o) +
-                                                 " while this rank issued " + describe(m) +
-                                                 ": the ranks' calls do not match");
+    throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(p) + " issued " +
+                                                 describe(o) + " while this rank issued " +
+                                                 describe(m) + ": the ranks' calls do not match");
   }
   void check_all_sigs(uint64_t s) {
     for (int p = 0; p < n_; ++p)

@@ -47,8 +47,10 @@ TuningTable TuningTable::parse(const std::string& text, const std::string& sourc
     for (std::string w; fields >> w;) f.push_back(w);
     if (f.empty()) continue;
     if (f.size() != 5)
-      bad_line(source, line, "expected 5 fields (collective world_size min_bytes max_bytes "
-                             "algorithm), found " + std::to_string(f.size()));
+      bad_line(source, line,
+               "expected 5 fields (collective world_size min_bytes max_bytes "
+               "algorithm), found " +
+                   std::to_string(f.size()));
     TuningEntry e;
     e.collective = f[0];
     if (f[1].find_first_not_of("0123456789") != std::string::npos || f[1].size() > 6)
@@ -93,8 +95,7 @@ const TuningTable& TuningTable::from_env(const std::string& default_path) {
     if (loaded) {
       t = std::move(*loaded);
     } else if (required) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  "COMMX_TUNING_FILE=" + path + " cannot be opened");
+      throw Error(ErrorCode::kInvalidArgument, "COMMX_TUNING_FILE=" + path + " cannot be opened");
     }
   }
   return cache.emplace(path, std::move(t)).first->second;

@@ -17,6 +17,30 @@ namespace {
 constexpr size_t kAlign = 64;
 size_t round_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
+// Every message starts with a tag naming the codec, so that ranks configured differently get a
+// clear error instead of decoding garbage: 'L', format, 0, 0, block (uint32).
+constexpr size_t kTag = 8;
+void write_tag(uint8_t* p, const CodecConfig& cfg) {
+  p[0] = 'L';
+  p[1] = static_cast<uint8_t>(cfg.format);
+  p[2] = p[3] = 0;
+  uint32_t b = static_cast<uint32_t>(cfg.block);
+  std::memcpy(p + 4, &b, 4);
+}
+void check_tag(const LowpContext& c, const uint8_t* p, int peer) {
+  const CodecConfig& cfg = c.codec.config();
+  uint32_t b;
+  std::memcpy(&b, p + 4, 4);
+  if (p[0] == 'L' && p[1] == static_cast<uint8_t>(cfg.format) && b == cfg.block) return;
+  std::string theirs = p[0] != 'L' ? std::string("something that is not low-precision data")
+                                   : std::string(fp8_format_name(static_cast<Fp8Format>(p[1]))) +
+                                         " with block " + std::to_string(b);
+  throw Error(ErrorCode::kInvalidArgument,
+              c.ctx + "rank " + std::to_string(peer) + " sent " + theirs + " but this rank uses " +
+                  fp8_format_name(cfg.format) + " with block " + std::to_string(cfg.block) +
+                  ": all ranks need the same low-precision settings");
+}
+
 // Phases of an op draw distinct stochastic-rounding streams.
 uint64_t stream_of(const LowpContext& c, int phase) {
   return (c.sr_stream * 8 + static_cast<uint64_t>(phase)) * 65536 + static_cast<uint64_t>(c.rank);
@@ -101,8 +125,8 @@ float* reduce_to_owner(const LowpContext& c, Scratch& sc, SrcFn slice_src, LenFn
   const int64_t mine = len(c.rank);
   std::vector<size_t> soff(c.size + 1, 0);
   for (int p = 0; p < c.size; ++p)
-    soff[p + 1] = soff[p] + (p == c.rank ? 0 : round_up(codec.encoded_bytes(len(p))));
-  const size_t rstride = round_up(codec.encoded_bytes(mine));
+    soff[p + 1] = soff[p] + (p == c.rank ? 0 : round_up(kTag + codec.encoded_bytes(len(p))));
+  const size_t rstride = round_up(kTag + codec.encoded_bytes(mine));
   uint8_t* sendbuf = grow(sc->send, soff[c.size]);
   uint8_t* recvbuf = grow(sc->recv, rstride * c.size);
 
@@ -111,10 +135,12 @@ float* reduce_to_owner(const LowpContext& c, Scratch& sc, SrcFn slice_src, LenFn
   for (int p = 0; p < c.size; ++p) {
     if (p == c.rank) continue;
     if (len(p) > 0) {
-      codec.encode(slice_src(p), dtype, len(p), sendbuf + soff[p], c.stats, stream_of(c, 0), 0);
-      sends.push_back({p, sendbuf + soff[p], codec.encoded_bytes(len(p))});
+      write_tag(sendbuf + soff[p], codec.config());
+      codec.encode(slice_src(p), dtype, len(p), sendbuf + soff[p] + kTag, c.stats, stream_of(c, 0),
+                   0);
+      sends.push_back({p, sendbuf + soff[p], kTag + codec.encoded_bytes(len(p))});
     }
-    if (mine > 0) recvs.push_back({p, recvbuf + rstride * p, codec.encoded_bytes(mine)});
+    if (mine > 0) recvs.push_back({p, recvbuf + rstride * p, kTag + codec.encoded_bytes(mine)});
   }
   exchange(c, sends, recvs);
 
@@ -127,7 +153,8 @@ float* reduce_to_owner(const LowpContext& c, Scratch& sc, SrcFn slice_src, LenFn
       to_float(slice_src(p), dtype, mine, own);
       for (int64_t i = 0; i < mine; ++i) acc[i] = acc[i] + own[i];
     } else {
-      codec.accumulate(acc, recvbuf + rstride * p, mine);
+      check_tag(c, recvbuf + rstride * p, p);
+      codec.accumulate(acc, recvbuf + rstride * p + kTag, mine);
     }
   }
   if (kind == ReduceKind::kAvg) {
@@ -162,13 +189,15 @@ void lowp_all_reduce(const LowpContext& c, const Tensor& in, const Tensor& out, 
   // Two-term: the residual s - D(Q(s)) follows as a second encoded chunk (0 where D(Q(s)) is not
   // finite, so that Inf stays Inf).
   const int terms = c.two_term_gather ? 2 : 1;
-  auto gbytes = [&](int p) { return terms * codec.encoded_bytes(sl.len[p]); };
+  auto gbytes = [&](int p) { return kTag + terms * codec.encoded_bytes(sl.len[p]); };
   std::vector<size_t> goff(c.size + 1, 0);
   for (int p = 0; p < c.size; ++p) goff[p + 1] = goff[p] + round_up(gbytes(p));
   uint8_t* gbuf = grow(sc->gather, goff[c.size]);
   const int64_t mine = sl.len[c.rank];
-  uint8_t* my_enc = gbuf + goff[c.rank];
+  uint8_t* my_msg = gbuf + goff[c.rank];
+  uint8_t* my_enc = my_msg + kTag;
   if (mine > 0) {
+    write_tag(my_msg, codec.config());
     codec.encode(acc, DataType::kFloat32, mine, my_enc, c.stats, stream_of(c, 1), sl.off[c.rank]);
     if (terms == 2) {
       float* d = grow(sc->tmp, static_cast<size_t>(mine));
@@ -186,14 +215,15 @@ void lowp_all_reduce(const LowpContext& c, const Tensor& in, const Tensor& out, 
   std::vector<RecvReq> recvs;
   for (int p = 0; p < c.size; ++p) {
     if (p == c.rank) continue;
-    if (mine > 0) sends.push_back({p, my_enc, gbytes(c.rank)});
+    if (mine > 0) sends.push_back({p, my_msg, gbytes(c.rank)});
     if (sl.len[p] > 0) recvs.push_back({p, gbuf + goff[p], gbytes(p)});
   }
   exchange(c, sends, recvs);
   for (int p = 0; p < c.size; ++p) {
     const int64_t m = sl.len[p];
     if (m == 0) continue;
-    const uint8_t* e = gbuf + goff[p];
+    if (p != c.rank) check_tag(c, gbuf + goff[p], p);
+    const uint8_t* e = gbuf + goff[p] + kTag;
     if (terms == 1) {
       codec.decode(e, m, at_mut(out, sl.off[p]), out.dtype);
     } else {
@@ -236,12 +266,13 @@ void lowp_all_gather(const LowpContext& c, const Tensor& in, std::span<const Ten
   const int64_t n = in.count;
   if (n == 0) return;
   const Fp8Codec& codec = c.codec;
-  const size_t stride = round_up(codec.encoded_bytes(n));
-  const size_t bytes = codec.encoded_bytes(n);
+  const size_t stride = round_up(kTag + codec.encoded_bytes(n));
+  const size_t bytes = kTag + codec.encoded_bytes(n);
   Scratch sc(c);
   uint8_t* buf = grow(sc->gather, stride * c.size);
   uint8_t* mine = buf + stride * c.rank;
-  codec.encode(in.data, in.dtype, n, mine, c.stats, stream_of(c, 2), 0);
+  write_tag(mine, codec.config());
+  codec.encode(in.data, in.dtype, n, mine + kTag, c.stats, stream_of(c, 2), 0);
   std::vector<SendReq> sends;
   std::vector<RecvReq> recvs;
   for (int p = 0; p < c.size; ++p) {
@@ -250,7 +281,10 @@ void lowp_all_gather(const LowpContext& c, const Tensor& in, std::span<const Ten
     recvs.push_back({p, buf + stride * p, bytes});
   }
   exchange(c, sends, recvs);
-  for (int p = 0; p < c.size; ++p) codec.decode(buf + stride * p, n, outs[p].data, outs[p].dtype);
+  for (int p = 0; p < c.size; ++p) {
+    if (p != c.rank) check_tag(c, buf + stride * p, p);
+    codec.decode(buf + stride * p + kTag, n, outs[p].data, outs[p].dtype);
+  }
 }
 
 void lowp_all_to_all(const LowpContext& c, std::span<const Tensor> ins,
@@ -263,8 +297,9 @@ void lowp_all_to_all(const LowpContext& c, std::span<const Tensor> ins,
                 std::to_string(ins[c.rank].count) + " elements but outputs[" +
                 std::to_string(c.rank) + "] has " + std::to_string(outs[c.rank].count));
   const Fp8Codec& codec = c.codec;
-  // Each message starts with its element count so that a disagreement is reported clearly.
-  constexpr size_t kHeader = 8;
+  // Each message starts with the tag and its element count, so that a disagreement is reported
+  // clearly.
+  constexpr size_t kHeader = kTag + 8;
   std::vector<size_t> soff(c.size + 1, 0), roff(c.size + 1, 0);
   for (int p = 0; p < c.size; ++p) {
     bool self = p == c.rank;
@@ -279,7 +314,8 @@ void lowp_all_to_all(const LowpContext& c, std::span<const Tensor> ins,
   for (int p = 0; p < c.size; ++p) {
     if (p == c.rank) continue;
     int64_t cnt = ins[p].count;
-    std::memcpy(sbuf + soff[p], &cnt, kHeader);
+    write_tag(sbuf + soff[p], codec.config());
+    std::memcpy(sbuf + soff[p] + kTag, &cnt, 8);
     if (cnt > 0)
       codec.encode(ins[p].data, ins[p].dtype, cnt, sbuf + soff[p] + kHeader, c.stats,
                    stream_of(c, 3), 0);
@@ -292,7 +328,8 @@ void lowp_all_to_all(const LowpContext& c, std::span<const Tensor> ins,
   for (int p = 0; p < c.size; ++p) {
     if (p == c.rank) continue;
     int64_t cnt;
-    std::memcpy(&cnt, rbuf + roff[p], kHeader);
+    check_tag(c, rbuf + roff[p], p);
+    std::memcpy(&cnt, rbuf + roff[p] + kTag, 8);
     if (cnt != outs[p].count)
       fail(c, "all_to_all: rank " + std::to_string(p) + " sent " + std::to_string(cnt) +
                   " elements but outputs[" + std::to_string(p) + "] has " +

@@ -11,8 +11,8 @@
 //   reduce_scatter  the first half of the above; the FP32 result is rounded to the output dtype.
 //   all_gather      each rank encodes its input once; everyone, itself included, decodes it.
 //   all_to_all      each chunk is encoded for its destination; a rank's own chunk is copied.
-// All ranks must use the same codec configuration; a mismatch shows up as a size mismatch
-// error of the transport, not a hang.
+// All ranks must use the same codec configuration: each message carries an 8-byte tag (format,
+// block), so a mismatch is a clear error (or the transport's size-mismatch error), not garbage.
 #pragma once
 
 #include <span>

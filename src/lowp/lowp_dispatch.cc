@@ -2,9 +2,11 @@
 // Layer: algorithms (low-precision).
 #include "lowp/lowp_dispatch.h"
 
+#include <cstdio>
 #include <vector>
 
 #include "commx/error.h"
+#include "core/env.h"
 #include "lowp/lowp_collectives.h"
 
 namespace commx::lowp {
@@ -22,6 +24,43 @@ std::vector<Tensor> split_even(const Tensor& t, int size) {
   const int64_t each = t.count / size;
   for (int i = 0; i < size; ++i) v.push_back(t.slice(i * each, each));
   return v;
+}
+
+void run_op(const OpDesc& op, const LowpContext& c, int size) {
+  switch (op.type) {
+    case OpType::kAllReduce:
+      return lowp_all_reduce(c, op.input, op.output, op.op.kind);
+    case OpType::kAllGather:
+      return lowp_all_gather(c, op.input, op.outputs);
+    case OpType::kAllGatherSingle:
+      return lowp_all_gather(c, op.input, split_even(op.output, size));
+    case OpType::kReduceScatter:
+      return lowp_reduce_scatter(c, op.inputs, op.output, op.op.kind);
+    case OpType::kReduceScatterSingle:
+      return lowp_reduce_scatter(c, split_even(op.input, size), op.output, op.op.kind);
+    case OpType::kAllToAll:
+      return lowp_all_to_all(c, op.inputs, op.outputs);
+    case OpType::kAllToAllSingle:
+      return lowp_all_to_all(c, split_even(op.input, size), split_even(op.output, size));
+    default:
+      throw Error(ErrorCode::kInternal, c.ctx + "no low-precision variant");  // not chosen
+  }
+}
+
+// COMMX_LOW_PRECISION_STATS=1 prints every low-precision op's codec counters on stderr; a
+// saturated value (impossible with per-block scaling for finite data) is always reported.
+void report(const OpDesc& op, const CodecStats& s, int rank, const std::string& ctx) {
+  static const bool all = env_bool("COMMX_LOW_PRECISION_STATS", false);
+  if (!all && s.saturated == 0) return;
+  std::fprintf(stderr,
+               "commx lowp: %srank %d %s #%llu: %llu elements encoded, %llu saturated, "
+               "%llu underflowed to 0, %llu NaN/Inf in %llu blocks\n",
+               ctx.c_str(), rank, op.name(), static_cast<unsigned long long>(op.seq),
+               static_cast<unsigned long long>(s.elements),
+               static_cast<unsigned long long>(s.saturated),
+               static_cast<unsigned long long>(s.underflow),
+               static_cast<unsigned long long>(s.nonfinite_values),
+               static_cast<unsigned long long>(s.nonfinite_blocks));
 }
 
 }  // namespace
@@ -65,34 +104,14 @@ bool lowp_maybe_run(const OpDesc& op, const LowpSettings& s, Transport& t, int r
       lowp_choice(s, op.type, lowp_op_dtype(op), op.op, lowp_op_bytes(op, size), op.hints, ctx);
   if (!plan) return false;
   Fp8Codec codec(plan->codec);
-  LowpContext c{t, rank, size, deadline, codec, stats, op.seq, ctx};
+  CodecStats mine;  // this op's counters, added to `stats` at the end
+  LowpContext c{t, rank, size, deadline, codec, &mine, op.seq, ctx};
   c.two_term_gather = plan->two_term_gather;
   c.scratch = scratch;
-  switch (op.type) {
-    case OpType::kAllReduce:
-      lowp_all_reduce(c, op.input, op.output, op.op.kind);
-      return true;
-    case OpType::kAllGather:
-      lowp_all_gather(c, op.input, op.outputs);
-      return true;
-    case OpType::kAllGatherSingle:
-      lowp_all_gather(c, op.input, split_even(op.output, size));
-      return true;
-    case OpType::kReduceScatter:
-      lowp_reduce_scatter(c, op.inputs, op.output, op.op.kind);
-      return true;
-    case OpType::kReduceScatterSingle:
-      lowp_reduce_scatter(c, split_even(op.input, size), op.output, op.op.kind);
-      return true;
-    case OpType::kAllToAll:
-      lowp_all_to_all(c, op.inputs, op.outputs);
-      return true;
-    case OpType::kAllToAllSingle:
-      lowp_all_to_all(c, split_even(op.input, size), split_even(op.output, size));
-      return true;
-    default:
-      return false;  // lowp_choice() never picks another op
-  }
+  run_op(op, c, size);
+  if (stats) stats->add(mine);
+  report(op, mine, rank, ctx);
+  return true;
 }
 
 }  // namespace commx::lowp

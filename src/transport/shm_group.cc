@@ -1,6 +1,7 @@
 // Per-comm shared memory and the step protocol (see shm_group.h). Layer: transport.
 #include "transport/shm_group.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <new>
@@ -34,6 +35,7 @@ ShmGroup::ShmGroup(const std::string& comm_name, int rank, int size, ShmSizes si
   h->pid = getpid();
   h->rank = rank;
   h->size = size;
+  h->cpu.store(-1);
   for (int d = 0; d < size; ++d) new (own_.base() + ring_ctl_off_ + sizeof(RingCtl) * d) RingCtl{};
   bases_.assign(size, nullptr);
   bases_[rank] = own_.base();
@@ -110,8 +112,12 @@ void ShmGroup::wait_peer(int peer, uint64_t step, const WaitScope& ws) {
   uint64_t v = w.value.load(std::memory_order_acquire);
   if (v < step) {
     int p[1] = {peer};
+    int cpu = sched_getcpu();
+    header(rank_).cpu.store(cpu, std::memory_order_relaxed);
+    WaitScope scope = ws;
+    scope.skip_spin = cpu >= 0 && header(peer).cpu.load(std::memory_order_relaxed) == cpu;
     shm_wait([&] { return (v = w.value.load(std::memory_order_acquire)) >= step; }, w, p,
-             "a collective step", ws);
+             "a collective step", scope);
   }
   seen_[peer] = v;
 }

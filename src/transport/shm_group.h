@@ -1,11 +1,11 @@
 // The shared memory of one comm on one host: each rank owns a segment (a header with its step
 // counter and doorbell, one SPSC ring per destination, two collective slots) and maps its peers'
 // segments at init (see CpuBackend::init: a peer may finish its last op and finalize before this
-// rank's first look at its memory, so mapping cannot wait for first use). Collective algorithms run in "steps": a rank writes its own slot
-// of the step's parity, publishes the step number, waits for the peers it reads, then reads their
-// slots. Before writing a slot a rank waits until every peer has arrived at the previous step,
-// which proves that the readers of that slot (two steps back) are done: one sync per step.
-// Layer: transport.
+// rank's first look at its memory, so mapping cannot wait for first use). Collective algorithms run
+// in "steps": a rank writes its own slot of the step's parity, publishes the step number, waits for
+// the peers it reads, then reads their slots. Before writing a slot a rank waits until every peer
+// has arrived at the previous step, which proves that the readers of that slot (two steps back) are
+// done: one sync per step. Layer: transport.
 #pragma once
 
 #include <atomic>
@@ -38,6 +38,9 @@ struct ShmHeader {
   int32_t size;
   ShmWord arrive;    // last collective step the owner arrived at
   ShmWord doorbell;  // rung by peers that changed one of the owner's rings (or its inbound ones)
+  // The CPU the owner last waited on: a waiter that finds the awaited peer on its own CPU yields
+  // at once instead of spinning (spinning would only keep that peer from running).
+  alignas(64) std::atomic<int32_t> cpu;
 };
 
 class ShmGroup : public PeerWatch {

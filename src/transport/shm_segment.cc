@@ -56,7 +56,7 @@ void ShmSegment::open(int pid, int fd, size_t bytes, const std::string& who) {
   std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
   int f = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (f < 0) sys_fail("cannot open the shared memory of " + who + " (" + path + ")");
-  struct stat st{};
+  struct stat st {};
   if (fstat(f, &st) != 0 || static_cast<size_t>(st.st_size) < bytes) {
     ::close(f);
     throw Error(ErrorCode::kInternal, "the shared memory of " + who + " is smaller than announced");

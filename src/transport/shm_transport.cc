@@ -111,9 +111,9 @@ void ShmTransport::exchange(std::span<const SendReq> sends, std::span<const Recv
         ring_read(ring, cap, tail, reinterpret_cast<char*>(&sz), kHdr);
         if (sz != r.bytes)
           throw Error(ErrorCode::kInvalidArgument,
-                      "rank " + std::to_string(r.peer) + " sent a message of " + std::to_string(sz) +
-                          " bytes but the matching receive on rank " + std::to_string(me) +
-                          " expects " + std::to_string(r.bytes) + " bytes");
+                      "rank " + std::to_string(r.peer) + " sent a message of " +
+                          std::to_string(sz) + " bytes but the matching receive on rank " +
+                          std::to_string(me) + " expects " + std::to_string(r.bytes) + " bytes");
         tail += kHdr;
         avail -= kHdr;
         p.header_done = moved = true;

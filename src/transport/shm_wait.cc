@@ -24,9 +24,9 @@ void check(std::span<const int> peers, const char* what, const WaitScope& sc, Cl
   if (sc.watch)
     for (int p : peers)
       if (!sc.watch->alive(p))
-        throw Error(ErrorCode::kPeerFailure, "rank " + std::to_string(p) +
-                                                 " died (its process exited) while this rank waited for " +
-                                                 what);
+        throw Error(ErrorCode::kPeerFailure,
+                    "rank " + std::to_string(p) +
+                        " died (its process exited) while this rank waited for " + what);
   if (now >= sc.deadline) {
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count();
     throw Error(ErrorCode::kTimeout, "timed out after " + std::to_string(ms) + " ms waiting for " +
@@ -41,7 +41,7 @@ void wait_slow(const std::function<bool()>& pred, ShmWord& word, std::span<const
   static const WaitTuning kDefault;
   const WaitTuning& t = sc.tuning ? *sc.tuning : kDefault;
   const auto start = Clock::now();
-  const auto spin_end = start + std::chrono::nanoseconds(t.spin_ns);
+  const auto spin_end = start + std::chrono::nanoseconds(sc.skip_spin ? 0 : t.spin_ns);
   const auto yield_end = spin_end + std::chrono::nanoseconds(t.yield_ns);
   auto next_check = start + std::chrono::milliseconds(1);
   for (unsigned i = 1;; ++i) {
@@ -75,7 +75,8 @@ void wait_slow(const std::function<bool()>& pred, ShmWord& word, std::span<const
     uint64_t v = word.value.load(std::memory_order_seq_cst);
     bool ready = pred();
     if (!ready && !(sc.aborted && sc.aborted->load())) {
-      auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(sc.deadline - Clock::now()).count();
+      auto left =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(sc.deadline - Clock::now()).count();
       int64_t ns = left < t.slice_ns ? (left > 0 ? left : 0) : t.slice_ns;
       if (ns > 0) futex_wait(word, static_cast<uint32_t>(v), ns);
     }

@@ -35,6 +35,7 @@ struct WaitScope {
   const WaitTuning* tuning = nullptr;
   // Where the waiting thread sleeps right now, so abort() can wake it.
   std::atomic<ShmWord*>* sleeping_on = nullptr;
+  bool skip_spin = false;  // the awaited peer shares this CPU: go straight to yielding
 };
 
 // Slow path: runs until pred() holds or throws Timeout/Aborted/PeerFailure. `what` says what was

@@ -165,7 +165,7 @@ class TcpTransport final : public Transport {
         size_(size),
         store_(std::move(store)),
         comm_name_(std::move(comm_name)),
-        peers_(size) {
+        peers_(std::max(size, 0)) {
     prefix_ = "tcp transport of comm '" + comm_name_ + "' rank " + std::to_string(rank_) + "/" +
               std::to_string(size_) + ": ";
     if (rank_ < 0 || rank_ >= size_) {
@@ -186,19 +186,17 @@ class TcpTransport final : public Transport {
       }
       refused_grace_ = std::chrono::milliseconds(v);
     }
-    abort_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (abort_fd_ < 0) throw system_error("eventfd");
-    listen_on(choose_bind_address(hints));
+    try {
+      abort_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+      if (abort_fd_ < 0) throw system_error("eventfd");
+      listen_on(choose_bind_address(hints));
+    } catch (...) {
+      close_all();  // no destructor runs for a half-built object
+      throw;
+    }
   }
 
-  ~TcpTransport() override {
-    for (Peer& p : peers_) {
-      if (p.fd >= 0) close(p.fd);
-    }
-    for (Incoming& in : incoming_) close(in.fd);
-    if (listen_fd_ >= 0) close(listen_fd_);
-    if (abort_fd_ >= 0) close(abort_fd_);
-  }
+  ~TcpTransport() override { close_all(); }
 
   std::string name() const override { return "tcp"; }
 
@@ -257,6 +255,18 @@ class TcpTransport final : public Transport {
     if (getsockname(listen_fd_, bound.get(), &bound.len) != 0) throw system_error("getsockname");
     address_ = bound.to_string();
     store_->set_str(addr_key(rank_), address_);
+  }
+
+  void close_all() {
+    for (Peer& p : peers_) {
+      if (p.fd >= 0) close(p.fd);
+      p.fd = -1;
+    }
+    for (Incoming& in : incoming_) close(in.fd);
+    incoming_.clear();
+    if (listen_fd_ >= 0) close(listen_fd_);
+    if (abort_fd_ >= 0) close(abort_fd_);
+    listen_fd_ = abort_fd_ = -1;
   }
 
   std::string addr_key(int r) const { return tag_ + "/addr/" + std::to_string(r); }

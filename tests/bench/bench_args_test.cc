@@ -33,8 +33,8 @@ TEST(BenchArgs, Sizes) {
 }
 
 TEST(BenchArgs, NcclTestsFlags) {
-  Options o = parse({"all_reduce", "-b", "8", "-e", "64K", "-f", "4", "-d", "half,bf16", "-o", "max",
-                     "-r", "1", "-w", "2", "-n", "7", "-c", "0"});
+  Options o = parse({"all_reduce", "-b", "8", "-e", "64K", "-f", "4", "-d", "half,bf16", "-o",
+                     "max", "-r", "1", "-w", "2", "-n", "7", "-c", "0"});
   ASSERT_EQ(o.colls.size(), 1u);
   EXPECT_EQ(o.colls[0], Coll::kAllReduce);
   EXPECT_EQ(o.min_bytes, 8u);
@@ -57,7 +57,8 @@ TEST(BenchArgs, NcclTestsFlags) {
 
 TEST(BenchArgs, CommxFlags) {
   Options o = parse({"all", "--backend", "cpu:ring,gloo,mpi", "--np", "4", "--inplace", "1",
-                     "--json=out.json", "--svg", "o.svg", "--md", "o.md", "--tune", "t.txt", "-d", "all", "-o", "all"});
+                     "--json=out.json", "--svg", "o.svg", "--md", "o.md", "--tune", "t.txt", "-d",
+                     "all", "-o", "all"});
   EXPECT_EQ(o.colls.size(), all_colls().size());
   ASSERT_EQ(o.backends.size(), 3u);
   EXPECT_EQ(o.backends[0].name, "cpu");

@@ -83,7 +83,8 @@ TEST(BenchReport, TextRows) {
   rows[3].ratio = 2.5;
   print_row(os, nullptr, &rows[3], true);
   std::string s = os.str();
-  for (const char* col : {"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "ratio"})
+  for (const char* col :
+       {"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "ratio"})
     EXPECT_NE(s.find(col), std::string::npos) << col;
   EXPECT_NE(s.find("N/A"), std::string::npos);
   EXPECT_NE(s.find("2.50x"), std::string::npos);
@@ -99,7 +100,8 @@ TEST(BenchReport, Markdown) {
   EXPECT_NE(md.find("2.00x"), std::string::npos) << md;
   // header, separator and 3 sizes
   size_t table_lines = 0;
-  for (size_t p = md.find("| size"); p != std::string::npos && p < md.size(); p = md.find('\n', p) + 1) {
+  for (size_t p = md.find("| size"); p != std::string::npos && p < md.size();
+       p = md.find('\n', p) + 1) {
     if (md[p] != '|') break;
     ++table_lines;
   }

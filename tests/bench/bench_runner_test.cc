@@ -69,9 +69,10 @@ int64_t run_bench(Fault f, const std::string& colls, bool inplace_only = false) 
   co.size = 1;
   co.store = make_hash_store();
   auto control = Comm::create("one_rank_ok", Device::cpu(), "control-" + name, co);
-  std::vector<BenchComm> comms{{BackendSpec{name, ""}, Comm::create(name, Device::cpu(), name, co)}};
-  std::vector<const char*> argv = {"commx-bench", colls.c_str(), "-b", "4", "-e", "4K", "-f", "8",
-                                   "-w", "0", "-n", "1"};
+  std::vector<BenchComm> comms{
+      {BackendSpec{name, ""}, Comm::create(name, Device::cpu(), name, co)}};
+  std::vector<const char*> argv = {"commx-bench", colls.c_str(), "-b", "4", "-e", "4K",
+                                   "-f",          "8",           "-w", "0", "-n", "1"};
   if (inplace_only) argv.insert(argv.end(), {"--inplace", "1"});
   Options o = parse_args(static_cast<int>(argv.size()), argv.data());
   auto mem = make_host_memory();
@@ -117,8 +118,8 @@ TEST(BenchValues, ReferenceAndTolerance) {
   EXPECT_FALSE(values_match(DataType::kBFloat16, 6.0, 6.03, 2, false));  // moved data is exact
   EXPECT_FALSE(values_match(DataType::kInt32, 5, 6, 2, true));
   // Every input value survives the trip through every dtype exactly.
-  for (DataType t : {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat8E4M3, DataType::kInt8,
-                     DataType::kUInt8, DataType::kFloat8E5M2})
+  for (DataType t : {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat8E4M3,
+                     DataType::kInt8, DataType::kUInt8, DataType::kFloat8E5M2})
     for (int i = 0; i < 50; ++i) {
       double x = input_value(i % 5, i, t, ReduceKind::kSum);
       uint64_t buf = 0;

@@ -39,16 +39,16 @@ double reduced(int n, int64_t i, DataType dt, ReduceOp op) {
   return reduce_reference(dt, op, v.data(), n);
 }
 
-
 const int64_t kSizes[] = {0, 1, 7, 1029};
 
-const DataType kAllTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+const DataType kAllTypes[] = {DataType::kFloat32,  DataType::kFloat64,    DataType::kFloat16,
                               DataType::kBFloat16, DataType::kFloat8E4M3, DataType::kFloat8E5M2,
-                              DataType::kInt8, DataType::kUInt8, DataType::kInt32, DataType::kInt64,
-                              DataType::kBool, DataType::kUInt32, DataType::kUInt64};
-const ReduceOp kAllOps[] = {ReduceOp::SUM, ReduceOp::PRODUCT, ReduceOp::MIN, ReduceOp::MAX,
-                            ReduceOp::AVG, ReduceOp::BAND, ReduceOp::BOR, ReduceOp::BXOR,
-                            ReduceOp::premul_sum(0.5)};
+                              DataType::kInt8,     DataType::kUInt8,      DataType::kInt32,
+                              DataType::kInt64,    DataType::kBool,       DataType::kUInt32,
+                              DataType::kUInt64};
+const ReduceOp kAllOps[] = {ReduceOp::SUM, ReduceOp::PRODUCT, ReduceOp::MIN,
+                            ReduceOp::MAX, ReduceOp::AVG,     ReduceOp::BAND,
+                            ReduceOp::BOR, ReduceOp::BXOR,    ReduceOp::premul_sum(0.5)};
 
 }  // namespace
 
@@ -64,7 +64,8 @@ void check_reductions(Comm& c) {
         uint64_t x[2] = {0, 0};
         try {
           c.all_reduce(Tensor(x, 1, dt), op);
-          ADD_FAILURE() << "unclaimed " << dtype_name(dt) << " " << reduce_kind_name(op.kind) << " ran";
+          ADD_FAILURE() << "unclaimed " << dtype_name(dt) << " " << reduce_kind_name(op.kind)
+                        << " ran";
         } catch (const Error& e) {
           EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
         }
@@ -96,34 +97,35 @@ void check_reductions(Comm& c) {
   for (DataType dt : {DataType::kFloat32, DataType::kInt32, DataType::kFloat64})
     for (ReduceOp op : {ReduceOp::SUM, ReduceOp::MAX})
       for (int64_t cnt : kSizes) {
-      SCOPED_TRACE(std::string(dtype_name(dt)) + " count " + std::to_string(cnt));
-      Buf in(dt, cnt * n), out(dt, cnt);
-      for (int64_t i = 0; i < cnt * n; ++i) in.set(i, input_value(me, i, dt, op.kind));
-      c.reduce_scatter_single(out.tensor(0, cnt), in.tensor(0, cnt * n), op);
-      for (int64_t i = 0; i < cnt; ++i)
-        ASSERT_TRUE(values_match(dt, out.get(i), reduced(n, me * cnt + i, dt, op), n, true));
-      // list form
-      std::vector<Tensor> ins;
-      for (int r = 0; r < n; ++r) ins.push_back(in.tensor(r * cnt, cnt));
-      Buf out2(dt, cnt);
-      c.reduce_scatter(out2.tensor(0, cnt), ins, op);
-      for (int64_t i = 0; i < cnt; ++i) ASSERT_EQ(out2.get(i), out.get(i));
-      // v form: rank r receives cnt + r elements
-      std::vector<Buf> vin;
-      std::vector<Tensor> vts;
-      int64_t off = 0, my_off = 0;
-      for (int r = 0; r < n; ++r) {
-        vin.emplace_back(dt, cnt + r);
-        if (r == me) my_off = off;
-        for (int64_t i = 0; i < cnt + r; ++i) vin[r].set(i, input_value(me, off + i, dt, op.kind));
-        off += cnt + r;
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " count " + std::to_string(cnt));
+        Buf in(dt, cnt * n), out(dt, cnt);
+        for (int64_t i = 0; i < cnt * n; ++i) in.set(i, input_value(me, i, dt, op.kind));
+        c.reduce_scatter_single(out.tensor(0, cnt), in.tensor(0, cnt * n), op);
+        for (int64_t i = 0; i < cnt; ++i)
+          ASSERT_TRUE(values_match(dt, out.get(i), reduced(n, me * cnt + i, dt, op), n, true));
+        // list form
+        std::vector<Tensor> ins;
+        for (int r = 0; r < n; ++r) ins.push_back(in.tensor(r * cnt, cnt));
+        Buf out2(dt, cnt);
+        c.reduce_scatter(out2.tensor(0, cnt), ins, op);
+        for (int64_t i = 0; i < cnt; ++i) ASSERT_EQ(out2.get(i), out.get(i));
+        // v form: rank r receives cnt + r elements
+        std::vector<Buf> vin;
+        std::vector<Tensor> vts;
+        int64_t off = 0, my_off = 0;
+        for (int r = 0; r < n; ++r) {
+          vin.emplace_back(dt, cnt + r);
+          if (r == me) my_off = off;
+          for (int64_t i = 0; i < cnt + r; ++i)
+            vin[r].set(i, input_value(me, off + i, dt, op.kind));
+          off += cnt + r;
+        }
+        for (int r = 0; r < n; ++r) vts.push_back(vin[r].tensor(0, cnt + r));
+        Buf vout(dt, cnt + me);
+        c.reduce_scatter_v(vout.tensor(0, cnt + me), vts, op);
+        for (int64_t i = 0; i < cnt + me; ++i)
+          ASSERT_TRUE(values_match(dt, vout.get(i), reduced(n, my_off + i, dt, op), n, true));
       }
-      for (int r = 0; r < n; ++r) vts.push_back(vin[r].tensor(0, cnt + r));
-      Buf vout(dt, cnt + me);
-      c.reduce_scatter_v(vout.tensor(0, cnt + me), vts, op);
-      for (int64_t i = 0; i < cnt + me; ++i)
-        ASSERT_TRUE(values_match(dt, vout.get(i), reduced(n, my_off + i, dt, op), n, true));
-    }
 }
 
 void check_data_movement(Comm& c) {
@@ -211,7 +213,8 @@ void check_data_movement(Comm& c) {
         for (int s = 0; s < n; ++s) {
           int64_t src_off = 0;
           for (int d = 0; d < me; ++d) src_off += split(s, d);
-          for (int64_t i = 0; i < out_s[s]; ++i) ASSERT_EQ(out.get(pos + i), val(s, src_off + i, dt, k));
+          for (int64_t i = 0; i < out_s[s]; ++i)
+            ASSERT_EQ(out.get(pos + i), val(s, src_off + i, dt, k));
           pos += out_s[s];
         }
       }
@@ -255,7 +258,10 @@ void check_p2p_and_async(Comm& c) {
     std::vector<float> out(cnt), in(cnt, -1.f);
     for (int64_t i = 0; i < cnt; ++i) out[i] = static_cast<float>(me * 1000 + i);
     // Batched so the ring cannot deadlock; then plain send/recv between pairs.
-    c.batch_op_create().send(make_tensor(out.data(), cnt), next).recv(make_tensor(in.data(), cnt), prev).issue();
+    c.batch_op_create()
+        .send(make_tensor(out.data(), cnt), next)
+        .recv(make_tensor(in.data(), cnt), prev)
+        .issue();
     for (int64_t i = 0; i < cnt; ++i) ASSERT_EQ(in[i], static_cast<float>(prev * 1000 + i));
     if ((me ^ 1) < n) {
       std::fill(in.begin(), in.end(), -1.f);
@@ -272,7 +278,8 @@ void check_p2p_and_async(Comm& c) {
   // Async ops complete in issue order: each all_reduce doubles the previous result.
   std::vector<float> x(33, 1.f);
   std::vector<Work> works;
-  for (int i = 0; i < 5; ++i) works.push_back(c.all_reduce(make_tensor(x.data(), 33), ReduceOp::SUM, true));
+  for (int i = 0; i < 5; ++i)
+    works.push_back(c.all_reduce(make_tensor(x.data(), 33), ReduceOp::SUM, true));
   for (auto& w : works) w.wait();
   for (float v : x) ASSERT_EQ(v, static_cast<float>(std::pow(n, 5)));
 }

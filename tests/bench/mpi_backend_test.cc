@@ -58,6 +58,39 @@ TEST(MpiBackend, RecvTimesOut) {
   c->finalize();
 }
 
+TEST(MpiBackend, SplitAndRankMismatch) {
+  if (!under_mpirun()) GTEST_SKIP() << "run under mpirun";
+  auto c = make_comm();
+  const int n = c->size();
+  // A split of the last and first ranks (in that order) is an MPI group of the world.
+  std::vector<int> members = {n - 1, 0};
+  if (n == 1) members = {0};
+  auto sub = c->split(c->rank() == n - 1 || c->rank() == 0 ? members : std::vector<int>{}, "pair");
+  if (sub) {
+    int32_t v[3] = {sub->rank() + 1, 10, c->rank()};
+    sub->all_reduce(make_tensor(v, 3), ReduceOp::SUM);
+    EXPECT_EQ(v[0], n == 1 ? 1 : 3);
+    EXPECT_EQ(v[2], n == 1 ? 0 : n - 1);
+    sub->finalize();
+  }
+  c->barrier();
+  // commx ranks that differ from MPI's are refused with both numberings in the message.
+  if (n > 1) {
+    CommOptions o;
+    o.store = make_hash_store();
+    o.rank = (c->rank() + 1) % n;
+    o.size = n;
+    try {
+      Comm::create("mpi", Device::cpu(), "mismatch", o);
+      ADD_FAILURE() << "mismatched ranks must be refused";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("MPI_COMM_WORLD rank"), std::string::npos) << e.what();
+    }
+  }
+  c->finalize();
+}
+
 TEST(MpiBackend, RefusesWithoutMpirun) {
   if (under_mpirun()) GTEST_SKIP() << "only meaningful outside mpirun";
   try {

@@ -1,12 +1,13 @@
 // The tuning table loader (src/core/tuning.h): parsing, errors, lookup rules, env override.
 // Layer: tests.
+#include "core/tuning.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <fstream>
 
 #include "commx/error.h"
-#include "core/tuning.h"
 
 using namespace commx;
 

@@ -15,12 +15,14 @@ namespace {
 std::vector<float> expect_sum(const std::vector<int>& world_ranks, size_t count) {
   std::vector<float> e(count, 0.0f);
   for (int r : world_ranks)
-    for (size_t i = 0; i < count; ++i) e[i] += static_cast<float>((r + 1) * static_cast<int>(i % 100 + 1));
+    for (size_t i = 0; i < count; ++i)
+      e[i] += static_cast<float>((r + 1) * static_cast<int>(i % 100 + 1));
   return e;
 }
 std::vector<float> fill(int world_rank, size_t count) {
   std::vector<float> v(count);
-  for (size_t i = 0; i < count; ++i) v[i] = static_cast<float>((world_rank + 1) * static_cast<int>(i % 100 + 1));
+  for (size_t i = 0; i < count; ++i)
+    v[i] = static_cast<float>((world_rank + 1) * static_cast<int>(i % 100 + 1));
   return v;
 }
 
@@ -35,19 +37,27 @@ TEST(Comms, SplitsAndInterleavedOps) {
     auto o = (me % 2 == 1) ? world->split(odd, "odd") : world->split({}, "odd");
     env.check(h && h->size() == 3 && h->rank() == me % 3, "half split rank/size");
     env.check((me % 2 == 1) == (o != nullptr), "odd split membership");
-    if (o) env.check(o->rank() == (me == 5 ? 0 : me == 3 ? 1 : 2), "odd split rank follows the list order");
+    if (o)
+      env.check(o->rank() == (me == 5   ? 0
+                              : me == 3 ? 1
+                                        : 2),
+                "odd split rank follows the list order");
     for (size_t count : {size_t{5}, size_t{3000}, size_t{300000}}) {
       // Async on two comms at once, then sync on the world in between.
       auto a = fill(me, count), b = fill(me, count), c = fill(me, count);
-      Work wa = h->all_reduce(make_tensor(a.data(), static_cast<int64_t>(count)), ReduceOp::SUM, true);
+      Work wa =
+          h->all_reduce(make_tensor(a.data(), static_cast<int64_t>(count)), ReduceOp::SUM, true);
       Work wb;
-      if (o) wb = o->all_reduce(make_tensor(b.data(), static_cast<int64_t>(count)), ReduceOp::SUM, true);
+      if (o)
+        wb = o->all_reduce(make_tensor(b.data(), static_cast<int64_t>(count)), ReduceOp::SUM, true);
       world->all_reduce(make_tensor(c.data(), static_cast<int64_t>(count)), ReduceOp::SUM);
       wa.wait();
       wb.wait();
       env.check(a == expect_sum(half, count), "half all_reduce count " + std::to_string(count));
-      if (o) env.check(b == expect_sum(odd, count), "odd all_reduce count " + std::to_string(count));
-      env.check(c == expect_sum({0, 1, 2, 3, 4, 5}, count), "world all_reduce count " + std::to_string(count));
+      if (o)
+        env.check(b == expect_sum(odd, count), "odd all_reduce count " + std::to_string(count));
+      env.check(c == expect_sum({0, 1, 2, 3, 4, 5}, count),
+                "world all_reduce count " + std::to_string(count));
     }
     // A broadcast on the split from its rank 1 (world rank 3 for the odd comm).
     if (o) {
@@ -78,7 +88,8 @@ TEST(Comms, TransportHints) {
     env.check(static_cast<CpuBackend&>(shm->unsafe_get_backend()).transport_name() == "shm",
               "one host: shared memory by default");
     o.hints["transport"] = "carrier-pigeon";
-    expect_error(env, ErrorCode::kInvalidArgument, [&] { env.comm("bad", o); }, "unknown transport");
+    expect_error(
+        env, ErrorCode::kInvalidArgument, [&] { env.comm("bad", o); }, "unknown transport");
   });
   EXPECT_TRUE(res.all_ok()) << res.describe();
 }

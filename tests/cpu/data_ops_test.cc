@@ -18,8 +18,9 @@ Buf data(uint64_t seed, int r, int tag, size_t count, DataType t) {
   return gen(seed * 131 + tag, r, count, t, ReduceKind::kMax);
 }
 
-void data_matrix(RankEnv& env, const std::vector<size_t>& counts, const std::vector<DataType>& dtypes,
-                 const std::vector<std::string>& algos, const std::string& transport = "") {
+void data_matrix(RankEnv& env, const std::vector<size_t>& counts,
+                 const std::vector<DataType>& dtypes, const std::vector<std::string>& algos,
+                 const std::string& transport = "") {
   const int n = env.size, me = env.rank;
   CommOptions co;
   if (!transport.empty()) co.hints["transport"] = transport;
@@ -44,12 +45,15 @@ void data_matrix(RankEnv& env, const std::vector<size_t>& counts, const std::vec
         std::vector<Tensor> ot;
         for (auto& o : outs) ot.push_back(tensor(o, count, t));
         comm->all_gather(ot, tensor(mine, count, t), async, algo(a)).wait();
-        for (int r = 0; r < n; ++r) env.check(same(outs[r], data(seed, r, 1, count, t), bytes), L("all_gather"));
-        Buf single(bytes * n + 1);
-        comm->all_gather_single(tensor(single, count * n, t), tensor(mine, count, t), false, algo(a));
         for (int r = 0; r < n; ++r)
-          env.check(std::memcmp(single.data() + r * bytes, data(seed, r, 1, count, t).data(), bytes) == 0,
-                    L("all_gather_single"));
+          env.check(same(outs[r], data(seed, r, 1, count, t), bytes), L("all_gather"));
+        Buf single(bytes * n + 1);
+        comm->all_gather_single(tensor(single, count * n, t), tensor(mine, count, t), false,
+                                algo(a));
+        for (int r = 0; r < n; ++r)
+          env.check(
+              std::memcmp(single.data() + r * bytes, data(seed, r, 1, count, t).data(), bytes) == 0,
+              L("all_gather_single"));
         // all_gather_v: rank r contributes cv(r) elements
         auto cv = [&](int r) { return (count * (r + 2) + r) % (count + 5); };
         Buf vin = data(seed, me, 2, cv(me), t);
@@ -68,8 +72,8 @@ void data_matrix(RankEnv& env, const std::vector<size_t>& counts, const std::vec
           ain[q] = data(seed, me, 10 + q, ca(me, q), t);
           ait.push_back(tensor(ain[q], ca(me, q), t));
         }
-        // all_to_all requires inputs[r].count == outputs[r].count on each rank: use ca(me,q) both ways
-        // only when symmetric; otherwise use all_to_all_v_single below.
+        // all_to_all requires inputs[r].count == outputs[r].count on each rank: use ca(me,q) both
+        // ways only when symmetric; otherwise use all_to_all_v_single below.
         for (int p = 0; p < n; ++p) {
           aout[p] = Buf(ca(me, p) * es + 1);
           aot.push_back(tensor(aout[p], ca(me, p), t));
@@ -79,7 +83,8 @@ void data_matrix(RankEnv& env, const std::vector<size_t>& counts, const std::vec
         if (symmetric) {
           comm->all_to_all(aot, ait, async, algo(a)).wait();
           for (int p = 0; p < n; ++p)
-            env.check(same(aout[p], data(seed, p, 10 + me, ca(p, me), t), ca(p, me) * es), L("all_to_all"));
+            env.check(same(aout[p], data(seed, p, 10 + me, ca(p, me), t), ca(p, me) * es),
+                      L("all_to_all"));
         }
         // all_to_all_single: count elements per pair
         Buf sin(bytes * n + 1), sout(bytes * n + 1);
@@ -87,9 +92,11 @@ void data_matrix(RankEnv& env, const std::vector<size_t>& counts, const std::vec
           Buf d = data(seed, me, 30 + q, count, t);
           std::memcpy(sin.data() + q * bytes, d.data(), bytes);
         }
-        comm->all_to_all_single(tensor(sout, count * n, t), tensor(sin, count * n, t), false, algo(a));
+        comm->all_to_all_single(tensor(sout, count * n, t), tensor(sin, count * n, t), false,
+                                algo(a));
         for (int p = 0; p < n; ++p)
-          env.check(std::memcmp(sout.data() + p * bytes, data(seed, p, 30 + me, count, t).data(), bytes) == 0,
+          env.check(std::memcmp(sout.data() + p * bytes, data(seed, p, 30 + me, count, t).data(),
+                                bytes) == 0,
                     L("all_to_all_single"));
         // all_to_all_v_single: p sends ca(p,q) elements to q
         std::vector<int64_t> isp(n), osp(n);
@@ -105,7 +112,9 @@ void data_matrix(RankEnv& env, const std::vector<size_t>& counts, const std::vec
           Buf d = data(seed, me, 10 + q, ca(me, q), t);
           std::memcpy(vi.data() + off * es, d.data(), ca(me, q) * es);
         }
-        comm->all_to_all_v_single(tensor(vo, otot, t), tensor(vi, itot, t), osp, isp, async, algo(a)).wait();
+        comm->all_to_all_v_single(tensor(vo, otot, t), tensor(vi, itot, t), osp, isp, async,
+                                  algo(a))
+            .wait();
         for (int p = 0, off = 0; p < n; off += static_cast<int>(ca(p, me)), ++p)
           env.check(std::memcmp(vo.data() + off * es, data(seed, p, 10 + me, ca(p, me), t).data(),
                                 ca(p, me) * es) == 0,
@@ -118,14 +127,16 @@ void data_matrix(RankEnv& env, const std::vector<size_t>& counts, const std::vec
         for (auto& g : gouts) gt.push_back(tensor(g, count, t));
         comm->gather(gt, tensor(mine, count, t), root, async, algo(a)).wait();
         if (me == root)
-          for (int r = 0; r < n; ++r) env.check(same(gouts[r], data(seed, r, 1, count, t), bytes), L("gather"));
+          for (int r = 0; r < n; ++r)
+            env.check(same(gouts[r], data(seed, r, 1, count, t), bytes), L("gather"));
         Buf gs(me == root ? bytes * n + 1 : 1);
-        comm->gather_single(me == root ? tensor(gs, count * n, t) : Tensor(), tensor(mine, count, t), root,
-                            false, algo(a));
+        comm->gather_single(me == root ? tensor(gs, count * n, t) : Tensor(),
+                            tensor(mine, count, t), root, false, algo(a));
         if (me == root)
           for (int r = 0; r < n; ++r)
-            env.check(std::memcmp(gs.data() + r * bytes, data(seed, r, 1, count, t).data(), bytes) == 0,
-                      L("gather_single"));
+            env.check(
+                std::memcmp(gs.data() + r * bytes, data(seed, r, 1, count, t).data(), bytes) == 0,
+                L("gather_single"));
         // scatter from root
         std::vector<Buf> sins;
         std::vector<Tensor> st;
@@ -152,7 +163,8 @@ void data_matrix(RankEnv& env, const std::vector<size_t>& counts, const std::vec
           comm->recv(tensor(r, count, t), prev);
           comm->send(tensor(s, count, t), next);
         }
-        env.check(same(r, data(seed, prev, 50, count, t), bytes), "send/recv ring count " + std::to_string(count));
+        env.check(same(r, data(seed, prev, 50, count, t), bytes),
+                  "send/recv ring count " + std::to_string(count));
       }
       auto batch = comm->batch_op_create();
       std::vector<Buf> bs(n), br(n);
@@ -177,13 +189,15 @@ class DataOps : public ::testing::TestWithParam<int> {};
 TEST_P(DataOps, SmallSizes) {
   int n = GetParam();
   auto res = run_forked(n, [](RankEnv& env) {
-    data_matrix(env, {0, 1, 7, 129}, {DataType::kFloat32, DataType::kUInt8, DataType::kBFloat16,
-                                      DataType::kInt64, DataType::kBool}, kAlgos);
+    data_matrix(env, {0, 1, 7, 129},
+                {DataType::kFloat32, DataType::kUInt8, DataType::kBFloat16, DataType::kInt64,
+                 DataType::kBool},
+                kAlgos);
   });
   EXPECT_TRUE(res.all_ok()) << res.describe();
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, DataOps, ::testing::Values(1, 2, 3, 4, 5, 8));
+INSTANTIATE_TEST_SUITE_P(WorldSizes, DataOps, ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8));
 
 class DataOpsTcp : public ::testing::TestWithParam<int> {};
 
@@ -199,10 +213,26 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, DataOpsTcp, ::testing::Values(2, 3, 5));
 
 TEST(DataOpsLarge, MultiMiB) {
   auto res = run_forked(3, [](RankEnv& env) {
-    data_matrix(env, {(size_t{3} << 20) + 5}, {DataType::kUInt8}, kAlgos);
+    data_matrix(env, {(size_t{2} << 20) + 5}, {DataType::kUInt8}, kAlgos);
     data_matrix(env, {(size_t{1} << 20) + 5}, {DataType::kUInt8}, {""}, "tcp");
   });
   EXPECT_TRUE(res.all_ok()) << res.describe();
+}
+
+}  // namespace
+
+namespace {
+
+// Tiny slots and rings: many rounds and ring wrap-arounds at small sizes, cheaply.
+TEST(DataOpsSmallSlots, ManyRounds) {
+  for (int n : {3, 5}) {
+    auto res = run_forked(n, [](RankEnv& env) {
+      setenv("COMMX_CPU_SLOT_BYTES", "65536", 1);
+      setenv("COMMX_CPU_RING_BYTES", "4096", 1);
+      data_matrix(env, {20000, 30001}, {DataType::kUInt8, DataType::kFloat64}, kAlgos);
+    });
+    EXPECT_TRUE(res.all_ok()) << "world " << n << ": " << res.describe();
+  }
 }
 
 }  // namespace

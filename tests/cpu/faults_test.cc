@@ -19,7 +19,9 @@ namespace {
 double since_ms(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 TEST(Faults, TimeoutNamesTheMissingRank) {
   auto res = run_forked(3, [](RankEnv& env) {
@@ -34,21 +36,25 @@ TEST(Faults, TimeoutNamesTheMissingRank) {
     OpOptions o;
     o.timeout = 300ms;
     auto t0 = std::chrono::steady_clock::now();
-    std::string msg = expect_error(env, ErrorCode::kTimeout,
-                                   [&] { comm->all_reduce(make_tensor(v.data(), 100), ReduceOp::SUM, false, o); },
-                                   "all_reduce with a missing rank");
+    std::string msg = expect_error(
+        env, ErrorCode::kTimeout,
+        [&] { comm->all_reduce(make_tensor(v.data(), 100), ReduceOp::SUM, false, o); },
+        "all_reduce with a missing rank");
     double ms = since_ms(t0);
-    env.check(ms >= 290 && ms < 1200, "timeout came after " + std::to_string(ms) + " ms, want ~300");
+    env.check(ms >= 290 && ms < 1200,
+              "timeout came after " + std::to_string(ms) + " ms, want ~300");
     env.check(has(msg, "rank(s) 2") && has(msg, "all_reduce") && has(msg, "comm 'timeout'") &&
                   has(msg, "#2"),
               "message names comm, op, seq and the missing rank: " + msg);
     // The comm is unusable afterwards, with a clear error.
-    expect_error(env, ErrorCode::kInvalidArgument, [&] { comm->barrier(); }, "op after a failed op");
+    expect_error(
+        env, ErrorCode::kInvalidArgument, [&] { comm->barrier(); }, "op after a failed op");
     // Async form: the Work carries the timeout.
     auto comm2 = env.comm("timeout2");
     t0 = std::chrono::steady_clock::now();
     Work w = comm2->all_reduce(make_tensor(v.data(), 100), ReduceOp::SUM, true, o);
-    expect_error(env, ErrorCode::kTimeout, [&] { w.wait(); }, "async all_reduce with a missing rank");
+    expect_error(
+        env, ErrorCode::kTimeout, [&] { w.wait(); }, "async all_reduce with a missing rank");
     env.check(w.status() == WorkStatus::kTimedOut, "work status is TimedOut");
     env.check(since_ms(t0) < 1200, "async timeout after " + std::to_string(since_ms(t0)) + " ms");
   });
@@ -62,12 +68,14 @@ TEST(Faults, KilledRankIsReportedQuickly) {
       CommOptions co;
       if (mode == 2) co.hints["transport"] = "tcp";
       auto comm = env.comm("kill", co);
-      size_t count = large ? (size_t{12} << 20) / 4 : 64;  // large: several rounds through the slots
+      size_t count =
+          large ? (size_t{12} << 20) / 4 : 64;  // large: several rounds through the slots
       std::vector<float> v(count, 1.0f);
       comm->all_reduce(make_tensor(v.data(), 16), ReduceOp::SUM);
       if (env.rank == 3) {
         if (large) {
-          Work w = comm->all_reduce(make_tensor(v.data(), static_cast<int64_t>(count)), ReduceOp::SUM, true);
+          Work w = comm->all_reduce(make_tensor(v.data(), static_cast<int64_t>(count)),
+                                    ReduceOp::SUM, true);
           std::this_thread::sleep_for(2ms);  // die while the op is in flight
         }
         raise(SIGKILL);
@@ -77,13 +85,17 @@ TEST(Faults, KilledRankIsReportedQuickly) {
       auto t0 = std::chrono::steady_clock::now();
       std::string msg = expect_error(
           env, ErrorCode::kPeerFailure,
-          [&] { comm->all_reduce(make_tensor(v.data(), static_cast<int64_t>(count)), ReduceOp::SUM, false, o); },
+          [&] {
+            comm->all_reduce(make_tensor(v.data(), static_cast<int64_t>(count)), ReduceOp::SUM,
+                             false, o);
+          },
           "all_reduce with a dead rank");
       double ms = since_ms(t0);
       env.check(ms < 3000, "peer failure took " + std::to_string(ms) + " ms");
       // Over TCP a rank that never talks to rank 3 sees the peer that gave up on it fail instead
       // (recursive doubling: ranks 1 and 2 exchange with 3, rank 0 only with 1 and 2).
-      if (mode != 2 || env.rank != 0) env.check(has(msg, "rank 3"), "message names the dead rank: " + msg);
+      if (mode != 2 || env.rank != 0)
+        env.check(has(msg, "rank 3"), "message names the dead rank: " + msg);
     });
     ASSERT_EQ(res.status.size(), 4u);
     for (int r = 0; r < 3; ++r)
@@ -107,11 +119,14 @@ TEST(Faults, AbortEndsPendingWork) {
     auto t0 = std::chrono::steady_clock::now();
     comm->abort();
     env.check(since_ms(t0) < 50, "abort() is non-blocking");
-    expect_error(env, ErrorCode::kAborted, [&] { w.wait(); }, "in-flight op after abort");
-    expect_error(env, ErrorCode::kAborted, [&] { queued.wait(); }, "queued op after abort");
+    expect_error(
+        env, ErrorCode::kAborted, [&] { w.wait(); }, "in-flight op after abort");
+    expect_error(
+        env, ErrorCode::kAborted, [&] { queued.wait(); }, "queued op after abort");
     env.check(since_ms(t0) < 500, "aborted work ended in " + std::to_string(since_ms(t0)) + " ms");
     env.check(comm->is_aborted(), "is_aborted");
-    expect_error(env, ErrorCode::kAborted, [&] { comm->barrier(); }, "op after abort");
+    expect_error(
+        env, ErrorCode::kAborted, [&] { comm->barrier(); }, "op after abort");
   });
   EXPECT_TRUE(res.all_ok()) << res.describe();
 }
@@ -122,19 +137,22 @@ TEST(Faults, MismatchedCallsAreClearErrors) {
     {
       auto comm = env.comm("mismatch");
       int64_t count = env.rank == 0 ? 10 : 12;
-      std::string msg = expect_error(env, ErrorCode::kInvalidArgument,
-                                     [&] { comm->all_reduce(make_tensor(v.data(), count), ReduceOp::SUM); },
-                                     "all_reduce with different counts");
-      env.check(has(msg, "rank " + std::to_string(1 - env.rank)) && has(msg, "10") && has(msg, "12"),
-                "message names the other rank and both counts: " + msg);
+      std::string msg = expect_error(
+          env, ErrorCode::kInvalidArgument,
+          [&] { comm->all_reduce(make_tensor(v.data(), count), ReduceOp::SUM); },
+          "all_reduce with different counts");
+      env.check(
+          has(msg, "rank " + std::to_string(1 - env.rank)) && has(msg, "10") && has(msg, "12"),
+          "message names the other rank and both counts: " + msg);
     }
     {
       auto comm = env.comm("p2p-mismatch");
       if (env.rank == 0) {
         comm->send(make_tensor(v.data(), 10), 1);
       } else {
-        std::string msg = expect_error(env, ErrorCode::kInvalidArgument,
-                                       [&] { comm->recv(make_tensor(v.data(), 12), 0); }, "recv size mismatch");
+        std::string msg = expect_error(
+            env, ErrorCode::kInvalidArgument, [&] { comm->recv(make_tensor(v.data(), 12), 0); },
+            "recv size mismatch");
         env.check(has(msg, "40 bytes") && has(msg, "48 bytes"), "message has both sizes: " + msg);
       }
     }
@@ -144,11 +162,12 @@ TEST(Faults, MismatchedCallsAreClearErrors) {
       std::string msg = expect_error(
           env, ErrorCode::kInvalidArgument,
           [&] {
-            comm->all_to_all_v_single(make_tensor(v.data() + 10, 3), make_tensor(v.data(), 2), out_splits,
-                                      in_splits);
+            comm->all_to_all_v_single(make_tensor(v.data() + 10, 3), make_tensor(v.data(), 2),
+                                      out_splits, in_splits);
           },
           "all_to_all_v_single with inconsistent splits");
-      env.check(has(msg, "rank 1 sends 4 bytes to rank 0, which expects 8"), "a2av message: " + msg);
+      env.check(has(msg, "rank 1 sends 4 bytes to rank 0, which expects 8"),
+                "a2av message: " + msg);
     }
   });
   EXPECT_TRUE(res.all_ok()) << res.describe();
@@ -161,8 +180,9 @@ TEST(Faults, UnsupportedDynamicAllToAll) {
                                                    ReduceKind::kSum),
               "all_to_all_v_dynamic is not supported");
     std::vector<float> v(4);
-    expect_error(env, ErrorCode::kUnsupported,
-                 [&] { comm->all_reduce(make_tensor(v.data(), 4), ReduceOp::BXOR); }, "BXOR on f32");
+    expect_error(
+        env, ErrorCode::kUnsupported,
+        [&] { comm->all_reduce(make_tensor(v.data(), 4), ReduceOp::BXOR); }, "BXOR on f32");
   });
   EXPECT_TRUE(res.all_ok()) << res.describe();
 }

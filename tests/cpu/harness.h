@@ -57,9 +57,12 @@ struct ForkResult {
     for (size_t r = 0; r < status.size(); ++r) {
       int s = status[r];
       d += "rank " + std::to_string(r) + ": ";
-      if (s < 0) d += "hung (killed at the deadline)";
-      else if (WIFEXITED(s)) d += "exit " + std::to_string(WEXITSTATUS(s));
-      else d += "signal " + std::to_string(WTERMSIG(s));
+      if (s < 0)
+        d += "hung (killed at the deadline)";
+      else if (WIFEXITED(s))
+        d += "exit " + std::to_string(WEXITSTATUS(s));
+      else
+        d += "signal " + std::to_string(WTERMSIG(s));
       d += "; ";
     }
     return d;

@@ -1,5 +1,7 @@
 // HostReducer against a scalar reference written independently with numeric.h, for every dtype,
 // every op, several source counts, odd sizes and in-place use.
+#include "algorithms/host_reduce.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +9,6 @@
 #include <random>
 #include <vector>
 
-#include "algorithms/host_reduce.h"
 #include "commx/error.h"
 #include "commx/numeric.h"
 #include "cpu/reference.h"
@@ -32,8 +33,8 @@ TEST(HostReduce, MatchesScalarReference) {
       }
       ReduceOp op = k == ReduceKind::kPremulSum ? ReduceOp::premul_sum(2.5) : ReduceOp(k);
       for (int nsrc : {1, 2, 3, 5, 8}) {
-        for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, size_t{1025},
-                             size_t{3000}}) {
+        for (size_t count :
+             {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, size_t{1025}, size_t{3000}}) {
           size_t es = dtype_size(t);
           std::vector<std::vector<uint8_t>> src(nsrc, std::vector<uint8_t>(count * es + 1));
           for (int s = 0; s < nsrc; ++s) fill_random(src[s].data(), count, t, k, rng);

@@ -15,25 +15,45 @@ namespace commx::testing {
 
 inline double load_float(const void* p, size_t i, DataType t) {
   switch (t) {
-    case DataType::kFloat32: return static_cast<const float*>(p)[i];
-    case DataType::kFloat64: return static_cast<const double*>(p)[i];
-    case DataType::kFloat16: return f16_to_float(static_cast<const uint16_t*>(p)[i]);
-    case DataType::kBFloat16: return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
-    case DataType::kFloat8E4M3: return fp8e4m3_to_float(static_cast<const uint8_t*>(p)[i]);
-    case DataType::kFloat8E5M2: return fp8e5m2_to_float(static_cast<const uint8_t*>(p)[i]);
-    default: return 0;
+    case DataType::kFloat32:
+      return static_cast<const float*>(p)[i];
+    case DataType::kFloat64:
+      return static_cast<const double*>(p)[i];
+    case DataType::kFloat16:
+      return f16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DataType::kBFloat16:
+      return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DataType::kFloat8E4M3:
+      return fp8e4m3_to_float(static_cast<const uint8_t*>(p)[i]);
+    case DataType::kFloat8E5M2:
+      return fp8e5m2_to_float(static_cast<const uint8_t*>(p)[i]);
+    default:
+      return 0;
   }
 }
 
 inline void store_float(void* p, size_t i, DataType t, double v) {
   switch (t) {
-    case DataType::kFloat32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case DataType::kFloat64: static_cast<double*>(p)[i] = v; break;
-    case DataType::kFloat16: static_cast<uint16_t*>(p)[i] = float_to_f16(static_cast<float>(v)); break;
-    case DataType::kBFloat16: static_cast<uint16_t*>(p)[i] = float_to_bf16(static_cast<float>(v)); break;
-    case DataType::kFloat8E4M3: static_cast<uint8_t*>(p)[i] = float_to_fp8e4m3(static_cast<float>(v)); break;
-    case DataType::kFloat8E5M2: static_cast<uint8_t*>(p)[i] = float_to_fp8e5m2(static_cast<float>(v)); break;
-    default: break;
+    case DataType::kFloat32:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case DataType::kFloat64:
+      static_cast<double*>(p)[i] = v;
+      break;
+    case DataType::kFloat16:
+      static_cast<uint16_t*>(p)[i] = float_to_f16(static_cast<float>(v));
+      break;
+    case DataType::kBFloat16:
+      static_cast<uint16_t*>(p)[i] = float_to_bf16(static_cast<float>(v));
+      break;
+    case DataType::kFloat8E4M3:
+      static_cast<uint8_t*>(p)[i] = float_to_fp8e4m3(static_cast<float>(v));
+      break;
+    case DataType::kFloat8E5M2:
+      static_cast<uint8_t*>(p)[i] = float_to_fp8e5m2(static_cast<float>(v));
+      break;
+    default:
+      break;
   }
 }
 
@@ -44,14 +64,20 @@ inline bool is_signed_int(DataType t) {
 // Integer element as raw bits widened to 64 (sign-extended for signed types).
 inline uint64_t load_int(const void* p, size_t i, DataType t) {
   switch (t) {
-    case DataType::kInt8: return static_cast<uint64_t>(static_cast<int64_t>(static_cast<const int8_t*>(p)[i]));
+    case DataType::kInt8:
+      return static_cast<uint64_t>(static_cast<int64_t>(static_cast<const int8_t*>(p)[i]));
     case DataType::kUInt8:
-    case DataType::kBool: return static_cast<const uint8_t*>(p)[i];
-    case DataType::kInt32: return static_cast<uint64_t>(static_cast<int64_t>(static_cast<const int32_t*>(p)[i]));
-    case DataType::kUInt32: return static_cast<const uint32_t*>(p)[i];
+    case DataType::kBool:
+      return static_cast<const uint8_t*>(p)[i];
+    case DataType::kInt32:
+      return static_cast<uint64_t>(static_cast<int64_t>(static_cast<const int32_t*>(p)[i]));
+    case DataType::kUInt32:
+      return static_cast<const uint32_t*>(p)[i];
     case DataType::kInt64:
-    case DataType::kUInt64: return static_cast<const uint64_t*>(p)[i];
-    default: return 0;
+    case DataType::kUInt64:
+      return static_cast<const uint64_t*>(p)[i];
+    default:
+      return 0;
   }
 }
 
@@ -62,9 +88,12 @@ inline void store_int(void* p, size_t i, DataType t, uint64_t v) {
 // Sign-extends the low bits of v as an element of type t (so comparisons see the real value).
 inline int64_t as_signed(uint64_t v, DataType t) {
   switch (t) {
-    case DataType::kInt8: return static_cast<int8_t>(v);
-    case DataType::kInt32: return static_cast<int32_t>(v);
-    default: return static_cast<int64_t>(v);
+    case DataType::kInt8:
+      return static_cast<int8_t>(v);
+    case DataType::kInt32:
+      return static_cast<int32_t>(v);
+    default:
+      return static_cast<int64_t>(v);
   }
 }
 inline uint64_t truncate_bits(uint64_t v, DataType t) {
@@ -110,9 +139,12 @@ inline void reference_reduce(void* dst, const std::vector<const void*>& srcs, si
       bool acc = load_int(srcs[0], i, t) != 0;
       for (size_t s = 1; s < srcs.size(); ++s) {
         bool v = load_int(srcs[s], i, t) != 0;
-        if (k == ReduceKind::kSum || k == ReduceKind::kMax || k == ReduceKind::kBor) acc = acc || v;
-        else if (k == ReduceKind::kBxor) acc = acc != v;
-        else acc = acc && v;
+        if (k == ReduceKind::kSum || k == ReduceKind::kMax || k == ReduceKind::kBor)
+          acc = acc || v;
+        else if (k == ReduceKind::kBxor)
+          acc = acc != v;
+        else
+          acc = acc && v;
       }
       store_int(dst, i, t, acc ? 1 : 0);
     } else if (dtype_is_floating(t)) {
@@ -122,10 +154,18 @@ inline void reference_reduce(void* dst, const std::vector<const void*>& srcs, si
       for (size_t s = 1; s < srcs.size(); ++s) {
         double v = load_float(srcs[s], i, t);
         switch (k) {
-          case ReduceKind::kProduct: acc = rnd(acc * v); break;
-          case ReduceKind::kMin: acc = v < acc ? v : acc; break;
-          case ReduceKind::kMax: acc = acc < v ? v : acc; break;
-          default: acc = rnd(acc + v); break;
+          case ReduceKind::kProduct:
+            acc = rnd(acc * v);
+            break;
+          case ReduceKind::kMin:
+            acc = v < acc ? v : acc;
+            break;
+          case ReduceKind::kMax:
+            acc = acc < v ? v : acc;
+            break;
+          default:
+            acc = rnd(acc + v);
+            break;
         }
       }
       if (finish && k == ReduceKind::kAvg) acc = rnd(acc / (dbl ? n : static_cast<float>(n)));
@@ -138,28 +178,45 @@ inline void reference_reduce(void* dst, const std::vector<const void*>& srcs, si
         uint64_t v = load_int(srcs[s], i, t);
         bool sg = is_signed_int(t);
         switch (k) {
-          case ReduceKind::kProduct: acc = truncate_bits(acc * v, t); break;
+          case ReduceKind::kProduct:
+            acc = truncate_bits(acc * v, t);
+            break;
           case ReduceKind::kMin:
-            if (sg ? as_signed(v, t) < as_signed(acc, t) : truncate_bits(v, t) < truncate_bits(acc, t)) acc = v;
+            if (sg ? as_signed(v, t) < as_signed(acc, t)
+                   : truncate_bits(v, t) < truncate_bits(acc, t))
+              acc = v;
             break;
           case ReduceKind::kMax:
-            if (sg ? as_signed(acc, t) < as_signed(v, t) : truncate_bits(acc, t) < truncate_bits(v, t)) acc = v;
+            if (sg ? as_signed(acc, t) < as_signed(v, t)
+                   : truncate_bits(acc, t) < truncate_bits(v, t))
+              acc = v;
             break;
-          case ReduceKind::kBand: acc &= v; break;
-          case ReduceKind::kBor: acc |= v; break;
-          case ReduceKind::kBxor: acc ^= v; break;
-          default: acc = truncate_bits(acc + v, t); break;
+          case ReduceKind::kBand:
+            acc &= v;
+            break;
+          case ReduceKind::kBor:
+            acc |= v;
+            break;
+          case ReduceKind::kBxor:
+            acc ^= v;
+            break;
+          default:
+            acc = truncate_bits(acc + v, t);
+            break;
         }
       }
       if (finish && k == ReduceKind::kAvg) {
-        if (is_signed_int(t)) acc = static_cast<uint64_t>(as_signed(acc, t) / n);
-        else acc = truncate_bits(acc, t) / static_cast<uint64_t>(n);
+        if (is_signed_int(t))
+          acc = static_cast<uint64_t>(as_signed(acc, t) / n);
+        else
+          acc = truncate_bits(acc, t) / static_cast<uint64_t>(n);
       }
       if (finish && k == ReduceKind::kPremulSum) {
         double v = is_signed_int(t) ? static_cast<double>(as_signed(acc, t))
                                     : static_cast<double>(truncate_bits(acc, t));
         v *= op.factor;
-        acc = is_signed_int(t) ? static_cast<uint64_t>(static_cast<int64_t>(v)) : static_cast<uint64_t>(v);
+        acc = is_signed_int(t) ? static_cast<uint64_t>(static_cast<int64_t>(v))
+                               : static_cast<uint64_t>(v);
       }
       store_int(dst, i, t, acc);
     }
@@ -169,12 +226,15 @@ inline void reference_reduce(void* dst, const std::vector<const void*>& srcs, si
 inline std::string first_diff(const void* a, const void* b, size_t count, DataType t) {
   size_t es = dtype_size(t);
   for (size_t i = 0; i < count; ++i)
-    if (std::memcmp(static_cast<const char*>(a) + i * es, static_cast<const char*>(b) + i * es, es) != 0) {
+    if (std::memcmp(static_cast<const char*>(a) + i * es, static_cast<const char*>(b) + i * es,
+                    es) != 0) {
       std::string s = "element " + std::to_string(i);
       if (dtype_is_floating(t))
-        s += " want " + std::to_string(load_float(a, i, t)) + " got " + std::to_string(load_float(b, i, t));
+        s += " want " + std::to_string(load_float(a, i, t)) + " got " +
+             std::to_string(load_float(b, i, t));
       else
-        s += " want " + std::to_string(load_int(a, i, t)) + " got " + std::to_string(load_int(b, i, t));
+        s += " want " + std::to_string(load_int(a, i, t)) + " got " +
+             std::to_string(load_int(b, i, t));
       return s;
     }
   return "none";

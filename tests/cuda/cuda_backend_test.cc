@@ -81,8 +81,8 @@ TEST(CudaBackend, EveryCollectiveTwoRanks) {
     auto c = make_comm(ctx, "cuda", "coll");
     uint64_t seed = 11;
     for (int64_t n : {0, 1, 7, 1001, 65536 + 3}) check_collectives(*c, ctx, n, seed++, false);
-    // Ops the native path delegates to NCCL (when it loads).
-    if (nccl_loadable()) check_collectives(*c, ctx, 1001, seed++, true);
+    // Ops the native path delegates to NCCL (when it loads; NCCL needs one GPU per rank).
+    if (nccl_loadable() && gpu_count() >= 2) check_collectives(*c, ctx, 1001, seed++, true);
   });
   EXPECT_EQ(err, "");
 }
@@ -270,6 +270,7 @@ TEST(CudaBackend, TwoCommsAtOnce) {
 TEST(CudaBackend, NoPeerAccessFallsBackToNcclOrRefuses) {
   REQUIRE_GPUS(1);
   bool nccl = nccl_loadable();
+  if (nccl && gpu_count() < 2) GTEST_SKIP() << "the NCCL fallback needs one GPU per rank";
   std::string err = run_ranks(2, two_gpus(), [nccl](RankCtx& ctx) {
     setenv("COMMX_CUDA_FORCE_NO_P2P", "1", 1);
     if (nccl) {
@@ -284,6 +285,29 @@ TEST(CudaBackend, NoPeerAccessFallsBackToNcclOrRefuses) {
       RANK_CHECK(e.code() == ErrorCode::kUnsupported, e.what());
       RANK_CHECK(std::string(e.what()).find("COMMX_CUDA_FORCE_NO_P2P") != std::string::npos, e.what());
     }
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(CudaBackend, DdaDisabledOrNcclHintGoesThroughNccl) {
+  REQUIRE_GPUS(2);
+  if (!nccl_loadable()) GTEST_SKIP() << "libnccl.so.2 not loadable (set COMMX_NCCL_LIBRARY)";
+  std::string err = run_ranks(2, 2, [](RankCtx& ctx) {
+    setenv("RCCL_DDA_ENABLE", "0", 1);  // the alias of COMMX_DDA_ENABLE
+    auto c = make_comm(ctx, "cuda", "nodda");
+    check_allreduce(*c, ctx, DataType::kBFloat16, ReduceOp::SUM, 1001, 3);
+    check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::MAX, 70001, 4);
+    unsetenv("RCCL_DDA_ENABLE");
+    auto d = make_comm(ctx, "cuda", "hint");
+    check_allreduce(*d, ctx, DataType::kFloat32, ReduceOp::SUM, 1001, 5, algo("nccl"));
+    check_allreduce(*d, ctx, DataType::kFloat32, ReduceOp::SUM, 1001, 6, algo("ll"));
+    bool threw = false;
+    try {
+      check_allreduce(*d, ctx, DataType::kFloat32, ReduceOp::SUM, 10, 7, algo("bogus"));
+    } catch (const Error& e) {
+      threw = e.code() == ErrorCode::kInvalidArgument;
+    }
+    RANK_CHECK(threw, "an unknown algorithm hint must be an InvalidArgument error");
   });
   EXPECT_EQ(err, "");
 }

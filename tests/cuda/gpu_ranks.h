@@ -1,5 +1,6 @@
 // Multi-process harness of the GPU tests: forks one process per rank before any CUDA call in the
-// parent, gives each a test-only store, and reports each rank's failures. Layer: tests.
+// parent, meets them through a commx TCP store hosted by the parent on the loopback address, and
+// reports each rank's failures. Layer: tests.
 #pragma once
 
 #include <signal.h>
@@ -17,7 +18,10 @@
 #include <thread>
 #include <vector>
 
-#include "cuda/dir_store.h"
+#include <filesystem>
+
+#include "commx/error.h"
+#include "commx/store.h"
 
 namespace commx::testing {
 
@@ -61,6 +65,8 @@ inline std::string run_ranks(int world, int gpus, const std::function<void(RankC
                              std::chrono::seconds limit = std::chrono::seconds(120)) {
   static int counter = 0;
   std::string dir = "/tmp/commx_gpu_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
+  auto server = start_tcp_store_server("127.0.0.1", 0);
+  const uint16_t port = server->port();
   std::vector<pid_t> pids;
   std::vector<std::string> logs;
   for (int r = 0; r < world; ++r) {
@@ -71,8 +77,10 @@ inline std::string run_ranks(int world, int gpus, const std::function<void(RankC
       int code = 0;
       FILE* f = std::fopen(log.c_str(), "w");
       try {
-        RankCtx ctx{r, world, r % gpus, std::make_shared<DirStore>(dir)};
-        ctx.store->set_timeout(std::chrono::seconds(60));
+        TCPStoreOptions so;
+        so.port = port;
+        so.timeout = std::chrono::seconds(60);
+        RankCtx ctx{r, world, r % gpus, make_tcp_store("127.0.0.1", so)};
         body(ctx);
       } catch (const std::exception& e) {
         if (f) std::fprintf(f, "rank %d: %s\n", r, e.what());
@@ -108,8 +116,8 @@ inline std::string run_ranks(int world, int gpus, const std::function<void(RankC
       failures += "rank " + std::to_string(r) + " failed (status " + std::to_string(status) + "): " + buf;
     }
   }
+  server->stop();
   std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
   for (auto& l : logs) std::filesystem::remove(l, ec);
   return failures;
 }

@@ -306,6 +306,28 @@ TEST(LowpCollectives, BadInputIsAClearError) {
   }
 }
 
+TEST(LowpCollectives, RanksWithDifferentFormatsGetAClearError) {
+  std::vector<std::vector<float>> d(2, std::vector<float>(1000, 1.0f));
+  for (int op = 0; op < 3; ++op) {
+    try {
+      run_ranks(2, [&](int r, Transport& t) {
+        Fp8Codec codec({r == 0 ? Fp8Format::kE4M3 : Fp8Format::kE5M2, 256});
+        LowpContext c = make_ctx(t, r, 2, codec);
+        Tensor x = make_tensor(d[r].data(), 1000);
+        if (op == 0) lowp_all_reduce(c, x, x, ReduceKind::kSum);
+        std::vector<Tensor> two{make_tensor(d[r].data(), 500), make_tensor(d[r].data() + 500, 500)};
+        if (op == 1) lowp_all_gather(c, make_tensor(d[r].data(), 500), two);
+        if (op == 2) lowp_all_to_all(c, two, two);
+      });
+      FAIL() << "op " << op;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("same low-precision settings"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(LowpCollectives, MissingPeerTimesOut) {
   Fp8Codec codec({});
   std::vector<float> a(1000, 1.0f);

@@ -131,3 +131,28 @@ TEST(LowpDispatch, ForcedOnIneligibleOpIsUnsupported) {
     }
   });
 }
+
+TEST(LowpDispatch, CountersAddUpPerComm) {
+  std::vector<std::vector<float>> a(2, std::vector<float>(1000, 1.0f));
+  a[0][3] = NAN;
+  a[1][900] = INFINITY;
+  std::vector<CodecStats> st(2);
+  run_ranks(2, [&](int r, Transport& t) {
+    OpDesc op;
+    op.type = OpType::kAllReduce;
+    op.input = op.output = make_tensor(a[r].data(), 1000);
+    op.op = ReduceOp::SUM;
+    for (int i = 0; i < 2; ++i)
+      ASSERT_TRUE(lowp_maybe_run(op, enabled(), t, r, 2, soon(), "", &st[r]));
+  });
+  EXPECT_TRUE(std::isnan(a[0][3]) && std::isnan(a[1][3]));
+  EXPECT_EQ(a[0][900], INFINITY);
+  uint64_t elements = 0, nonfinite = 0;
+  for (auto& s : st) {
+    elements += s.elements;
+    nonfinite += s.nonfinite_values;
+    EXPECT_EQ(s.saturated, 0u);
+  }
+  EXPECT_EQ(elements, 2u * 2 * 1000);  // two ops, each rank encodes 1000 elements per op
+  EXPECT_GE(nonfinite, 4u);
+}

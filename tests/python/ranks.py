@@ -55,6 +55,12 @@ def make_store(rank, size, port, timeout=60):
     return dist.TCPStore(HOST, port, size, rank == 0, timedelta(seconds=timeout))
 
 
+def init_agent_store_env(rank, size, port):
+    """torchrun's variables for a store hosted by the parent: init_process_group("env://")."""
+    os.environ.update(MASTER_ADDR=HOST, MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(size), TORCHELASTIC_USE_AGENT_STORE="True")
+
+
 def _entry(fn, rank, size, port, queue, args, with_store):
     try:
         os.environ.pop("MASTER_ADDR", None)
@@ -85,8 +91,15 @@ def run_ranks(size, fn, *args, timeout=90, method="fork", with_store=True):
     ctx = mp.get_context(method)
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_entry, args=(fn, r, size, port, queue, args, with_store), daemon=True)
-             for r in range(size)]
+    host = None
+    if not with_store and native_tcp_store():
+        # The parent hosts the store, as torchrun's agent does, so no rank can take it away
+        # while others still use it; ranks join it with init_agent_store_env().
+        import commx
+        host = commx.TCPStore(HOST, 0, is_server=True, timeout=timeout)
+        port = host.port
+    procs = [ctx.Process(target=_entry, args=(fn, r, size, port, queue, args, with_store),
+                         daemon=True) for r in range(size)]
     for p in procs:
         p.start()
     results, errors = {}, {}
@@ -106,4 +119,5 @@ def run_ranks(size, fn, *args, timeout=90, method="fork", with_store=True):
     if errors:
         pytest.fail("\n".join(f"--- rank {r} ---\n{e}" for r, e in sorted(
             errors.items(), key=lambda kv: str(kv[0]))), pytrace=False)
+    del host
     return [results[r] for r in range(size)]

@@ -1,7 +1,8 @@
 // Network fault tests of the TCP transport: two ranks in two network namespaces joined by a veth
 // pair (addresses 10.231.7.1/.2, only inside the namespaces this test creates); data must flow,
 // and cutting the link mid-transfer must end both ranks' waits with PeerFailure or Timeout within
-// the deadline, never a hang. Skips unless run as root with a working `ip netns`.
+// the deadline, never a hang; the same for a cpu comm forced onto TCP. Skips unless run as root
+// with a working `ip netns`.
 // Layer: tests.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 
 #include <cstdlib>
 
+#include "commx/comm.h"
 #include "tcp_test_util.h"
 
 namespace commx::test {
@@ -176,6 +178,59 @@ TEST_F(TcpNetns, LinkDownMidTransferEndsWithinDeadline) {
 
 TEST_F(TcpNetns, VethDeletedMidTransferEndsWithinDeadline) {
   cut_mid_transfer("ip -n " + net_->ns(1) + " link del " + net_->veth(1));
+}
+
+TEST_F(TcpNetns, CpuCommOverTcpEndsOnLinkCut) {
+  // A cpu comm forced onto TCP, its ranks in the two namespaces (rendezvous through a FileStore:
+  // the filesystem is shared, the network is not). all_reduce results are checked while the link
+  // is up; once it is cut, the op in flight ends within its timeout and later ops fail at once.
+  TempDir dir;
+  std::string ready = dir.path() + "/flowing";
+  const auto timeout = std::chrono::milliseconds(2500);
+  auto st = run_processes(
+      2,
+      [&](int r) {
+        if (!net_->enter(r)) return 10;
+        CommOptions o;
+        o.store = make_file_store(dir.path() + "/store", 2);
+        o.rank = r;
+        o.size = 2;
+        o.timeout = timeout;
+        o.hints = {{"transport", "tcp"}, {"socket_ifaddr", NetnsPair::addr(r)}};
+        auto comm = Comm::create("cpu", Device::cpu(), "netns", o);
+        std::vector<float> v(1 << 20);
+        for (int i = 0;; ++i) {
+          std::fill(v.begin(), v.end(), static_cast<float>(r + i));
+          auto t0 = Clock::now();
+          try {
+            comm->all_reduce(make_tensor(v.data(), v.size()), ReduceOp::SUM);
+          } catch (const Error& e) {
+            double ms = ms_since(t0);
+            std::fprintf(stderr, "rank %d after %d all_reduces, %.0f ms: %s\n", r, i, ms, e.what());
+            bool code_ok = e.code() == ErrorCode::kPeerFailure || e.code() == ErrorCode::kTimeout;
+            if (!code_ok || ms > timeout.count() + 1000 || i < 3) return 1;
+            t0 = Clock::now();
+            try {
+              comm->all_reduce(make_tensor(v.data(), v.size()), ReduceOp::SUM);
+            } catch (const Error&) {
+              return ms_since(t0) < 500 ? 0 : 2;  // fails fast, no second wait
+            }
+            return 3;
+          }
+          if (v.front() != 2 * i + 1 || v.back() != 2 * i + 1) return 4;
+          if (i == 3 && r == 0) touch(ready);
+        }
+      },
+      30000, nullptr,
+      [&](std::vector<pid_t>&) {
+        auto end = Clock::now() + std::chrono::seconds(20);
+        while (!std::filesystem::exists(ready) && Clock::now() < end) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+        EXPECT_EQ(sh("ip -n " + net_->ns(0) + " link set " + net_->veth(0) + " down"), 0);
+      });
+  EXPECT_EQ(st[0], 0);
+  EXPECT_EQ(st[1], 0);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// TCP transport tests with forked processes as ranks: a ring and all-to-all across processes, and
-// peer death (killed before connecting, while idle, in the middle of a large transfer) reported
-// as PeerFailure within a bound. Layer: tests.
+// TCP transport tests with forked processes as ranks: a ring and all-to-all across processes (over
+// a directory store and over the real c10d TCPStore), and peer death (killed before connecting,
+// while idle, in the middle of a large transfer) reported as PeerFailure within a bound.
+// Layer: tests.
 #include <gtest/gtest.h>
 
 #include "tcp_test_util.h"

@@ -1,6 +1,7 @@
 // TCP transport tests with threads as ranks over loopback: FIFO matching, rings and all-to-all at
-// 2..8 ranks, large and zero-byte messages, and the error paths (size mismatch, timeout, abort,
-// wrong peer, bad hints). Layer: tests.
+// 2..8 ranks, large, small-and-many and zero-byte messages, the listen address (hints, env,
+// MASTER_ADDR, IPv6), and the error paths (size mismatch, timeout, abort, wrong peer, late or
+// missing peer address, bad hints, no descriptor leak). Layer: tests.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -240,7 +241,7 @@ TEST(TcpTransport, TimeoutNamesPendingPeerWithinBound) {
   EXPECT_EQ(code_of([&] { ts[1]->exchange({}, v, in_ms(300)); }, &msg), ErrorCode::kTimeout);
   double ms = ms_since(t0);
   EXPECT_GE(ms, 290);
-  EXPECT_LT(ms, 1500);
+  EXPECT_LT(ms, 3000);  // generous: CI machines are oversubscribed
   EXPECT_NE(msg.find("rank 0"), std::string::npos) << msg;
   EXPECT_NE(msg.find("rank 2"), std::string::npos) << msg;
 }
@@ -360,8 +361,21 @@ TEST(TcpTransport, WrongCommIsRejected) {
   EXPECT_NE(msg.find("another comm"), std::string::npos) << msg;
 }
 
+size_t open_fds() {
+  size_t n = 0;
+  for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
 TEST(TcpTransport, BadArgumentsAndHints) {
   auto store = make_hash_store();
+  size_t fds = open_fds();
+  // A failed construction (here: publishing to a store that cannot write) leaks no descriptor.
+  auto broken_store = std::make_shared<DirStore>("/nonexistent/commx");
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_THROW(make_tcp_transport(0, 2, broken_store, "h", {}), std::exception);
+  }
+  EXPECT_EQ(open_fds(), fds);
   EXPECT_EQ(code_of([&] {
               make_tcp_transport(0, 2, store, "h", {{"socket_ifaddr", "no.such"}});
             }),
@@ -369,6 +383,8 @@ TEST(TcpTransport, BadArgumentsAndHints) {
   EXPECT_EQ(code_of([&] {
               make_tcp_transport(0, 2, store, "h", {{"socket_ifname", "nope0"}});
             }),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] { make_tcp_transport(0, 0, store, "h", {}); }),
             ErrorCode::kInvalidArgument);
   EXPECT_EQ(code_of([&] { make_tcp_transport(2, 2, store, "h", {}); }),
             ErrorCode::kInvalidArgument);

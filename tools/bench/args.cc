@@ -36,10 +36,10 @@ int parse_int(const std::string& flag, const std::string& v, int lo, int hi) {
   return static_cast<int>(x);
 }
 
-const DataType kAllDtypes[] = {DataType::kFloat32,   DataType::kFloat64,  DataType::kFloat16,
-                               DataType::kBFloat16,  DataType::kFloat8E4M3, DataType::kFloat8E5M2,
-                               DataType::kInt8,      DataType::kUInt8,    DataType::kInt32,
-                               DataType::kInt64,     DataType::kUInt32,   DataType::kUInt64};
+const DataType kAllDtypes[] = {DataType::kFloat32,  DataType::kFloat64,    DataType::kFloat16,
+                               DataType::kBFloat16, DataType::kFloat8E4M3, DataType::kFloat8E5M2,
+                               DataType::kInt8,     DataType::kUInt8,      DataType::kInt32,
+                               DataType::kInt64,    DataType::kUInt32,     DataType::kUInt64};
 
 }  // namespace
 
@@ -55,11 +55,16 @@ uint64_t parse_size(const std::string& in) {
   std::string suffix = in.substr(pos);
   for (auto& ch : suffix) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
   double mult = 1;
-  if (suffix.empty() || suffix == "B") mult = 1;
-  else if (suffix == "K" || suffix == "KB" || suffix == "KIB") mult = 1024.0;
-  else if (suffix == "M" || suffix == "MB" || suffix == "MIB") mult = 1024.0 * 1024;
-  else if (suffix == "G" || suffix == "GB" || suffix == "GIB") mult = 1024.0 * 1024 * 1024;
-  else bad("'" + in + "' has an unknown suffix '" + in.substr(pos) + "' (use K, M or G)");
+  if (suffix.empty() || suffix == "B")
+    mult = 1;
+  else if (suffix == "K" || suffix == "KB" || suffix == "KIB")
+    mult = 1024.0;
+  else if (suffix == "M" || suffix == "MB" || suffix == "MIB")
+    mult = 1024.0 * 1024;
+  else if (suffix == "G" || suffix == "GB" || suffix == "GIB")
+    mult = 1024.0 * 1024 * 1024;
+  else
+    bad("'" + in + "' has an unknown suffix '" + in.substr(pos) + "' (use K, M or G)");
   if (!(v >= 0) || v * mult > 1e15) bad("size '" + in + "' is out of range");
   return static_cast<uint64_t>(std::llround(v * mult));
 }
@@ -107,8 +112,10 @@ Options parse_args(int argc, const char* const* argv) {
       if (i + 1 >= argc) bad(a + " needs a value");
       return argv[++i];
     };
-    if (a == "-b" || a == "--minbytes") o.min_bytes = parse_size(value());
-    else if (a == "-e" || a == "--maxbytes") o.max_bytes = parse_size(value());
+    if (a == "-b" || a == "--minbytes")
+      o.min_bytes = parse_size(value());
+    else if (a == "-e" || a == "--maxbytes")
+      o.max_bytes = parse_size(value());
     else if (a == "-f" || a == "--stepfactor") {
       std::string v = value();
       try {
@@ -149,10 +156,14 @@ Options parse_args(int argc, const char* const* argv) {
         }
       }
       if (o.ops.empty()) bad("-o lists no op");
-    } else if (a == "-r" || a == "--root") o.root = parse_int(a, value(), 0, 1 << 20);
-    else if (a == "-w" || a == "--warmup_iters") o.warmup = parse_int(a, value(), 0, 1 << 24);
-    else if (a == "-n" || a == "--iters") o.iters = parse_int(a, value(), 1, 1 << 24);
-    else if (a == "-c" || a == "--check") o.check = parse_int(a, value(), 0, 1) == 1;
+    } else if (a == "-r" || a == "--root")
+      o.root = parse_int(a, value(), 0, 1 << 20);
+    else if (a == "-w" || a == "--warmup_iters")
+      o.warmup = parse_int(a, value(), 0, 1 << 24);
+    else if (a == "-n" || a == "--iters")
+      o.iters = parse_int(a, value(), 1, 1 << 24);
+    else if (a == "-c" || a == "--check")
+      o.check = parse_int(a, value(), 0, 1) == 1;
     else if (a == "--backend" || a == "--backends") {
       o.backends.clear();
       for (const auto& s : split(value(), ',')) {
@@ -162,14 +173,22 @@ Options parse_args(int argc, const char* const* argv) {
         o.backends.push_back(b);
       }
       if (o.backends.empty()) bad("--backend lists no backend");
-    } else if (a == "--np") o.np = parse_int(a, value(), 1, 256);
-    else if (a == "--inplace") o.inplace = parse_int(a, value(), 0, 1);
-    else if (a == "--device") o.device = Device::parse(value());
-    else if (a == "--graph" || a == "-G") o.graph = parse_int(a, value(), 0, 1) == 1;
-    else if (a == "--json") o.json_path = value();
-    else if (a == "--svg") o.svg_path = value();
-    else if (a == "--md") o.md_path = value();
-    else if (a == "--tune") o.tune_path = value();
+    } else if (a == "--np")
+      o.np = parse_int(a, value(), 1, 256);
+    else if (a == "--inplace")
+      o.inplace = parse_int(a, value(), 0, 1);
+    else if (a == "--device")
+      o.device = Device::parse(value());
+    else if (a == "--graph" || a == "-G")
+      o.graph = parse_int(a, value(), 0, 1) == 1;
+    else if (a == "--json")
+      o.json_path = value();
+    else if (a == "--svg")
+      o.svg_path = value();
+    else if (a == "--md")
+      o.md_path = value();
+    else if (a == "--tune")
+      o.tune_path = value();
     else if (a == "--timeout") {
       o.timeout_s = parse_int(a, value(), 1, 1 << 20);
     } else {
@@ -196,8 +215,9 @@ std::vector<uint64_t> size_list(const Options& o) {
   std::vector<uint64_t> sizes;
   for (uint64_t s = o.min_bytes; s <= o.max_bytes;) {
     sizes.push_back(s);
-    uint64_t next = o.step_bytes ? s + o.step_bytes
-                                 : static_cast<uint64_t>(std::ceil(static_cast<double>(s) * o.step_factor));
+    uint64_t next = o.step_bytes
+                        ? s + o.step_bytes
+                        : static_cast<uint64_t>(std::ceil(static_cast<double>(s) * o.step_factor));
     if (next <= s) next = s + 1;  // -b 0 with -f: keep walking
     s = next;
   }

@@ -69,16 +69,20 @@ bool coll_has_in_place(Coll c) { return c != Coll::kSendRecv && c != Coll::kBarr
 double busbw_factor(Coll c, int n) {
   double nd = n;
   switch (c) {
-    case Coll::kAllReduce: return n > 0 ? 2.0 * (nd - 1) / nd : 0;
+    case Coll::kAllReduce:
+      return n > 0 ? 2.0 * (nd - 1) / nd : 0;
     case Coll::kAllGather:
     case Coll::kReduceScatter:
     case Coll::kAllToAll:
     case Coll::kGather:
-    case Coll::kScatter: return n > 0 ? (nd - 1) / nd : 0;
+    case Coll::kScatter:
+      return n > 0 ? (nd - 1) / nd : 0;
     case Coll::kBroadcast:
     case Coll::kReduce:
-    case Coll::kSendRecv: return 1.0;
-    case Coll::kBarrier: return 0.0;
+    case Coll::kSendRecv:
+      return 1.0;
+    case Coll::kBarrier:
+      return 0.0;
   }
   return 0;
 }

@@ -13,7 +13,8 @@ namespace {
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess)
-    throw Error(ErrorCode::kCuda, std::string("commx-bench: ") + what + ": " + cudaGetErrorString(e));
+    throw Error(ErrorCode::kCuda,
+                std::string("commx-bench: ") + what + ": " + cudaGetErrorString(e));
 }
 
 class CudaMemory : public Memory {

@@ -13,7 +13,8 @@ class HostMemory : public Memory {
   void* alloc(size_t bytes) override {
     // Page-aligned like NCCL/MPI user buffers usually are; +64 so a size of 0 still allocates.
     void* p = std::aligned_alloc(4096, (bytes + 64 + 4095) / 4096 * 4096);
-    if (p == nullptr) throw Error(ErrorCode::kSystem, "out of host memory for " + std::to_string(bytes) + " bytes");
+    if (p == nullptr)
+      throw Error(ErrorCode::kSystem, "out of host memory for " + std::to_string(bytes) + " bytes");
     return p;
   }
   void release(void* p) override { std::free(p); }

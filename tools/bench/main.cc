@@ -49,7 +49,8 @@ int run_rank(const Options& opts) {
     }
   }
   if (!control)
-    throw Error(ErrorCode::kUnsupported, "no CPU backend for the bench's own coordination:" + tried);
+    throw Error(ErrorCode::kUnsupported,
+                "no CPU backend for the bench's own coordination:" + tried);
   co.store = control->store();
   const bool lead = control->rank() == 0;
   std::vector<BenchComm> comms;
@@ -59,8 +60,7 @@ int run_rank(const Options& opts) {
       comms.push_back({spec, Comm::create(spec.name, o.device, "bench-" + spec.label(), co)});
       labels.push_back(spec.label());
     } catch (const Error& e) {
-      if (lead)
-        std::cerr << "# note: backend " << spec.label() << " skipped: " << e.what() << "\n";
+      if (lead) std::cerr << "# note: backend " << spec.label() << " skipped: " << e.what() << "\n";
     }
   }
   if (comms.empty()) {
@@ -68,8 +68,8 @@ int run_rank(const Options& opts) {
     return 3;
   }
   if (lead) {
-    std::cout << "# commx-bench: " << o.command_line << "\n# " << control->size() << " ranks, device "
-              << o.device.str() << ", backends:";
+    std::cout << "# commx-bench: " << o.command_line << "\n# " << control->size()
+              << " ranks, device " << o.device.str() << ", backends:";
     for (const auto& l : labels) std::cout << " " << l;
     std::cout << " (control comm: " << control->backend_name() << ")\n";
   }

@@ -21,7 +21,14 @@ std::string time_str(double us) { return us < 1e4 ? fmt("%7.2f", us) : fmt("%7.0
 
 void half(std::ostream& os, const Row* r) {
   if (r == nullptr) {
-    os << "  " << "    N/A" << "  " << "   N/A" << "  " << "   N/A" << "  " << "  N/A";
+    os << "  "
+       << "    N/A"
+       << "  "
+       << "   N/A"
+       << "  "
+       << "   N/A"
+       << "  "
+       << "  N/A";
     return;
   }
   char b[128];
@@ -43,12 +50,23 @@ std::string xml_escape(const std::string& in) {
   std::string o;
   for (char c : in) {
     switch (c) {
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '&': o += "&amp;"; break;
-      case '\'': o += "&apos;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += c;
+      case '<':
+        o += "&lt;";
+        break;
+      case '>':
+        o += "&gt;";
+        break;
+      case '&':
+        o += "&amp;";
+        break;
+      case '\'':
+        o += "&apos;";
+        break;
+      case '"':
+        o += "&quot;";
+        break;
+      default:
+        o += c;
     }
   }
   return o;
@@ -78,9 +96,10 @@ std::string value_label(double v) {
 }
 
 // One log-log panel with a line per series.
-void panel(std::ostringstream& s, double x0, double y0, double w, double h, const std::string& title,
-           const std::string& ylabel,
-           const std::vector<std::pair<std::string, std::vector<std::pair<double, double>>>>& series) {
+void panel(
+    std::ostringstream& s, double x0, double y0, double w, double h, const std::string& title,
+    const std::string& ylabel,
+    const std::vector<std::pair<std::string, std::vector<std::pair<double, double>>>>& series) {
   double xmin = 1e300, xmax = -1e300, ymin = 1e300, ymax = -1e300;
   for (const auto& [name, pts] : series)
     for (auto [x, y] : pts) {
@@ -89,7 +108,8 @@ void panel(std::ostringstream& s, double x0, double y0, double w, double h, cons
       ymin = std::min(ymin, y), ymax = std::max(ymax, y);
     }
   s << "<text x='" << x0 + w / 2 << "' y='" << y0 - 8
-    << "' text-anchor='middle' font-size='14' font-weight='bold'>" << xml_escape(title) << "</text>\n";
+    << "' text-anchor='middle' font-size='14' font-weight='bold'>" << xml_escape(title)
+    << "</text>\n";
   s << "<rect x='" << x0 << "' y='" << y0 << "' width='" << w << "' height='" << h
     << "' fill='white' stroke='#333'/>\n";
   if (xmin > xmax) {
@@ -144,13 +164,16 @@ void panel(std::ostringstream& s, double x0, double y0, double w, double h, cons
 }  // namespace
 
 void print_header(std::ostream& os, bool several) {
-  os << "#" << std::string(several ? 73 : 61, ' ') << "out-of-place                       in-place\n";
-  os << "#" << (several ? "     backend" : "") << "        size         count      type   redop    root"
+  os << "#" << std::string(several ? 73 : 61, ' ')
+     << "out-of-place                       in-place\n";
+  os << "#" << (several ? "     backend" : "")
+     << "        size         count      type   redop    root"
      << "     time   algbw   busbw #wrong     time   algbw   busbw #wrong"
      << (several ? "   ratio" : "") << "\n";
-  os << "#" << (several ? "            " : "") << "         (B)    (elements)                        "
-     << "       (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)" << (several ? "         " : "")
-     << "\n";
+  os << "#" << (several ? "            " : "")
+     << "         (B)    (elements)                        "
+     << "       (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)"
+     << (several ? "         " : "") << "\n";
 }
 
 void print_row(std::ostream& os, const Row* oop, const Row* ip, bool several) {
@@ -161,8 +184,9 @@ void print_row(std::ostream& os, const Row* oop, const Row* ip, bool several) {
     std::snprintf(b, sizeof(b), " %12s", r->backend.c_str());
     os << b;
   }
-  std::snprintf(b, sizeof(b), " %12llu  %12lld  %8s  %6s  %6d", static_cast<unsigned long long>(r->size),
-                static_cast<long long>(r->count), r->dtype.c_str(), r->op.c_str(), r->root);
+  std::snprintf(b, sizeof(b), " %12llu  %12lld  %8s  %6s  %6d",
+                static_cast<unsigned long long>(r->size), static_cast<long long>(r->count),
+                r->dtype.c_str(), r->op.c_str(), r->root);
   os << b;
   half(os, oop);
   half(os, ip);
@@ -179,13 +203,27 @@ std::string json_escape(const std::string& s) {
   std::string o;
   for (unsigned char c : s) {
     switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      case '<': o += "\\u003c"; break;  // also safe inside SVG text
-      case '>': o += "\\u003e"; break;
-      case '&': o += "\\u0026"; break;
+      case '"':
+        o += "\\\"";
+        break;
+      case '\\':
+        o += "\\\\";
+        break;
+      case '\n':
+        o += "\\n";
+        break;
+      case '\t':
+        o += "\\t";
+        break;
+      case '<':
+        o += "\\u003c";
+        break;  // also safe inside SVG text
+      case '>':
+        o += "\\u003e";
+        break;
+      case '&':
+        o += "\\u0026";
+        break;
       default:
         if (c < 0x20) {
           char b[8];
@@ -204,7 +242,8 @@ std::string to_json(const MachineInfo& m, const std::vector<Row>& rows) {
   o << "{\n\"header\": {\"tool\": \"commx-bench\", \"hostname\": \"" << json_escape(m.hostname)
     << "\", \"cpu_model\": \"" << json_escape(m.cpu_model) << "\", \"cores\": " << m.cores
     << ", \"gpus\": [";
-  for (size_t i = 0; i < m.gpus.size(); ++i) o << (i ? ", " : "") << '"' << json_escape(m.gpus[i]) << '"';
+  for (size_t i = 0; i < m.gpus.size(); ++i)
+    o << (i ? ", " : "") << '"' << json_escape(m.gpus[i]) << '"';
   o << "], \"date\": \"" << m.date << "\", \"command_line\": \"" << json_escape(m.command_line)
     << "\", \"world_size\": " << m.world_size << ", \"backends\": [";
   for (size_t i = 0; i < m.backends.size(); ++i)
@@ -215,10 +254,10 @@ std::string to_json(const MachineInfo& m, const std::vector<Row>& rows) {
     o << (i ? ",\n" : "\n") << "{\"collective\": \"" << r.collective << "\", \"backend\": \""
       << json_escape(r.backend) << "\", \"world_size\": " << r.world_size << ", \"dtype\": \""
       << r.dtype << "\", \"op\": \"" << r.op << "\", \"root\": " << r.root
-      << ", \"size\": " << r.size << ", \"count\": " << r.count << ", \"time_us\": " << num(r.time_us)
-      << ", \"mean_us\": " << num(r.mean_us) << ", \"algbw\": " << num(r.algbw)
-      << ", \"busbw\": " << num(r.busbw) << ", \"wrong\": " << r.wrong
-      << ", \"in_place\": " << (r.in_place ? "true" : "false")
+      << ", \"size\": " << r.size << ", \"count\": " << r.count
+      << ", \"time_us\": " << num(r.time_us) << ", \"mean_us\": " << num(r.mean_us)
+      << ", \"algbw\": " << num(r.algbw) << ", \"busbw\": " << num(r.busbw)
+      << ", \"wrong\": " << r.wrong << ", \"in_place\": " << (r.in_place ? "true" : "false")
       << ", \"graph\": " << (r.graph ? "true" : "false") << ", \"ratio\": " << num(r.ratio) << "}";
   }
   o << "\n]\n}\n";
@@ -233,7 +272,8 @@ std::string to_markdown(const MachineInfo& m, const std::vector<Row>& rows) {
   // Group rows by (collective, dtype, op, in_place) in first-seen order.
   std::vector<std::string> groups;
   auto key = [](const Row& r) {
-    return r.collective + "|" + r.dtype + "|" + r.op + "|" + (r.in_place ? "in-place" : "out-of-place");
+    return r.collective + "|" + r.dtype + "|" + r.op + "|" +
+           (r.in_place ? "in-place" : "out-of-place");
   };
   for (const auto& r : rows)
     if (std::find(groups.begin(), groups.end(), key(r)) == groups.end()) groups.push_back(key(r));
@@ -242,7 +282,8 @@ std::string to_markdown(const MachineInfo& m, const std::vector<Row>& rows) {
     std::vector<uint64_t> sizes;
     for (const auto& r : rows) {
       if (key(r) != g) continue;
-      if (std::find(backends.begin(), backends.end(), r.backend) == backends.end()) backends.push_back(r.backend);
+      if (std::find(backends.begin(), backends.end(), r.backend) == backends.end())
+        backends.push_back(r.backend);
       if (std::find(sizes.begin(), sizes.end(), r.size) == sizes.end()) sizes.push_back(r.size);
     }
     std::string title = g;
@@ -265,7 +306,8 @@ std::string to_markdown(const MachineInfo& m, const std::vector<Row>& rows) {
           if (key(r) == g && r.backend == backends[b] && r.size == s) hit = &r;
         if (hit) {
           o << " " << fmt("%.2f", hit->time_us) << " | " << fmt("%.3f", hit->busbw) << " |";
-          if (b > 0) o << " " << (hit->ratio > 0 ? fmt("%.2fx", hit->ratio) : std::string("-")) << " |";
+          if (b > 0)
+            o << " " << (hit->ratio > 0 ? fmt("%.2fx", hit->ratio) : std::string("-")) << " |";
           if (hit->wrong >= 0) wrong += hit->wrong, checked = true;
         } else {
           o << " - | - |" << (b > 0 ? " - |" : "");

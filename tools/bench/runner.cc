@@ -86,16 +86,26 @@ Layout layout_of(Coll c, const Shape& s, bool ip, int rank, int size, int root, 
 
 std::vector<OpType> op_types(Coll c) {
   switch (c) {
-    case Coll::kAllReduce: return {OpType::kAllReduce};
-    case Coll::kAllGather: return {OpType::kAllGatherSingle};
-    case Coll::kReduceScatter: return {OpType::kReduceScatterSingle};
-    case Coll::kAllToAll: return {OpType::kAllToAllSingle};
-    case Coll::kBroadcast: return {OpType::kBroadcast};
-    case Coll::kReduce: return {OpType::kReduce};
-    case Coll::kGather: return {OpType::kGatherSingle};
-    case Coll::kScatter: return {OpType::kScatter};
-    case Coll::kSendRecv: return {OpType::kSend, OpType::kRecv};
-    case Coll::kBarrier: return {OpType::kBarrier};
+    case Coll::kAllReduce:
+      return {OpType::kAllReduce};
+    case Coll::kAllGather:
+      return {OpType::kAllGatherSingle};
+    case Coll::kReduceScatter:
+      return {OpType::kReduceScatterSingle};
+    case Coll::kAllToAll:
+      return {OpType::kAllToAllSingle};
+    case Coll::kBroadcast:
+      return {OpType::kBroadcast};
+    case Coll::kReduce:
+      return {OpType::kReduce};
+    case Coll::kGather:
+      return {OpType::kGatherSingle};
+    case Coll::kScatter:
+      return {OpType::kScatter};
+    case Coll::kSendRecv:
+      return {OpType::kSend, OpType::kRecv};
+    case Coll::kBarrier:
+      return {OpType::kBarrier};
   }
   return {};
 }
@@ -104,8 +114,13 @@ std::vector<OpType> op_types(Coll c) {
 
 Runner::Runner(const Options& o, Comm& control, std::vector<BenchComm> comms, Memory& mem,
                std::ostream* out)
-    : o_(o), control_(control), comms_(std::move(comms)), mem_(mem), out_(out),
-      rank_(control.rank()), size_(control.size()) {
+    : o_(o),
+      control_(control),
+      comms_(std::move(comms)),
+      mem_(mem),
+      out_(out),
+      rank_(control.rank()),
+      size_(control.size()) {
   capacity_ = o.max_bytes + 64;
   send_ = mem_.alloc(capacity_);
   recv_ = mem_.alloc(capacity_);
@@ -315,7 +330,8 @@ Row Runner::measure(const BenchComm& bc, const Point& p, bool ip) {
   for (auto& t : us) t *= scale;
   double mean = total * scale / o_.iters;
   std::sort(us.begin(), us.end());
-  double median = us.size() % 2 ? us[us.size() / 2] : (us[us.size() / 2 - 1] + us[us.size() / 2]) / 2;
+  double median =
+      us.size() % 2 ? us[us.size() / 2] : (us[us.size() / 2 - 1] + us[us.size() / 2]) / 2;
   double times[2] = {median, mean};
   control_.all_reduce(Tensor(times, 2, DataType::kFloat64), ReduceOp::MAX);
   int64_t wrongs[1] = {wrong};
@@ -337,7 +353,8 @@ void Runner::run_collective(Coll c, DataType dt, ReduceOp op, std::vector<Row>& 
       active.push_back(&bc);
     } else if (rank_ == 0) {
       std::cerr << "# note: backend " << bc.spec.label() << " skips " << coll_name(c) << " on "
-                << dtype_name(dt) << (coll_reduces(c) ? std::string(" with ") + reduce_kind_name(op.kind) : "")
+                << dtype_name(dt)
+                << (coll_reduces(c) ? std::string(" with ") + reduce_kind_name(op.kind) : "")
                 << " (not supported)\n";
     }
   }
@@ -355,7 +372,8 @@ void Runner::run_collective(Coll c, DataType dt, ReduceOp op, std::vector<Row>& 
   std::vector<uint64_t> sizes = c == Coll::kBarrier ? std::vector<uint64_t>{0} : size_list(o_);
   uint64_t last_bytes = UINT64_MAX;
   for (uint64_t req : sizes) {
-    Point p{c, dt, op, coll_has_root(c) ? o_.root : -1, shape_for(c, req, dtype_size(dt), size_), req};
+    Point p{c,  dt, op, coll_has_root(c) ? o_.root : -1, shape_for(c, req, dtype_size(dt), size_),
+            req};
     if (c != Coll::kBarrier && p.shape.bytes == last_bytes) continue;  // rounding repeated a size
     last_bytes = p.shape.bytes;
     double first_time[2] = {0, 0};
@@ -370,7 +388,8 @@ void Runner::run_collective(Coll c, DataType dt, ReduceOp op, std::vector<Row>& 
         if (b > 0 && first_time[ip] > 0) r[ip].ratio = r[ip].time_us / first_time[ip];
         have[ip] = true;
       }
-      if (rank_ == 0 && out_) print_row(*out_, have[0] ? &r[0] : nullptr, have[1] ? &r[1] : nullptr, several);
+      if (rank_ == 0 && out_)
+        print_row(*out_, have[0] ? &r[0] : nullptr, have[1] ? &r[1] : nullptr, several);
       for (int ip = 0; ip < 2; ++ip)
         if (have[ip]) rows.push_back(r[ip]);
       if (out_) out_->flush();

@@ -12,7 +12,8 @@ TuningTable tuning_from_rows(const std::vector<Row>& rows, const std::string& na
   TuningTable table;
   std::vector<std::string> colls;
   for (const auto& r : rows)
-    if (r.backend.rfind(name + ":", 0) == 0 && std::find(colls.begin(), colls.end(), r.collective) == colls.end())
+    if (r.backend.rfind(name + ":", 0) == 0 &&
+        std::find(colls.begin(), colls.end(), r.collective) == colls.end())
       colls.push_back(r.collective);
   for (const auto& c : colls) {
     std::string dtype, op;

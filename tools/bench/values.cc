@@ -34,7 +34,8 @@ T wrap(double v) {
 }  // namespace
 
 double input_value(int rank, int64_t index, DataType t, ReduceKind kind) {
-  uint32_t h = mix(static_cast<uint64_t>(rank) * 1000003ULL + static_cast<uint64_t>(index) * 7919ULL + 17);
+  uint32_t h =
+      mix(static_cast<uint64_t>(rank) * 1000003ULL + static_cast<uint64_t>(index) * 7919ULL + 17);
   if (t == DataType::kBool) return h & 1;
   switch (kind) {
     case ReduceKind::kBand:
@@ -52,36 +53,74 @@ double input_value(int rank, int64_t index, DataType t, ReduceKind kind) {
 
 void store_value(DataType t, void* base, int64_t i, double v) {
   switch (t) {
-    case DataType::kFloat32: static_cast<float*>(base)[i] = static_cast<float>(v); return;
-    case DataType::kFloat64: static_cast<double*>(base)[i] = v; return;
-    case DataType::kFloat16: static_cast<uint16_t*>(base)[i] = float_to_f16(static_cast<float>(v)); return;
-    case DataType::kBFloat16: static_cast<uint16_t*>(base)[i] = float_to_bf16(static_cast<float>(v)); return;
-    case DataType::kFloat8E4M3: static_cast<uint8_t*>(base)[i] = float_to_fp8e4m3(static_cast<float>(v)); return;
-    case DataType::kFloat8E5M2: static_cast<uint8_t*>(base)[i] = float_to_fp8e5m2(static_cast<float>(v)); return;
-    case DataType::kInt8: static_cast<int8_t*>(base)[i] = wrap<int8_t>(v); return;
-    case DataType::kUInt8: static_cast<uint8_t*>(base)[i] = wrap<uint8_t>(v); return;
-    case DataType::kInt32: static_cast<int32_t*>(base)[i] = wrap<int32_t>(v); return;
-    case DataType::kInt64: static_cast<int64_t*>(base)[i] = wrap<int64_t>(v); return;
-    case DataType::kUInt32: static_cast<uint32_t*>(base)[i] = wrap<uint32_t>(v); return;
-    case DataType::kUInt64: static_cast<uint64_t*>(base)[i] = wrap<uint64_t>(v); return;
-    case DataType::kBool: static_cast<bool*>(base)[i] = v != 0; return;
+    case DataType::kFloat32:
+      static_cast<float*>(base)[i] = static_cast<float>(v);
+      return;
+    case DataType::kFloat64:
+      static_cast<double*>(base)[i] = v;
+      return;
+    case DataType::kFloat16:
+      static_cast<uint16_t*>(base)[i] = float_to_f16(static_cast<float>(v));
+      return;
+    case DataType::kBFloat16:
+      static_cast<uint16_t*>(base)[i] = float_to_bf16(static_cast<float>(v));
+      return;
+    case DataType::kFloat8E4M3:
+      static_cast<uint8_t*>(base)[i] = float_to_fp8e4m3(static_cast<float>(v));
+      return;
+    case DataType::kFloat8E5M2:
+      static_cast<uint8_t*>(base)[i] = float_to_fp8e5m2(static_cast<float>(v));
+      return;
+    case DataType::kInt8:
+      static_cast<int8_t*>(base)[i] = wrap<int8_t>(v);
+      return;
+    case DataType::kUInt8:
+      static_cast<uint8_t*>(base)[i] = wrap<uint8_t>(v);
+      return;
+    case DataType::kInt32:
+      static_cast<int32_t*>(base)[i] = wrap<int32_t>(v);
+      return;
+    case DataType::kInt64:
+      static_cast<int64_t*>(base)[i] = wrap<int64_t>(v);
+      return;
+    case DataType::kUInt32:
+      static_cast<uint32_t*>(base)[i] = wrap<uint32_t>(v);
+      return;
+    case DataType::kUInt64:
+      static_cast<uint64_t*>(base)[i] = wrap<uint64_t>(v);
+      return;
+    case DataType::kBool:
+      static_cast<bool*>(base)[i] = v != 0;
+      return;
   }
 }
 
 double load_value(DataType t, const void* base, int64_t i) {
   switch (t) {
-    case DataType::kFloat32: return static_cast<const float*>(base)[i];
-    case DataType::kFloat64: return static_cast<const double*>(base)[i];
-    case DataType::kFloat16: return f16_to_float(static_cast<const uint16_t*>(base)[i]);
-    case DataType::kBFloat16: return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
-    case DataType::kFloat8E4M3: return fp8e4m3_to_float(static_cast<const uint8_t*>(base)[i]);
-    case DataType::kFloat8E5M2: return fp8e5m2_to_float(static_cast<const uint8_t*>(base)[i]);
-    case DataType::kInt8: return static_cast<const int8_t*>(base)[i];
-    case DataType::kUInt8: return static_cast<const uint8_t*>(base)[i];
-    case DataType::kInt32: return static_cast<const int32_t*>(base)[i];
-    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
-    case DataType::kUInt32: return static_cast<const uint32_t*>(base)[i];
-    case DataType::kUInt64: return static_cast<double>(static_cast<const uint64_t*>(base)[i]);
+    case DataType::kFloat32:
+      return static_cast<const float*>(base)[i];
+    case DataType::kFloat64:
+      return static_cast<const double*>(base)[i];
+    case DataType::kFloat16:
+      return f16_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DataType::kBFloat16:
+      return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DataType::kFloat8E4M3:
+      return fp8e4m3_to_float(static_cast<const uint8_t*>(base)[i]);
+    case DataType::kFloat8E5M2:
+      return fp8e5m2_to_float(static_cast<const uint8_t*>(base)[i]);
+    case DataType::kInt8:
+      return static_cast<const int8_t*>(base)[i];
+    case DataType::kUInt8:
+      return static_cast<const uint8_t*>(base)[i];
+    case DataType::kInt32:
+      return static_cast<const int32_t*>(base)[i];
+    case DataType::kInt64:
+      return static_cast<double>(static_cast<const int64_t*>(base)[i]);
+    case DataType::kUInt32:
+      return static_cast<const uint32_t*>(base)[i];
+    case DataType::kUInt64:
+      return static_cast<double>(static_cast<const uint64_t*>(base)[i]);
     case DataType::kBool: {
       uint8_t b;
       std::memcpy(&b, static_cast<const uint8_t*>(base) + i, 1);
@@ -98,13 +137,26 @@ bool values_match(DataType t, double got, double want, int nranks, bool reduced)
   // rank at the magnitude of the inputs (at most 3).
   double rel = 0;
   switch (t) {
-    case DataType::kFloat64: rel = 1e-12; break;
-    case DataType::kFloat32: rel = 1e-5; break;
-    case DataType::kFloat16: rel = 1e-3; break;
-    case DataType::kBFloat16: rel = 8e-3; break;
-    case DataType::kFloat8E4M3: rel = 0.125; break;
-    case DataType::kFloat8E5M2: rel = 0.25; break;
-    default: break;
+    case DataType::kFloat64:
+      rel = 1e-12;
+      break;
+    case DataType::kFloat32:
+      rel = 1e-5;
+      break;
+    case DataType::kFloat16:
+      rel = 1e-3;
+      break;
+    case DataType::kBFloat16:
+      rel = 8e-3;
+      break;
+    case DataType::kFloat8E4M3:
+      rel = 0.125;
+      break;
+    case DataType::kFloat8E5M2:
+      rel = 0.25;
+      break;
+    default:
+      break;
   }
   return std::fabs(got - want) <= rel * (std::fabs(want) + 3.0 * nranks);
 }
@@ -121,9 +173,12 @@ double reduce_reference(DataType t, ReduceOp op, const double* vals, int n) {
     switch (op.kind) {
       case ReduceKind::kProduct:
       case ReduceKind::kMin:
-      case ReduceKind::kBand: return all;
-      case ReduceKind::kBxor: return x;
-      default: return any;
+      case ReduceKind::kBand:
+        return all;
+      case ReduceKind::kBxor:
+        return x;
+      default:
+        return any;
     }
   }
   if (integer) {
@@ -134,11 +189,21 @@ double reduce_reference(DataType t, ReduceOp op, const double* vals, int n) {
       auto v = static_cast<int64_t>(vals[i]);
       auto u = static_cast<uint64_t>(v);
       switch (op.kind) {
-        case ReduceKind::kProduct: acc *= u; break;
-        case ReduceKind::kBand: acc &= u; break;
-        case ReduceKind::kBor: acc |= u; break;
-        case ReduceKind::kBxor: acc ^= u; break;
-        default: acc += u; break;
+        case ReduceKind::kProduct:
+          acc *= u;
+          break;
+        case ReduceKind::kBand:
+          acc &= u;
+          break;
+        case ReduceKind::kBor:
+          acc |= u;
+          break;
+        case ReduceKind::kBxor:
+          acc ^= u;
+          break;
+        default:
+          acc += u;
+          break;
       }
       mn = std::min(mn, v);
       mx = std::max(mx, v);
@@ -153,10 +218,18 @@ double reduce_reference(DataType t, ReduceOp op, const double* vals, int n) {
   double acc = vals[0];
   for (int i = 1; i < n; ++i) {
     switch (op.kind) {
-      case ReduceKind::kProduct: acc *= vals[i]; break;
-      case ReduceKind::kMin: acc = std::min(acc, vals[i]); break;
-      case ReduceKind::kMax: acc = std::max(acc, vals[i]); break;
-      default: acc += vals[i]; break;
+      case ReduceKind::kProduct:
+        acc *= vals[i];
+        break;
+      case ReduceKind::kMin:
+        acc = std::min(acc, vals[i]);
+        break;
+      case ReduceKind::kMax:
+        acc = std::max(acc, vals[i]);
+        break;
+      default:
+        acc += vals[i];
+        break;
     }
   }
   if (op.kind == ReduceKind::kAvg) acc /= n;

@@ -2,7 +2,7 @@
 // eager and CUDA-graph-captured, nccl-tests-style rows (time, algbw, busbw, #wrong), JSON and a
 // markdown table. Stand-in until commx-bench takes GPU backends. Layer: tools.
 // Ranks are processes forked before any CUDA call (rank r on GPU r % GPUs), meeting through a
-// temporary directory store.
+// commx TCP store the parent hosts on the loopback address.
 #include <cuda_runtime_api.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,7 +19,7 @@
 
 #include "commx/comm.h"
 #include "commx/numeric.h"
-#include "cuda/dir_store.h"
+#include "commx/store.h"
 
 using namespace commx;
 
@@ -225,13 +225,15 @@ class Runner {
   cudaStream_t s_;
 };
 
-int rank_main(int rank, const Args& a, const std::string& dir) {
+int rank_main(int rank, const Args& a, uint16_t port) {
   int ngpu = 0;
   CK(cudaGetDeviceCount(&ngpu));
   int dev = rank % ngpu;
   CK(cudaSetDevice(dev));
-  auto store = std::make_shared<testing::DirStore>(dir);
-  store->set_timeout(std::chrono::seconds(120));
+  TCPStoreOptions so;
+  so.port = port;
+  so.timeout = std::chrono::seconds(120);
+  auto store = make_tcp_store("127.0.0.1", so);
   std::vector<Row> rows;
   for (const auto& backend : a.backends) {
     CommOptions o;
@@ -327,14 +329,15 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::string dir = "/tmp/commx_gpu_bench_" + std::to_string(getpid());
+  auto server = start_tcp_store_server("127.0.0.1", 0);
+  const uint16_t port = server->port();
   std::vector<pid_t> pids;
   for (int r = 0; r < a.ranks; ++r) {
     pid_t p = fork();
     if (p == 0) {
       int code = 1;
       try {
-        code = rank_main(r, a, dir);
+        code = rank_main(r, a, port);
       } catch (const std::exception& e) {
         std::cerr << "rank " << r << ": " << e.what() << "\n";
       }
@@ -349,6 +352,6 @@ int main(int argc, char** argv) {
     waitpid(p, &st, 0);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
   }
-  std::filesystem::remove_all(dir);
+  server->stop();
   return rc;
 }

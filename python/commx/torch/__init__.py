@@ -53,6 +53,42 @@ def _done(result=None):
     return _create_work_from_future(fut)
 
 
+class _CommxWork(dist.Work):
+    """A torch Work over commx Works issued with async_op=True: wait() waits for them (on CUDA:
+    makes the current stream wait), then copies results out of contiguous stand-ins."""
+
+    def __init__(self, works, finish, result):
+        super().__init__()
+        self._works, self._finish, self._result = works, finish, result
+        self._waited = False
+
+    def wait(self, timeout=None):
+        if not self._waited:
+            for w in self._works:
+                w.wait()
+            self._finish()
+            self._waited = True
+        return True
+
+    def is_completed(self):
+        return all(w.is_completed() for w in self._works)
+
+    def is_success(self):
+        return self.is_completed() and all(w.exception() is None for w in self._works)
+
+    def exception(self):
+        for w in self._works:
+            if w.exception() is not None:
+                return w.exception()
+        return None
+
+    def get_future(self):
+        self.wait()
+        fut = Future()
+        fut.set_result(self._result)
+        return fut
+
+
 class _Contiguous:
     """Contiguous stand-ins for tensors commx cannot take as they are (non-contiguous, complex);
     copies results back on exit for outputs."""
@@ -73,6 +109,22 @@ class _Contiguous:
     def finish(self):
         for t, u in self.copy_back:
             t.copy_(torch.view_as_complex(u) if t.is_complex() else u)
+
+
+class _AsyncComm:
+    """Forwards op calls to a commx comm with async_op=True and collects their Works."""
+
+    def __init__(self, comm):
+        self._comm, self.works = comm, []
+
+    def __getattr__(self, name):
+        op = getattr(self._comm, name)
+
+        def issue(*args, **kwargs):
+            work = op(*args, async_op=True, **kwargs)
+            self.works.append(work)
+            return work
+        return issue
 
 
 class CommxProcessGroup(_C10dBackend):
@@ -104,11 +156,13 @@ class CommxProcessGroup(_C10dBackend):
         return comm
 
     def _run(self, tensors, fn):
+        """Issues fn(comm, fix) where fn calls comm ops (which get async_op=True through
+        _AsyncComm) and returns a torch Work that waits for all of them."""
         dev = tensors[0].device if tensors else torch.device("cpu")
         fix = _Contiguous()
-        fn(self.comm_for(dev), fix)
-        fix.finish()
-        return _done(tensors)
+        comm = _AsyncComm(self.comm_for(dev))
+        fn(comm, fix)
+        return _CommxWork(comm.works, fix.finish, tensors)
 
     # -- collectives --------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
@@ -209,8 +263,7 @@ class CommxProcessGroup(_C10dBackend):
 
     def barrier(self, opts=None):
         comm = next(iter(self._comms.values()), None) or self.comm_for(torch.device("cpu"))
-        comm.barrier()
-        return _done()
+        return _CommxWork([comm.barrier(async_op=True)], lambda: None, None)
 
     def send(self, tensors, dst, tag=0):
         return self._run(tensors, lambda c, f: [c.send(f(t), dst) for t in tensors])

@@ -9,6 +9,7 @@
 #include "algorithms/host_reduce.h"
 #include "algorithms/shm_collectives.h"
 #include "commx/error.h"
+#include "lowp/lowp_dispatch.h"
 #include "transport/shm_segment.h"
 #include "transport/shm_transport.h"
 #include "transport/tcp_transport.h"
@@ -46,8 +47,9 @@ Pieces from_list(const std::vector<Tensor>& ts) {
 Pieces from_single(const Tensor& t, int n, int64_t each) {
   Pieces p;
   size_t es = dtype_size(t.dtype);
-  for (int i = 0; i < n; ++i) p.add(static_cast<char*>(t.data) + i * each * static_cast<int64_t>(es),
-                                    static_cast<size_t>(each), es);
+  for (int i = 0; i < n; ++i)
+    p.add(static_cast<char*>(t.data) + i * each * static_cast<int64_t>(es),
+          static_cast<size_t>(each), es);
   return p;
 }
 Pieces from_splits(const Tensor& t, const std::vector<int64_t>& splits) {
@@ -65,9 +67,12 @@ DataType op_dtype(const OpDesc& op) {
   switch (op.type) {
     case OpType::kReduceScatter:
     case OpType::kReduceScatterV:
-    case OpType::kScatter: return op.output.dtype;
-    case OpType::kAllToAll: return op.inputs.empty() ? DataType::kFloat32 : op.inputs[0].dtype;
-    default: return op.input.dtype;
+    case OpType::kScatter:
+      return op.output.dtype;
+    case OpType::kAllToAll:
+      return op.inputs.empty() ? DataType::kFloat32 : op.inputs[0].dtype;
+    default:
+      return op.input.dtype;
   }
 }
 
@@ -86,13 +91,18 @@ int64_t agreed_count(const OpDesc& op) {
     case OpType::kAllGatherSingle:
     case OpType::kAllToAllSingle:
     case OpType::kGather:
-    case OpType::kGatherSingle: return op.input.count;
-    case OpType::kAllGatherV: return sum(op.outputs);
+    case OpType::kGatherSingle:
+      return op.input.count;
+    case OpType::kAllGatherV:
+      return sum(op.outputs);
     case OpType::kReduceScatter:
     case OpType::kReduceScatterSingle:
-    case OpType::kScatter: return op.output.count;
-    case OpType::kReduceScatterV: return sum(op.inputs);
-    default: return 0;
+    case OpType::kScatter:
+      return op.output.count;
+    case OpType::kReduceScatterV:
+      return sum(op.inputs);
+    default:
+      return 0;
   }
 }
 
@@ -114,12 +124,14 @@ CpuBackend::~CpuBackend() {
 void CpuBackend::init(const BackendContext& ctx) {
   ctx_ = ctx;
   tuning_ = CpuTuning::from_env();
+  lowp_ = lowp::resolve_lowp_settings(ctx.options.hints);
   const Hints& h = ctx.options.hints;
   auto tr = h.find("transport");
   std::string want = tr == h.end() ? "auto" : tr->second;
   if (want != "auto" && want != "shm" && want != "tcp")
-    throw Error(ErrorCode::kInvalidArgument, "comm '" + ctx.comm_name + "': unknown transport hint '" +
-                                                 want + "' (cpu backend: auto, shm, tcp)");
+    throw Error(ErrorCode::kInvalidArgument, "comm '" + ctx.comm_name +
+                                                 "': unknown transport hint '" + want +
+                                                 "' (cpu backend: auto, shm, tcp)");
   // Each rank publishes its host identity and how to map its segment, then reads everyone's.
   if (want != "tcp")
     group_ = std::make_unique<ShmGroup>(ctx.comm_name, ctx.rank, ctx.size, tuning_.shm);
@@ -154,8 +166,9 @@ void CpuBackend::init(const BackendContext& ctx) {
   }
   group_.reset();
   if (want == "shm")
-    throw Error(ErrorCode::kInvalidArgument, "comm '" + ctx.comm_name +
-                                                 "': transport=shm was asked for but the ranks are on several hosts");
+    throw Error(ErrorCode::kInvalidArgument,
+                "comm '" + ctx.comm_name +
+                    "': transport=shm was asked for but the ranks are on several hosts");
   // Several hosts, or TCP asked for: the generic algorithms over the TCP transport (it connects
   // lazily, on the first exchange with each peer).
   transport_ = make_tcp_transport(ctx.rank, ctx.size, ctx.store, ctx.comm_name, h);
@@ -180,9 +193,9 @@ void CpuBackend::abort() {
   aborted_.store(true);
   if (ShmWord* w = sleeping_on_.load()) futex_wake_all(*w);
   if (transport_) transport_->abort();
-  exec_.fail_pending(std::make_exception_ptr(
-      Error(ErrorCode::kAborted, "[comm '" + ctx_.comm_name + "' rank " + std::to_string(ctx_.rank) +
-                                     "] the comm was aborted before this op started")));
+  exec_.fail_pending(std::make_exception_ptr(Error(
+      ErrorCode::kAborted, "[comm '" + ctx_.comm_name + "' rank " + std::to_string(ctx_.rank) +
+                               "] the comm was aborted before this op started")));
 }
 
 void CpuBackend::finalize() {
@@ -194,15 +207,17 @@ void CpuBackend::finalize() {
 }
 
 void CpuBackend::execute(const OpDesc& op) {
-  std::string ctx = op_context(ctx_, op);
-  if (aborted_.load()) throw Error(ErrorCode::kAborted, ctx + "the comm was aborted");
-  {
+  // The error prefix is formatted only when something fails: it costs more than a small op.
+  if (aborted_.load())
+    throw Error(ErrorCode::kAborted, op_context(ctx_, op) + "the comm was aborted");
+  if (has_failed_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> g(failed_mu_);
-    if (!failed_.empty())
-      throw Error(ErrorCode::kInvalidArgument,
-                  ctx + "the comm is unusable: an earlier op failed midway (" + failed_ + ")");
+    throw Error(ErrorCode::kInvalidArgument,
+                op_context(ctx_, op) + "the comm is unusable: an earlier op failed midway (" +
+                    failed_ + ")");
   }
-  if (!transport_) throw Error(ErrorCode::kInvalidArgument, ctx + "the comm was finalized");
+  if (!transport_)
+    throw Error(ErrorCode::kInvalidArgument, op_context(ctx_, op) + "the comm was finalized");
   try {
     dispatch(op, Clock::now() + op.timeout);
   } catch (const Error& e) {
@@ -210,7 +225,8 @@ void CpuBackend::execute(const OpDesc& op) {
       std::lock_guard<std::mutex> g(failed_mu_);
       failed_ = e.what();
     }
-    rethrow_with_prefix(ctx);
+    has_failed_.store(true, std::memory_order_release);
+    rethrow_with_prefix(op_context(ctx_, op));
   }
 }
 
@@ -218,6 +234,11 @@ void CpuBackend::dispatch(const OpDesc& op, Deadline deadline) {
   CpuAlgo algo = parse_algorithm_hint(op.hints);
   if (op.type == OpType::kSend || op.type == OpType::kRecv || op.type == OpType::kBatchP2P)
     return run_p2p(op, deadline);
+  // Low precision (FP8 on the wire, FP32 sums) when enabled and eligible, over the transport;
+  // execute() adds the op's prefix to errors.
+  if (lowp::lowp_maybe_run(op, lowp_, *transport_, ctx_.rank, ctx_.size, deadline, "",
+                           &lowp_stats_, &lowp_scratch_))
+    return;
   bool generic = !use_shm_ || algo == CpuAlgo::kRing || algo == CpuAlgo::kRecursiveDoubling ||
                  algo == CpuAlgo::kGeneric;
   if (generic) {
@@ -228,14 +249,14 @@ void CpuBackend::dispatch(const OpDesc& op, Deadline deadline) {
   sig.type = static_cast<uint32_t>(op.type);
   sig.dtype = static_cast<uint32_t>(op_dtype(op));
   sig.count = agreed_count(op);
-  sig.root = (op.type == OpType::kReduce || op.type == OpType::kBroadcast ||
-              op.type == OpType::kGather || op.type == OpType::kGatherSingle ||
-              op.type == OpType::kScatter)
-                 ? op.root
-                 : -1;
+  sig.root =
+      (op.type == OpType::kReduce || op.type == OpType::kBroadcast || op.type == OpType::kGather ||
+       op.type == OpType::kGatherSingle || op.type == OpType::kScatter)
+          ? op.root
+          : -1;
   sig.seq = op.seq;
-  ShmColl c{*group_, WaitScope{deadline, &aborted_, group_.get(), &tuning_.wait, &sleeping_on_}, sig,
-            tuning_.chunk_bytes};
+  ShmColl c{*group_, WaitScope{deadline, &aborted_, group_.get(), &tuning_.wait, &sleeping_on_},
+            sig, tuning_.chunk_bytes};
   if (ctx_.size > 1) group_->map_all();
   run_shm(op, c, algo);
 }
@@ -258,7 +279,8 @@ void CpuBackend::run_shm(const OpDesc& op, ShmColl& c, CpuAlgo algo) {
                  (algo != CpuAlgo::kDda && in.nbytes() > tuning_.dda_max_bytes(n));
       return shm_reduce(c, in.data, out.data, in.count, op.root, r, two);
     }
-    case OpType::kBroadcast: return shm_broadcast(c, in.data, in.nbytes(), op.root);
+    case OpType::kBroadcast:
+      return shm_broadcast(c, in.data, in.nbytes(), op.root);
     case OpType::kAllGather:
     case OpType::kAllGatherV: {
       Pieces o = from_list(op.outputs);
@@ -272,7 +294,8 @@ void CpuBackend::run_shm(const OpDesc& op, ShmColl& c, CpuAlgo algo) {
     case OpType::kReduceScatterV:
     case OpType::kReduceScatterSingle: {
       HostReducer r(out.dtype, op.op, n);
-      Pieces i = op.type == OpType::kReduceScatterSingle ? from_single(in, n, out.count) : from_list(op.inputs);
+      Pieces i = op.type == OpType::kReduceScatterSingle ? from_single(in, n, out.count)
+                                                         : from_list(op.inputs);
       return shm_reduce_scatter(c, i.cptr(), i.counts, out.data, r);
     }
     case OpType::kAllToAll: {
@@ -299,7 +322,8 @@ void CpuBackend::run_shm(const OpDesc& op, ShmColl& c, CpuAlgo algo) {
       Pieces i = ctx_.rank == op.root ? from_list(op.inputs) : Pieces{};
       return shm_scatter(c, i.cptr(), out.data, out.nbytes(), op.root);
     }
-    case OpType::kBarrier: return shm_barrier(c);
+    case OpType::kBarrier:
+      return shm_barrier(c);
     default:
       throw Error(ErrorCode::kUnsupported, std::string("the cpu backend cannot run ") + op.name());
   }
@@ -321,7 +345,8 @@ void CpuBackend::run_generic(const OpDesc& op, GenericColl& c, CpuAlgo algo) {
       HostReducer r(in.dtype, op.op, n);
       return gen_reduce_tree(c, in.data, out.data, in.count, op.root, r);
     }
-    case OpType::kBroadcast: return gen_broadcast_tree(c, in.data, in.nbytes(), op.root);
+    case OpType::kBroadcast:
+      return gen_broadcast_tree(c, in.data, in.nbytes(), op.root);
     case OpType::kAllGather:
     case OpType::kAllGatherV: {
       Pieces o = from_list(op.outputs);
@@ -335,7 +360,8 @@ void CpuBackend::run_generic(const OpDesc& op, GenericColl& c, CpuAlgo algo) {
     case OpType::kReduceScatterV:
     case OpType::kReduceScatterSingle: {
       HostReducer r(out.dtype, op.op, n);
-      Pieces i = op.type == OpType::kReduceScatterSingle ? from_single(in, n, out.count) : from_list(op.inputs);
+      Pieces i = op.type == OpType::kReduceScatterSingle ? from_single(in, n, out.count)
+                                                         : from_list(op.inputs);
       return gen_reduce_scatter_ring(c, i.cptr(), i.counts, out.data, r);
     }
     case OpType::kAllToAll: {
@@ -362,7 +388,8 @@ void CpuBackend::run_generic(const OpDesc& op, GenericColl& c, CpuAlgo algo) {
       Pieces i = ctx_.rank == op.root ? from_list(op.inputs) : Pieces{};
       return gen_scatter(c, i.cptr(), out.data, out.nbytes(), op.root);
     }
-    case OpType::kBarrier: return gen_barrier(c);
+    case OpType::kBarrier:
+      return gen_barrier(c);
     default:
       throw Error(ErrorCode::kUnsupported, std::string("the cpu backend cannot run ") + op.name());
   }
@@ -374,8 +401,10 @@ void CpuBackend::run_p2p(const OpDesc& op, Deadline deadline) {
   if (op.type == OpType::kSend) sends.push_back({op.root, op.input.data, op.input.nbytes()});
   if (op.type == OpType::kRecv) recvs.push_back({op.root, op.input.data, op.input.nbytes()});
   for (const P2POp& p : op.p2p) {
-    if (p.is_send) sends.push_back({p.peer, p.tensor.data, p.tensor.nbytes()});
-    else recvs.push_back({p.peer, p.tensor.data, p.tensor.nbytes()});
+    if (p.is_send)
+      sends.push_back({p.peer, p.tensor.data, p.tensor.nbytes()});
+    else
+      recvs.push_back({p.peer, p.tensor.data, p.tensor.nbytes()});
   }
   transport_->exchange(sends, recvs, deadline);
 }

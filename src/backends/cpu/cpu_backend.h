@@ -13,6 +13,8 @@
 #include "backends/cpu/cpu_tuning.h"
 #include "commx/backend.h"
 #include "core/host_work.h"
+#include "lowp/lowp_collectives.h"
+#include "lowp/lowp_config.h"
 #include "transport/shm_group.h"
 #include "transport/transport.h"
 
@@ -46,15 +48,21 @@ class CpuBackend : public Backend {
   BackendContext ctx_;
   CpuTuning tuning_;
   bool use_shm_ = true;
-  std::unique_ptr<ShmGroup> group_;        // ranks on one host
-  std::unique_ptr<Transport> transport_;   // shm rings, or TCP across hosts
+  std::unique_ptr<ShmGroup> group_;       // ranks on one host
+  std::unique_ptr<Transport> transport_;  // shm rings, or TCP across hosts
   std::vector<char> scratch_;
   std::atomic<bool> aborted_{false};
   std::atomic<ShmWord*> sleeping_on_{nullptr};
+  std::atomic<bool> has_failed_{false};
   std::mutex failed_mu_;
   std::string failed_;  // set when an op failed midway: the ranks' step counters no longer agree
   bool finalized_ = false;
   OrderedExecutor exec_;
+  // Low-precision (FP8) collectives: settings from hints/env, this rank's codec counters, buffers
+  // kept between ops (src/lowp, docs/low_precision.md).
+  lowp::LowpSettings lowp_;
+  lowp::CodecStats lowp_stats_;
+  lowp::LowpScratch lowp_scratch_;
 };
 
 }  // namespace commx

@@ -18,21 +18,26 @@ size_t CpuTuning::dda_max_bytes(int ranks) const {
 CpuTuning CpuTuning::from_env() {
   CpuTuning t;
   t.dda_override = static_cast<size_t>(env_int("COMMX_CPU_DDA_MAX_BYTES", 0));
-  t.rd_max_bytes = static_cast<size_t>(env_int("COMMX_CPU_RD_MAX_BYTES", static_cast<int64_t>(t.rd_max_bytes)));
-  t.shm.slot_bytes = static_cast<size_t>(env_int("COMMX_CPU_SLOT_BYTES", static_cast<int64_t>(t.shm.slot_bytes)));
-  t.shm.ring_bytes = static_cast<size_t>(env_int("COMMX_CPU_RING_BYTES", static_cast<int64_t>(t.shm.ring_bytes)));
-  t.chunk_bytes = static_cast<size_t>(env_int("COMMX_CPU_CHUNK_BYTES", static_cast<int64_t>(t.chunk_bytes)));
+  t.rd_max_bytes =
+      static_cast<size_t>(env_int("COMMX_CPU_RD_MAX_BYTES", static_cast<int64_t>(t.rd_max_bytes)));
+  t.shm.slot_bytes =
+      static_cast<size_t>(env_int("COMMX_CPU_SLOT_BYTES", static_cast<int64_t>(t.shm.slot_bytes)));
+  t.shm.ring_bytes =
+      static_cast<size_t>(env_int("COMMX_CPU_RING_BYTES", static_cast<int64_t>(t.shm.ring_bytes)));
+  t.chunk_bytes =
+      static_cast<size_t>(env_int("COMMX_CPU_CHUNK_BYTES", static_cast<int64_t>(t.chunk_bytes)));
   t.spin_from_env = env_str("COMMX_CPU_SPIN_NS").has_value();
   t.wait.spin_ns = env_int("COMMX_CPU_SPIN_NS", t.wait.spin_ns);
   t.wait.yield_ns = env_int("COMMX_CPU_YIELD_NS", t.wait.yield_ns);
   t.wait.slice_ns = env_int("COMMX_CPU_SLEEP_SLICE_NS", t.wait.slice_ns);
   size_t rb = t.shm.ring_bytes;
   if (rb < 4096 || (rb & (rb - 1)) != 0)
-    throw Error(ErrorCode::kInvalidArgument, "COMMX_CPU_RING_BYTES must be a power of two >= 4096, got " +
-                                                 std::to_string(rb));
+    throw Error(ErrorCode::kInvalidArgument,
+                "COMMX_CPU_RING_BYTES must be a power of two >= 4096, got " + std::to_string(rb));
   if (t.shm.slot_bytes < (size_t{64} << 10) || t.shm.slot_bytes % 4096 != 0)
-    throw Error(ErrorCode::kInvalidArgument, "COMMX_CPU_SLOT_BYTES must be a multiple of 4096 and >= 64 KiB, got " +
-                                                 std::to_string(t.shm.slot_bytes));
+    throw Error(ErrorCode::kInvalidArgument,
+                "COMMX_CPU_SLOT_BYTES must be a multiple of 4096 and >= 64 KiB, got " +
+                    std::to_string(t.shm.slot_bytes));
   if (t.wait.slice_ns < 100000) t.wait.slice_ns = 100000;
   return t;
 }

@@ -20,12 +20,12 @@ struct DdaRow {
 };
 
 struct CpuTuning {
-  DdaRow dda[3] = {{2, size_t{256} << 10}, {4, size_t{64} << 10}, {1 << 30, size_t{32} << 10}};
+  DdaRow dda[3] = {{2, size_t{256} << 10}, {4, size_t{16} << 10}, {1 << 30, size_t{16} << 10}};
   size_t dda_override = 0;  // COMMX_CPU_DDA_MAX_BYTES (0: use the table)
   // Generic (transport) all_reduce: recursive doubling up to this size, ring above.
   size_t rd_max_bytes = size_t{64} << 10;
   ShmSizes shm;
-  size_t chunk_bytes = size_t{256} << 10;  // per round of the shm reduce-scatter + all-gather
+  size_t chunk_bytes = size_t{1} << 20;  // per round of the shm reduce-scatter + all-gather
   WaitTuning wait;
   bool spin_from_env = false;  // COMMX_CPU_SPIN_NS given: keep it even when oversubscribed
 

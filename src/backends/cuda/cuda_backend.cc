@@ -158,7 +158,8 @@ std::exception_ptr CudaBackend::device_error(const std::string& where) const {
   return std::make_exception_ptr(Error(ErrorCode::kAborted, msg));
 }
 
-void CudaBackend::enqueue_allreduce(const OpDesc& op, int out_rank, cudaStream_t s) {
+void CudaBackend::enqueue_allreduce(const OpDesc& op, int out_rank, cudaStream_t s,
+                                    const std::string& where) {
   const int64_t n = op.input.count;
   const size_t es = dtype_size(op.input.dtype);
   const uint64_t bytes = static_cast<uint64_t>(n) * es;
@@ -167,7 +168,7 @@ void CudaBackend::enqueue_allreduce(const OpDesc& op, int out_rank, cudaStream_t
   PeerSet ps = peers(op);
   ReduceSpec rs = make_reduce_spec(op.input.dtype, op.op, world,
                                    aligned16(op.input.data) && aligned16(op.output.data));
-  AllReduceAlgo algo = choose_allreduce(tuning_, bytes, op.hints);
+  AllReduceAlgo algo = choose_allreduce(tuning_, bytes, op.hints, where);
   // LL needs every rank to receive (all_reduce only); reduce takes the flat path instead.
   if (algo == AllReduceAlgo::kLL && out_rank < 0 && ll_bytes_needed(n, es, world) <= half) {
     launch_allreduce_ll(ps, op.input.data, op.output.data, n, rs,
@@ -188,13 +189,12 @@ void CudaBackend::enqueue_allreduce(const OpDesc& op, int out_rank, cudaStream_t
                             blocks_for(len * es / world, tuning_.max_blocks_large), s);
     }
   }
-  COMMX_CUDA_CHECK_CTX(cudaGetLastError(), op_context(ctx_, op));
+  COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
 }
 
-bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s) {
+bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s, const std::string& where) {
   const int world = ctx_.size;
   const int me = ctx_.rank;
-  const std::string where = op_context(ctx_, op);
   auto copy = [&](void* dst, const void* src, size_t bytes) {
     if (bytes && dst != src)
       COMMX_CUDA_CHECK_CTX(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s), where);
@@ -275,13 +275,13 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s) {
       if (!native_reduce_supported(op.input.dtype, op.op.kind)) return false;
       int out_rank = op.type == OpType::kReduce ? op.root : -1;
       if (op.type == OpType::kAllReduce &&
-          choose_allreduce(tuning_, op.input.nbytes(), op.hints) == AllReduceAlgo::kNccl)
+          choose_allreduce(tuning_, op.input.nbytes(), op.hints, where) == AllReduceAlgo::kNccl)
         return false;
       if (op.input.count == 0) {
         launch_barrier(peers(op), s);
         return true;
       }
-      enqueue_allreduce(op, out_rank, s);
+      enqueue_allreduce(op, out_rank, s, where);
       return true;
     }
     case OpType::kAllGather:
@@ -395,16 +395,16 @@ Work CudaBackend::run(const OpDesc& op, bool async_op) {
   if (async_op && !capturing) {
     // The comm's stream starts after the caller's queued work and after the previous op.
     if (have_last_ && last_stream_ != stream_)
-      COMMX_CUDA_CHECK_CTX(cudaStreamWaitEvent(stream_, last_event_, 0), where);
+      COMMX_CUDA_CHECK_CTX(cudaStreamWaitEvent(stream_, last_done(), 0), where);
     COMMX_CUDA_CHECK_CTX(cudaEventRecord(ready_event_, caller), where);
     COMMX_CUDA_CHECK_CTX(cudaStreamWaitEvent(stream_, ready_event_, 0), where);
     s = stream_;
   } else if (!capturing && have_last_ && last_stream_ != s) {
     // Ops of one comm run in issue order even when issued on different streams.
-    COMMX_CUDA_CHECK_CTX(cudaStreamWaitEvent(s, last_event_, 0), where);
+    COMMX_CUDA_CHECK_CTX(cudaStreamWaitEvent(s, last_done(), 0), where);
   }
   Work w;
-  if (enqueue_native(op, s)) {
+  if (enqueue_native(op, s, where)) {
     if (capturing) {
       w = Work(std::make_shared<DoneWork>());
     } else {
@@ -413,15 +413,19 @@ Work CudaBackend::run(const OpDesc& op, bool async_op) {
       hooks.on_timeout = [this] { abort(); };
       // The device-side bound fires first and names the missing peer; the host bound is a backstop.
       Timeout host_bound = op.timeout + op.timeout / 10 + std::chrono::milliseconds(200);
-      w = Work(std::make_shared<EventWork>(s, device_, host_bound, where, std::move(hooks)));
+      auto ew = std::make_shared<EventWork>(s, device_, host_bound, where, std::move(hooks));
+      // Later ops on other streams wait for this op's own completion event.
+      last_work_ = ew;
+      w = Work(std::move(ew));
     }
   } else {
     if (!native_problem_.empty() && !nccl_ready_)
       throw Error(ErrorCode::kUnsupported, where + native_problem_);
     w = delegate(op, s);
+    last_work_.reset();
   }
   if (!capturing) {
-    COMMX_CUDA_CHECK_CTX(cudaEventRecord(last_event_, s), where);
+    if (!last_work_) COMMX_CUDA_CHECK_CTX(cudaEventRecord(last_event_, s), where);
     last_stream_ = s;
     have_last_ = true;
   }
@@ -442,7 +446,7 @@ void CudaBackend::finalize() {
   // Kernels may still touch peer memory: let them end (they are bounded) before unmapping.
   if (have_last_) {
     auto deadline = std::chrono::steady_clock::now() + ctx_.options.timeout.value_or(kDefaultTimeout);
-    while (cudaEventQuery(last_event_) == cudaErrorNotReady) {
+    while (cudaEventQuery(last_done()) == cudaErrorNotReady) {
       if (std::chrono::steady_clock::now() > deadline) {
         ctl_host_->abort = 1;
         deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -451,6 +455,7 @@ void CudaBackend::finalize() {
     }
     cudaGetLastError();
   }
+  last_work_.reset();
   if (nccl_ && nccl_ready_) nccl_->finalize();
   nccl_.reset();
   if (pm_) pm_->close();

@@ -16,6 +16,7 @@
 #include "cuda/kernel_params.h"
 #include "cuda/peer_memory.h"
 #include "cuda/tuning.h"
+#include "cuda_common/event_work.h"
 
 namespace commx::cuda {
 
@@ -37,8 +38,8 @@ class CudaBackend : public Backend {
 
  private:
   // Enqueues `op` on `s` through the peer-memory kernels; false when the op is not covered.
-  bool enqueue_native(const OpDesc& op, cudaStream_t s);
-  void enqueue_allreduce(const OpDesc& op, int out_rank, cudaStream_t s);
+  bool enqueue_native(const OpDesc& op, cudaStream_t s, const std::string& where);
+  void enqueue_allreduce(const OpDesc& op, int out_rank, cudaStream_t s, const std::string& where);
   Work delegate(const OpDesc& op, cudaStream_t s);
   Backend& nccl(const OpDesc* op);
   std::exception_ptr device_error(const std::string& where) const;
@@ -54,7 +55,10 @@ class CudaBackend : public Backend {
   HostCtl* ctl_dev_ = nullptr;
   DevState* state_ = nullptr;
   cudaStream_t stream_ = nullptr;    // the comm's stream (async_op=true)
-  cudaEvent_t last_event_ = nullptr;  // end of the last op: orders ops issued on other streams
+  // End of the last op (its Work's event, else last_event_): orders ops issued on other streams.
+  cudaEvent_t last_done() const { return last_work_ ? last_work_->event() : last_event_; }
+  std::shared_ptr<EventWork> last_work_;
+  cudaEvent_t last_event_ = nullptr;
   cudaEvent_t ready_event_ = nullptr;  // work queued on the caller's stream before an async op
   cudaStream_t last_stream_ = nullptr;
   bool have_last_ = false;

@@ -74,13 +74,14 @@ Tuning Tuning::resolve(int world, int sms, const Hints& h) {
   return t;
 }
 
-AllReduceAlgo choose_allreduce(const Tuning& t, uint64_t bytes, const Hints& op_hints) {
+AllReduceAlgo choose_allreduce(const Tuning& t, uint64_t bytes, const Hints& op_hints,
+                               const std::string& where) {
   if (auto it = op_hints.find("algorithm"); it != op_hints.end()) {
     if (it->second == "ll") return AllReduceAlgo::kLL;
     if (it->second == "flat") return AllReduceAlgo::kFlat;
     if (it->second == "tree") return AllReduceAlgo::kTree;
     if (it->second == "nccl") return AllReduceAlgo::kNccl;
-    throw Error(ErrorCode::kInvalidArgument, "cuda backend: unknown all_reduce algorithm hint '" +
+    throw Error(ErrorCode::kInvalidArgument, where + "unknown all_reduce algorithm hint '" +
                                                  it->second + "' (want ll, flat, tree or nccl)");
   }
   if (!t.dda_enable) return AllReduceAlgo::kNccl;

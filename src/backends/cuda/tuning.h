@@ -27,8 +27,9 @@ struct Tuning {
 };
 
 // Picks the all-reduce algorithm for `bytes`; op hint "algorithm" (ll, flat, tree, nccl) wins.
-// Throws InvalidArgument for an unknown hint value.
-AllReduceAlgo choose_allreduce(const Tuning& t, uint64_t bytes, const Hints& op_hints);
+// Throws InvalidArgument (message prefixed by `where`) for an unknown hint value.
+AllReduceAlgo choose_allreduce(const Tuning& t, uint64_t bytes, const Hints& op_hints,
+                               const std::string& where = {});
 
 // Grid size for a kernel that moves `bytes` per rank (512 threads x 16 bytes per block pass).
 int blocks_for(uint64_t bytes, int max_blocks);

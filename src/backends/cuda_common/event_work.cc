@@ -1,12 +1,49 @@
 // Work of a GPU op, completed by a CUDA event. Layer: backends (GPU).
 #include "cuda_common/event_work.h"
 
+#include <map>
 #include <thread>
+#include <vector>
 
 #include "commx/error.h"
 #include "cuda_common/cuda_util.h"
 
 namespace commx::cuda {
+namespace {
+
+// Completion events are recycled per device: creating and destroying one per op costs more host
+// time than the smallest collectives take on the GPU.
+struct EventPool {
+  std::mutex mu;
+  std::map<int, std::vector<cudaEvent_t>> free;
+};
+
+EventPool& pool() {
+  static EventPool* p = new EventPool();  // never destroyed: events may outlive static teardown
+  return *p;
+}
+
+cudaEvent_t acquire_event(int device, const std::string& context) {
+  {
+    std::lock_guard<std::mutex> g(pool().mu);
+    auto& v = pool().free[device];
+    if (!v.empty()) {
+      cudaEvent_t e = v.back();
+      v.pop_back();
+      return e;
+    }
+  }
+  cudaEvent_t e = nullptr;
+  COMMX_CUDA_CHECK_CTX(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), context);
+  return e;
+}
+
+void release_event(int device, cudaEvent_t e) {
+  std::lock_guard<std::mutex> g(pool().mu);
+  pool().free[device].push_back(e);
+}
+
+}  // namespace
 
 EventWork::EventWork(cudaStream_t stream, int device, Timeout timeout, std::string context,
                      EventWorkHooks hooks)
@@ -15,12 +52,18 @@ EventWork::EventWork(cudaStream_t stream, int device, Timeout timeout, std::stri
       start_(std::chrono::steady_clock::now()),
       context_(std::move(context)),
       hooks_(std::move(hooks)) {
-  COMMX_CUDA_CHECK_CTX(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), context_);
-  COMMX_CUDA_CHECK_CTX(cudaEventRecord(event_, stream), context_);
+  event_ = acquire_event(device, context_);
+  cudaError_t err = cudaEventRecord(event_, stream);
+  if (err != cudaSuccess) {
+    release_event(device_, event_);
+    event_ = nullptr;
+    throw_cuda_error(err, "cudaEventRecord", __FILE__, __LINE__, context_);
+  }
 }
 
 EventWork::~EventWork() {
-  if (event_) cudaEventDestroy(event_);
+  // A recorded event may be re-recorded once the Work is gone: later waits use the new record.
+  if (event_) release_event(device_, event_);
 }
 
 void EventWork::fail(std::exception_ptr e, WorkStatus s) {

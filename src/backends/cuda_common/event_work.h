@@ -38,6 +38,8 @@ class EventWork : public WorkState {
   void wait_blocking() override;
   void wait() override;
   std::exception_ptr error() override;
+  // The completion event (recorded at construction); valid while this Work lives.
+  cudaEvent_t event() const { return event_; }
 
  private:
   void fail(std::exception_ptr e, WorkStatus s);

@@ -37,10 +37,14 @@ constexpr uint8_t kP2PSlotPrefix = 0x40;
 template <typename F>
 void with_elem(size_t size, F&& f) {
   switch (size) {
-    case 1: return f(uint8_t{});
-    case 2: return f(uint16_t{});
-    case 4: return f(uint32_t{});
-    case 8: return f(uint64_t{});
+    case 1:
+      return f(uint8_t{});
+    case 2:
+      return f(uint16_t{});
+    case 4:
+      return f(uint32_t{});
+    case 8:
+      return f(uint64_t{});
   }
   throw Error(ErrorCode::kInternal, "gloo backend: element size " + std::to_string(size));
 }
@@ -48,6 +52,11 @@ void with_elem(size_t size, F&& f) {
 bool is_reduction(OpType t) {
   return t == OpType::kAllReduce || t == OpType::kReduce || t == OpType::kReduceScatter ||
          t == OpType::kReduceScatterSingle || t == OpType::kReduceScatterV;
+}
+
+// memmove that accepts empty views (whose pointers may be null).
+void copy_bytes(void* dst, const void* src, size_t n) {
+  if (n > 0 && dst != src) std::memmove(dst, src, n);
 }
 
 char* bytes_of(const Tensor& t) { return static_cast<char*>(t.data); }
@@ -77,9 +86,7 @@ std::string local_hostname() {
 
 }  // namespace
 
-GlooBackend::~GlooBackend() {
-  exec_.drain();
-}
+GlooBackend::~GlooBackend() { exec_.drain(); }
 
 void GlooBackend::init(const BackendContext& ctx) {
   ctx_ = ctx;
@@ -113,11 +120,10 @@ void GlooBackend::init(const BackendContext& ctx) {
     context->connectFullMesh(store, device);
     gloo_ = context;
   } catch (const ::gloo::Exception& e) {
-    throw Error(ErrorCode::kPeerFailure, "[comm '" + ctx.comm_name + "' rank " +
-                                             std::to_string(ctx.rank) + "/" +
-                                             std::to_string(ctx.size) +
-                                             "] gloo: connecting the full mesh over " + bind +
-                                             " failed: " + e.what());
+    throw Error(ErrorCode::kPeerFailure,
+                "[comm '" + ctx.comm_name + "' rank " + std::to_string(ctx.rank) + "/" +
+                    std::to_string(ctx.size) + "] gloo: connecting the full mesh over " + bind +
+                    " failed: " + e.what());
   }
 }
 
@@ -140,7 +146,9 @@ Work GlooBackend::run(const OpDesc& op, bool async_op) {
   if (aborted_.load())
     throw Error(ErrorCode::kAborted, op_context(ctx_, op) + "the comm was aborted");
   if (!gloo_) throw Error(ErrorCode::kInvalidArgument, op_context(ctx_, op) + "gloo: finalized");
-  return exec_.submit([this, op] { execute(op); }, async_op);
+  // A synchronous op runs inline before submit returns: no need to copy its description.
+  if (!async_op) return exec_.submit([this, &op] { execute(op); }, false);
+  return exec_.submit([this, op] { execute(op); }, true);
 }
 
 void GlooBackend::execute(const OpDesc& op) {
@@ -178,7 +186,7 @@ void GlooBackend::dispatch(const OpDesc& op) {
       scratch_.resize(total_bytes(op.outputs));
       all_gather_into(op, op.input, scratch_.data());
       for (int r = 0; r < ctx_.size; ++r)
-        std::memcpy(op.outputs[r].data, scratch_.data() + r * op.input.nbytes(), op.input.nbytes());
+        copy_bytes(op.outputs[r].data, scratch_.data() + r * op.input.nbytes(), op.input.nbytes());
       return;
     case OpType::kAllGatherV:
       return all_gather_v(op);
@@ -243,7 +251,7 @@ void GlooBackend::reduce(const OpDesc& op) {
     void* out = t.data;
     if (!root) {
       scratch_.resize(t.nbytes());
-      std::memcpy(scratch_.data(), t.data, t.nbytes());
+      copy_bytes(scratch_.data(), t.data, t.nbytes());
       out = scratch_.data();
     }
     ReduceFn fn = pairwise_reduce_fn(t.dtype, op.op.kind);
@@ -284,7 +292,7 @@ void GlooBackend::all_gather_into(const OpDesc& op, const Tensor& in, void* out)
   if (in.count == 0) return;
   char* mine = static_cast<char*>(out) + ctx_.rank * in.nbytes();
   if (ctx_.size == 1) {
-    if (mine != in.data) std::memmove(mine, in.data, in.nbytes());
+    if (mine != in.data) copy_bytes(mine, in.data, in.nbytes());
     return;
   }
   with_elem(dtype_size(in.dtype), [&](auto e) {
@@ -323,7 +331,7 @@ void GlooBackend::all_gather_v(const OpDesc& op) {
   if (!direct) {
     char* p = out;
     for (const auto& t : op.outputs) {
-      std::memcpy(t.data, p, t.nbytes());
+      copy_bytes(t.data, p, t.nbytes());
       p += t.nbytes();
     }
   }
@@ -344,16 +352,16 @@ void GlooBackend::reduce_scatter(const OpDesc& op) {
   }
   scratch_.resize(total * esize);
   if (op.type == OpType::kReduceScatterSingle) {
-    std::memcpy(scratch_.data(), op.input.data, total * esize);
+    copy_bytes(scratch_.data(), op.input.data, total * esize);
   } else {
     char* p = reinterpret_cast<char*>(scratch_.data());
     for (const auto& t : op.inputs) {
-      std::memcpy(p, t.data, t.nbytes());
+      copy_bytes(p, t.data, t.nbytes());
       p += t.nbytes();
     }
   }
   all_reduce(op, scratch_.data(), total);
-  std::memcpy(out.data, scratch_.data() + offset * esize, out.nbytes());
+  copy_bytes(out.data, scratch_.data() + offset * esize, out.nbytes());
 }
 
 void GlooBackend::all_to_all(const OpDesc& op) {
@@ -371,11 +379,11 @@ void GlooBackend::all_to_all(const OpDesc& op) {
     if (list) {
       char* p = reinterpret_cast<char*>(scratch_.data());
       for (const auto& t : op.inputs) {
-        std::memcpy(p, t.data, t.nbytes());
+        copy_bytes(p, t.data, t.nbytes());
         p += t.nbytes();
       }
     } else {
-      std::memcpy(scratch_.data(), in, bytes);
+      copy_bytes(scratch_.data(), in, bytes);
     }
     in = reinterpret_cast<char*>(scratch_.data());
   }
@@ -396,7 +404,7 @@ void GlooBackend::all_to_all(const OpDesc& op) {
   if (list) {
     char* p = out;
     for (const auto& t : op.outputs) {
-      std::memcpy(t.data, p, t.nbytes());
+      copy_bytes(t.data, p, t.nbytes());
       p += t.nbytes();
     }
   }
@@ -412,7 +420,7 @@ void GlooBackend::all_to_all_v(const OpDesc& op) {
   const char* in = bytes_of(op.input);
   if (in == bytes_of(op.output)) {
     scratch_.resize(in_total * esize);
-    std::memcpy(scratch_.data(), in, in_total * esize);
+    copy_bytes(scratch_.data(), in, in_total * esize);
     in = reinterpret_cast<char*>(scratch_.data());
   }
   with_elem(esize, [&](auto e) {
@@ -456,7 +464,7 @@ void GlooBackend::gather(const OpDesc& op) {
   });
   if (root && list)
     for (int r = 0; r < ctx_.size; ++r)
-      std::memcpy(op.outputs[r].data, out + r * in.nbytes(), in.nbytes());
+      copy_bytes(op.outputs[r].data, out + r * in.nbytes(), in.nbytes());
 }
 
 void GlooBackend::scatter(const OpDesc& op) {

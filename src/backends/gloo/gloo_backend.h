@@ -47,10 +47,10 @@ class GlooBackend : public Backend {
   std::shared_ptr<::gloo::Context> gloo_;
   OrderedExecutor exec_;
   std::atomic<bool> aborted_{false};
-  uint32_t tag_ = 0;                   // collective tags, equal on every rank (same issue order)
-  std::vector<uint32_t> send_seq_;     // per peer: numbers of sends (p2p slot matching)
-  std::vector<uint32_t> recv_seq_;     // per peer: numbers of receives
-  std::vector<uint8_t> scratch_;       // staging for list-shaped and reduce-scatter ops
+  uint32_t tag_ = 0;                // collective tags, equal on every rank (same issue order)
+  std::vector<uint32_t> send_seq_;  // per peer: numbers of sends (p2p slot matching)
+  std::vector<uint32_t> recv_seq_;  // per peer: numbers of receives
+  std::vector<uint8_t> scratch_;    // staging for list-shaped and reduce-scatter ops
 };
 
 }  // namespace commx::gloo_backend

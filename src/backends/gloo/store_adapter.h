@@ -3,9 +3,9 @@
 // when a key is written twice. Layer: backends/gloo.
 #pragma once
 
-#include <memory>
-
 #include <gloo/rendezvous/store.h>
+
+#include <memory>
 
 #include "commx/store.h"
 

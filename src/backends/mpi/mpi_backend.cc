@@ -28,6 +28,11 @@ void finalize_mpi_at_exit() {
   if (!fin) MPI_Finalize();
 }
 
+// memmove that accepts empty views (whose pointers may be null).
+void copy_bytes(void* dst, const void* src, size_t n) {
+  if (n > 0 && dst != src) std::memmove(dst, src, n);
+}
+
 char* bytes_of(const Tensor& t) { return static_cast<char*>(t.data); }
 
 bool contiguous(const std::vector<Tensor>& ts) {
@@ -74,9 +79,7 @@ void Watchdog::loop() {
   }
 }
 
-MpiBackend::~MpiBackend() {
-  exec_.drain();
-}
+MpiBackend::~MpiBackend() { exec_.drain(); }
 
 void MpiBackend::init(const BackendContext& ctx) {
   ctx_ = ctx;
@@ -87,8 +90,9 @@ void MpiBackend::init(const BackendContext& ctx) {
   if (!initialized) {
     if (!env_first({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}))
       throw Error(ErrorCode::kUnsupported,
-                  where + "not started by mpirun (no OMPI_COMM_WORLD_SIZE/PMI_SIZE in the "
-                          "environment); run the job under mpirun to use this backend");
+                  where +
+                      "not started by mpirun (no OMPI_COMM_WORLD_SIZE/PMI_SIZE in the "
+                      "environment); run the job under mpirun to use this backend");
     int provided = 0;
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
       throw Error(ErrorCode::kInternal, where + "MPI_Init_thread failed");
@@ -103,9 +107,11 @@ void MpiBackend::init(const BackendContext& ctx) {
                 where + "commx rank " + std::to_string(ctx.rank) + " of " +
                     std::to_string(ctx.size) + " (world rank " + std::to_string(my_world) +
                     ") does not match MPI_COMM_WORLD rank " + std::to_string(wrank) + " of " +
-                    std::to_string(wsize) + "; launch every rank with mpirun and no other rank source");
+                    std::to_string(wsize) +
+                    "; launch every rank with mpirun and no other rank source");
   bool whole = ctx.size == wsize;
-  for (int i = 0; whole && i < ctx.size; ++i) whole = ctx.world_ranks.empty() || ctx.world_ranks[i] == i;
+  for (int i = 0; whole && i < ctx.size; ++i)
+    whole = ctx.world_ranks.empty() || ctx.world_ranks[i] == i;
   if (whole) {
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
   } else {
@@ -117,7 +123,8 @@ void MpiBackend::init(const BackendContext& ctx) {
     MPI_Group_free(&group);
     MPI_Group_free(&world);
   }
-  if (comm_ == MPI_COMM_NULL) throw Error(ErrorCode::kInternal, where + "could not create the MPI comm");
+  if (comm_ == MPI_COMM_NULL)
+    throw Error(ErrorCode::kInternal, where + "could not create the MPI comm");
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   nonblocking_ = env_bool("COMMX_MPI_NONBLOCKING", false);
   watchdog_.set_context([this](const OpDesc& op) { return op_context(ctx_, op) + "mpi: "; });
@@ -134,7 +141,9 @@ Work MpiBackend::run(const OpDesc& op, bool async_op) {
     throw Error(ErrorCode::kAborted, op_context(ctx_, op) + "the comm was aborted");
   if (comm_ == MPI_COMM_NULL)
     throw Error(ErrorCode::kInvalidArgument, op_context(ctx_, op) + "mpi: finalized");
-  return exec_.submit([this, op] { execute(op); }, async_op);
+  // A synchronous op runs inline before submit returns: no need to copy its description.
+  if (!async_op) return exec_.submit([this, &op] { execute(op); }, false);
+  return exec_.submit([this, op] { execute(op); }, true);
 }
 
 void MpiBackend::check(int rc, const OpDesc& op, const char* call) {
@@ -142,8 +151,8 @@ void MpiBackend::check(int rc, const OpDesc& op, const char* call) {
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, msg, &len);
-  throw Error(ErrorCode::kInternal, op_context(ctx_, op) + "mpi: " + call + " failed: " +
-                                        std::string(msg, len));
+  throw Error(ErrorCode::kInternal,
+              op_context(ctx_, op) + "mpi: " + call + " failed: " + std::string(msg, len));
 }
 
 void MpiBackend::execute(const OpDesc& op) {
@@ -171,7 +180,8 @@ static void wait_all(std::vector<MPI_Request>& reqs, const OpDesc& op, const Bac
     int done = 0;
     MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE);
     if (done) return;
-    if (aborted.load()) throw Error(ErrorCode::kAborted, op_context(ctx, op) + "the comm was aborted");
+    if (aborted.load())
+      throw Error(ErrorCode::kAborted, op_context(ctx, op) + "the comm was aborted");
     if ((spins & 1023) == 1023 && Clock::now() > deadline) {
       for (auto& r : reqs)
         if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
@@ -187,7 +197,8 @@ void MpiBackend::p2p(const OpDesc& op, const std::vector<P2POp>& ops) {
   for (const auto& p : ops) {
     if (p.tensor.count == 0) continue;
     if (p.tensor.count > INT_MAX)
-      throw Error(ErrorCode::kUnsupported, op_context(ctx_, op) + "mpi: more than INT_MAX elements");
+      throw Error(ErrorCode::kUnsupported,
+                  op_context(ctx_, op) + "mpi: more than INT_MAX elements");
     MPI_Request r;
     int count = static_cast<int>(p.tensor.count);
     MPI_Datatype t = move_type(p.tensor.dtype);
@@ -204,40 +215,42 @@ void MpiBackend::collective(const OpDesc& op) {
   const int n = ctx_.size, me = ctx_.rank;
   auto icount = [&](int64_t c) {
     if (c > INT_MAX)
-      throw Error(ErrorCode::kUnsupported, op_context(ctx_, op) + "mpi: more than INT_MAX elements");
+      throw Error(ErrorCode::kUnsupported,
+                  op_context(ctx_, op) + "mpi: more than INT_MAX elements");
     return static_cast<int>(c);
   };
   // Blocking call by default; with COMMX_MPI_NONBLOCKING the I-variant, polled to the deadline.
-#define COMMX_MPI_CALL(BLOCKING, NONBLOCKING, ...)             \
-  do {                                                         \
-    if (nonblocking_) {                                        \
-      std::vector<MPI_Request> r(1);                           \
+#define COMMX_MPI_CALL(BLOCKING, NONBLOCKING, ...)              \
+  do {                                                          \
+    if (nonblocking_) {                                         \
+      std::vector<MPI_Request> r(1);                            \
       check(NONBLOCKING(__VA_ARGS__, &r[0]), op, #NONBLOCKING); \
-      wait_all(r, op, ctx_, aborted_);                         \
-    } else {                                                   \
-      check(BLOCKING(__VA_ARGS__), op, #BLOCKING);             \
-    }                                                          \
+      wait_all(r, op, ctx_, aborted_);                          \
+    } else {                                                    \
+      check(BLOCKING(__VA_ARGS__), op, #BLOCKING);              \
+    }                                                           \
   } while (0)
   const Tensor& in = op.input;
   const Tensor& out = op.output;
   switch (op.type) {
     case OpType::kAllReduce: {
       if (in.count == 0) return;
-      COMMX_MPI_CALL(MPI_Allreduce, MPI_Iallreduce, MPI_IN_PLACE, in.data, icount(in.count), reduce_type(in.dtype),
-                     reduce_op(op.op.kind, in.dtype), comm_);
+      COMMX_MPI_CALL(MPI_Allreduce, MPI_Iallreduce, MPI_IN_PLACE, in.data, icount(in.count),
+                     reduce_type(in.dtype), reduce_op(op.op.kind, in.dtype), comm_);
       return;
     }
     case OpType::kReduce: {
       if (in.count == 0) return;
       bool root = me == op.root;
-      COMMX_MPI_CALL(MPI_Reduce, MPI_Ireduce, root ? MPI_IN_PLACE : in.data, root ? in.data : nullptr,
-                     icount(in.count), reduce_type(in.dtype), reduce_op(op.op.kind, in.dtype),
-                     op.root, comm_);
+      COMMX_MPI_CALL(MPI_Reduce, MPI_Ireduce, root ? MPI_IN_PLACE : in.data,
+                     root ? in.data : nullptr, icount(in.count), reduce_type(in.dtype),
+                     reduce_op(op.op.kind, in.dtype), op.root, comm_);
       return;
     }
     case OpType::kBroadcast:
       if (in.count == 0) return;
-      COMMX_MPI_CALL(MPI_Bcast, MPI_Ibcast, in.data, icount(in.count), move_type(in.dtype), op.root, comm_);
+      COMMX_MPI_CALL(MPI_Bcast, MPI_Ibcast, in.data, icount(in.count), move_type(in.dtype), op.root,
+                     comm_);
       return;
     case OpType::kAllGatherSingle:
     case OpType::kAllGather: {
@@ -251,9 +264,11 @@ void MpiBackend::collective(const OpDesc& op) {
       bool in_place = !list && dst + me * in.nbytes() == in.data;
       MPI_Datatype t = move_type(in.dtype);
       int c = icount(in.count);
-      COMMX_MPI_CALL(MPI_Allgather, MPI_Iallgather, in_place ? MPI_IN_PLACE : in.data, c, t, dst, c, t, comm_);
+      COMMX_MPI_CALL(MPI_Allgather, MPI_Iallgather, in_place ? MPI_IN_PLACE : in.data, c, t, dst, c,
+                     t, comm_);
       if (list)
-        for (int r = 0; r < n; ++r) std::memcpy(op.outputs[r].data, dst + r * in.nbytes(), in.nbytes());
+        for (int r = 0; r < n; ++r)
+          copy_bytes(op.outputs[r].data, dst + r * in.nbytes(), in.nbytes());
       return;
     }
     case OpType::kAllGatherV: {
@@ -273,10 +288,11 @@ void MpiBackend::collective(const OpDesc& op) {
         dst = reinterpret_cast<char*>(scratch_.data());
       }
       MPI_Datatype t = move_type(in.dtype);
-      COMMX_MPI_CALL(MPI_Allgatherv, MPI_Iallgatherv, in.data, icount(in.count), t, dst, counts.data(), displs.data(), t,
-                     comm_);
+      COMMX_MPI_CALL(MPI_Allgatherv, MPI_Iallgatherv, in.data, icount(in.count), t, dst,
+                     counts.data(), displs.data(), t, comm_);
       if (!direct)
-        for (int r = 0; r < n; ++r) std::memcpy(op.outputs[r].data, dst + displs[r] * es, op.outputs[r].nbytes());
+        for (int r = 0; r < n; ++r)
+          copy_bytes(op.outputs[r].data, dst + displs[r] * es, op.outputs[r].nbytes());
       return;
     }
     case OpType::kReduceScatterSingle:
@@ -296,10 +312,10 @@ void MpiBackend::collective(const OpDesc& op) {
         scratch_.resize(total * es);
         char* p = reinterpret_cast<char*>(scratch_.data());
         if (src) {
-          std::memcpy(p, src, total * es);
+          copy_bytes(p, src, total * es);
         } else {
           for (const auto& t : op.inputs) {
-            std::memcpy(p, t.data, t.nbytes());
+            copy_bytes(p, t.data, t.nbytes());
             p += t.nbytes();
           }
         }
@@ -308,9 +324,11 @@ void MpiBackend::collective(const OpDesc& op) {
       MPI_Datatype t = reduce_type(out.dtype);
       MPI_Op mop = reduce_op(op.op.kind, out.dtype);
       if (op.type == OpType::kReduceScatterV) {
-        COMMX_MPI_CALL(MPI_Reduce_scatter, MPI_Ireduce_scatter, src, o, counts.data(), t, mop, comm_);
+        COMMX_MPI_CALL(MPI_Reduce_scatter, MPI_Ireduce_scatter, src, o, counts.data(), t, mop,
+                       comm_);
       } else {
-        COMMX_MPI_CALL(MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block, src, o, counts[0], t, mop, comm_);
+        COMMX_MPI_CALL(MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block, src, o, counts[0], t,
+                       mop, comm_);
       }
       return;
     }
@@ -327,15 +345,18 @@ void MpiBackend::collective(const OpDesc& op) {
       if (list) {
         scratch_.resize(chunk * n * es);
         staged.resize(chunk * n * es);
-        for (int r = 0; r < n; ++r) std::memcpy(scratch_.data() + r * chunk * es, op.inputs[r].data, chunk * es);
+        for (int r = 0; r < n; ++r)
+          copy_bytes(scratch_.data() + r * chunk * es, op.inputs[r].data, chunk * es);
         src = reinterpret_cast<char*>(scratch_.data());
         dst = reinterpret_cast<char*>(staged.data());
       }
       MPI_Datatype t = move_type(dt);
       int c = icount(chunk);
-      COMMX_MPI_CALL(MPI_Alltoall, MPI_Ialltoall, src == dst ? MPI_IN_PLACE : src, c, t, dst, c, t, comm_);
+      COMMX_MPI_CALL(MPI_Alltoall, MPI_Ialltoall, src == dst ? MPI_IN_PLACE : src, c, t, dst, c, t,
+                     comm_);
       if (list)
-        for (int r = 0; r < n; ++r) std::memcpy(op.outputs[r].data, dst + r * chunk * es, chunk * es);
+        for (int r = 0; r < n; ++r)
+          copy_bytes(op.outputs[r].data, dst + r * chunk * es, chunk * es);
       return;
     }
     case OpType::kAllToAllVSingle: {
@@ -354,11 +375,12 @@ void MpiBackend::collective(const OpDesc& op) {
       size_t es = dtype_size(in.dtype);
       if (src == bytes_of(out)) {
         scratch_.resize(st * es);
-        std::memcpy(scratch_.data(), src, st * es);
+        copy_bytes(scratch_.data(), src, st * es);
         src = reinterpret_cast<char*>(scratch_.data());
       }
       MPI_Datatype t = move_type(in.dtype);
-      COMMX_MPI_CALL(MPI_Alltoallv, MPI_Ialltoallv, src, sc.data(), sd.data(), t, out.data, rc.data(), rd.data(), t, comm_);
+      COMMX_MPI_CALL(MPI_Alltoallv, MPI_Ialltoallv, src, sc.data(), sd.data(), t, out.data,
+                     rc.data(), rd.data(), t, comm_);
       return;
     }
     case OpType::kGatherSingle:
@@ -377,9 +399,11 @@ void MpiBackend::collective(const OpDesc& op) {
       bool in_place = root && !list && dst + me * in.nbytes() == in.data;
       MPI_Datatype t = move_type(in.dtype);
       int c = icount(in.count);
-      COMMX_MPI_CALL(MPI_Gather, MPI_Igather, in_place ? MPI_IN_PLACE : in.data, c, t, dst, c, t, op.root, comm_);
+      COMMX_MPI_CALL(MPI_Gather, MPI_Igather, in_place ? MPI_IN_PLACE : in.data, c, t, dst, c, t,
+                     op.root, comm_);
       if (list)
-        for (int r = 0; r < n; ++r) std::memcpy(op.outputs[r].data, dst + r * in.nbytes(), in.nbytes());
+        for (int r = 0; r < n; ++r)
+          copy_bytes(op.outputs[r].data, dst + r * in.nbytes(), in.nbytes());
       return;
     }
     case OpType::kScatter: {
@@ -391,14 +415,16 @@ void MpiBackend::collective(const OpDesc& op) {
           src = bytes_of(op.inputs[0]);
         } else {
           scratch_.resize(out.nbytes() * n);
-          for (int r = 0; r < n; ++r) std::memcpy(scratch_.data() + r * out.nbytes(), op.inputs[r].data, out.nbytes());
+          for (int r = 0; r < n; ++r)
+            copy_bytes(scratch_.data() + r * out.nbytes(), op.inputs[r].data, out.nbytes());
           src = reinterpret_cast<char*>(scratch_.data());
         }
       }
       bool in_place = root && src + me * out.nbytes() == out.data;
       MPI_Datatype t = move_type(out.dtype);
       int c = icount(out.count);
-      COMMX_MPI_CALL(MPI_Scatter, MPI_Iscatter, src, c, t, in_place ? MPI_IN_PLACE : out.data, c, t, op.root, comm_);
+      COMMX_MPI_CALL(MPI_Scatter, MPI_Iscatter, src, c, t, in_place ? MPI_IN_PLACE : out.data, c, t,
+                     op.root, comm_);
       return;
     }
     case OpType::kBarrier:

@@ -10,8 +10,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
-#include <string>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -29,7 +29,9 @@ class Watchdog {
   // polls every kPoll, which bounds how late past the deadline the job ends).
   void arm(std::chrono::steady_clock::time_point deadline, const OpDesc* op, MPI_Comm comm);
   void disarm() { deadline_ns_.store(0, std::memory_order_release); }
-  void set_context(std::function<std::string(const OpDesc&)> describe) { describe_ = std::move(describe); }
+  void set_context(std::function<std::string(const OpDesc&)> describe) {
+    describe_ = std::move(describe);
+  }
 
  private:
   static constexpr std::chrono::milliseconds kPoll{50};
