@@ -92,6 +92,7 @@ class TcpStoreClient : public Store {
   }
 
   void wait(const std::vector<std::string>& keys, Timeout timeout) override {
+    if (keys.empty()) return;  // nothing to wait for, whatever a server makes of WAIT 0
     std::lock_guard<std::mutex> g(mu_);
     wait_locked(keys, timeout);
   }
@@ -127,6 +128,7 @@ class TcpStoreClient : public Store {
   }
 
   std::vector<Bytes> multi_get(const std::vector<std::string>& keys) override {
+    if (keys.empty()) return {};
     std::lock_guard<std::mutex> g(mu_);
     wait_locked(keys, timeout_);
     wire::Writer w;

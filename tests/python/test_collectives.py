@@ -310,3 +310,36 @@ def _timeout(rank, size, store, backend):
 def test_timeout_when_a_peer_is_missing(backend):
     results = run_ranks(2, _timeout, backend)
     assert "all_reduce" in results[0] or "Timeout" in results[0], results[0]
+
+
+def _gil_released(rank, size, store, backend):
+    import threading
+    import time
+    comm = make_comm(backend, rank, size, store)
+    comm.barrier()
+    ticks = 0
+    if rank == 0:
+        stop = threading.Event()
+
+        def spin():
+            nonlocal ticks
+            while not stop.is_set():
+                ticks += 1
+                time.sleep(0.001)
+        th = threading.Thread(target=spin)
+        th.start()
+        t = np.ones(4, np.float32)
+        comm.all_reduce(t, commx.ReduceOp.SUM)  # rank 1 joins 0.5 s late: we block here
+        stop.set()
+        th.join()
+    else:
+        time.sleep(0.5)
+        comm.all_reduce(np.ones(4, np.float32), commx.ReduceOp.SUM)
+    comm.finalize()
+    return ticks
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gil_released_while_communicating(backend):
+    ticks = run_ranks(2, _gil_released, backend)
+    assert ticks[0] > 50, ticks  # a Python thread kept running during the blocking op

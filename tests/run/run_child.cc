@@ -80,12 +80,12 @@ int main(int argc, char** argv) {
     return wait_to_be_killed();
   }
   if (mode == "sleep") return wait_to_be_killed();
-  if (mode == "slow_survivors") {  // rank 0 exits 7; the others report after 600 ms and exit 5
+  if (mode == "slow_survivors") {  // rank 0 exits 7; the others report after 1.5 s and exit 5
     if (rank == 0) {
       sleep_ms(200);
       return 7;
     }
-    sleep_ms(800);
+    sleep_ms(1500);
     std::printf("survivor %d reporting\n", rank);
     return 5;
   }

@@ -60,7 +60,7 @@ class RawConn {
   int fd() const { return fd_; }
   void send(const Raw& b) { (void)::send(fd_, b.data(), b.size(), MSG_NOSIGNAL); }
   // Reads exactly n bytes within timeout_ms; returns fewer on timeout or close.
-  Raw recv(size_t n, int timeout_ms = 2000) {
+  Raw recv(size_t n, int timeout_ms = 5000) {
     Raw out;
     while (out.size() < n) {
       pollfd p{fd_, POLLIN, 0};
@@ -73,7 +73,7 @@ class RawConn {
     return out;
   }
   // True when the peer closed (EOF or reset) within timeout_ms; unread data is discarded.
-  bool closed_by_peer(int timeout_ms = 2000) {
+  bool closed_by_peer(int timeout_ms = 5000) {
     for (;;) {
       pollfd p{fd_, POLLIN, 0};
       if (::poll(&p, 1, timeout_ms) <= 0) return false;
