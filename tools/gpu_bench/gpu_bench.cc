@@ -242,11 +242,27 @@ int rank_main(int rank, const Args& a, uint16_t port) {
     o.size = a.ranks;
     o.timeout = std::chrono::seconds(60);
     std::shared_ptr<Comm> c;
+    // Init cost as users see it: comm creation, then the first (tiny) all_reduce, which is where
+    // lazily initialised backends pay the rest.
+    auto t_init = std::chrono::steady_clock::now();
     try {
       c = Comm::create(backend, Device::cuda(dev), "bench_" + backend, o);
     } catch (const std::exception& e) {
       if (rank == 0) std::cerr << "skipping backend " << backend << ": " << e.what() << "\n";
       continue;
+    }
+    {
+      auto t_created = std::chrono::steady_clock::now();
+      float* one = nullptr;
+      CK(cudaMalloc(reinterpret_cast<void**>(&one), sizeof(float)));
+      c->all_reduce(Tensor(one, 1, DataType::kFloat32, Device::cuda(dev)), ReduceOp::SUM);
+      CK(cudaDeviceSynchronize());
+      CK(cudaFree(one));
+      auto t_first = std::chrono::steady_clock::now();
+      auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+      if (rank == 0)
+        std::printf("init  %-5s ranks %d create %.1f ms, create + first all_reduce %.1f ms\n",
+                    backend.c_str(), a.ranks, ms(t_created - t_init), ms(t_first - t_init));
     }
     Runner run(*c, rank, a.ranks, dev, a);
     for (const auto& op : a.ops)
