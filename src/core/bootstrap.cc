@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <map>
 #include <mutex>
 
 #include "commx/error.h"
@@ -48,6 +49,15 @@ std::shared_ptr<Store> tcp_store_from_env(const RankInfo& ri, Timeout timeout) {
 }  // namespace
 
 std::shared_ptr<Store> store_from_env(const RankInfo& ri, Timeout timeout) {
+  // Every comm of a rank shares one bootstrap store: one connection, and a FileStore whose file is
+  // removed only when the job's ranks are done with it (not when one comm goes away).
+  static std::mutex cache_mu;
+  static std::map<std::string, std::shared_ptr<Store>> cache;
+  std::string key = std::to_string(ri.rank) + "/" + std::to_string(ri.size) + "/" +
+                    env_str("MASTER_ADDR").value_or("") + ":" + env_str("MASTER_PORT").value_or("") +
+                    "/" + env_str("COMMX_STORE_FILE").value_or("");
+  std::lock_guard<std::mutex> g(cache_mu);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
   std::shared_ptr<Store> store;
   if (env_str("MASTER_ADDR")) {
     store = tcp_store_from_env(ri, timeout);
@@ -69,6 +79,7 @@ std::shared_ptr<Store> store_from_env(const RankInfo& ri, Timeout timeout) {
                     "under commx-run/torchrun/mpirun, or pass CommOptions::store");
   }
   store->set_timeout(timeout);
+  cache[key] = store;
   return store;
 }
 

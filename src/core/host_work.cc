@@ -61,6 +61,21 @@ void HostWork::set_failed(std::exception_ptr e) {
   cv_.notify_all();
 }
 
+namespace {
+class CompletedWork : public WorkState {
+ public:
+  bool is_completed() override { return true; }
+  WorkStatus status() override { return WorkStatus::kCompleted; }
+  void wait_blocking() override {}
+  std::exception_ptr error() override { return nullptr; }
+};
+}  // namespace
+
+Work completed_work() {
+  static const std::shared_ptr<WorkState> done = std::make_shared<CompletedWork>();
+  return Work(done);
+}
+
 OrderedExecutor::~OrderedExecutor() {
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -71,21 +86,15 @@ OrderedExecutor::~OrderedExecutor() {
 }
 
 Work OrderedExecutor::submit(std::function<void()> fn, bool async_op) {
-  auto work = std::make_shared<HostWork>();
   if (!async_op) {
     drain();
-    work->set_started();
-    try {
-      fn();
-    } catch (...) {
-      work->set_failed(std::current_exception());
-      throw;
-    }
-    work->set_completed();
-    return Work(work);
+    fn();  // an exception propagates to the caller; there is no Work to keep it
+    return completed_work();
   }
+  auto work = std::make_shared<HostWork>();
   {
     std::lock_guard<std::mutex> g(mu_);
+    outstanding_.fetch_add(1, std::memory_order_relaxed);
     queue_.push_back(Task{std::move(fn), work});
     if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
   }
@@ -94,6 +103,7 @@ Work OrderedExecutor::submit(std::function<void()> fn, bool async_op) {
 }
 
 void OrderedExecutor::drain() {
+  if (outstanding_.load(std::memory_order_acquire) == 0) return;
   std::unique_lock<std::mutex> g(mu_);
   idle_cv_.wait(g, [&] { return queue_.empty() && !running_task_; });
 }
@@ -103,6 +113,7 @@ void OrderedExecutor::fail_pending(std::exception_ptr e) {
   {
     std::lock_guard<std::mutex> g(mu_);
     dropped.swap(queue_);
+    outstanding_.fetch_sub(static_cast<int>(dropped.size()), std::memory_order_release);
   }
   for (auto& t : dropped) t.work->set_failed(e);
   idle_cv_.notify_all();
@@ -129,6 +140,7 @@ void OrderedExecutor::worker_loop() {
     }
     g.lock();
     running_task_ = false;
+    outstanding_.fetch_sub(1, std::memory_order_release);
     if (queue_.empty()) idle_cv_.notify_all();
   }
 }

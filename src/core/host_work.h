@@ -4,6 +4,7 @@
 // Layer: core, used by host backends (cpu, gloo, mpi) and by device backends for host-side ops.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -34,6 +35,10 @@ class HostWork : public WorkState {
   std::exception_ptr error_;
 };
 
+// The Work of an op that already ended well (synchronous ops): shared, so the hot path allocates
+// nothing and takes no lock.
+Work completed_work();
+
 class OrderedExecutor {
  public:
   OrderedExecutor() = default;
@@ -61,6 +66,8 @@ class OrderedExecutor {
   std::condition_variable idle_cv_;  // submitters: queue drained
   std::deque<Task> queue_;
   bool running_task_ = false;
+  // Async ops queued or running; lets a synchronous op skip the lock when there are none.
+  std::atomic<int> outstanding_{0};
   bool stop_ = false;
   std::thread worker_;
 };

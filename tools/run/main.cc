@@ -18,7 +18,7 @@ constexpr int kMaxProcs = 4096;
 void usage(FILE* f) {
   std::fprintf(
       f,
-      "usage: commx-run -n N [--timeout S] [--grace S] [--settle S] [--] program [args...]\n"
+      "usage: commx-run -n N [--timeout S] [--grace S] [--settle S] [--bind auto|core|none] [--] program [args...]\n"
       "  -n, --nproc N   number of ranks to start on this host (1..%d)\n"
       "  --timeout S     end the job after S seconds (exit code 124)\n"
       "  --grace S       seconds between SIGTERM and SIGKILL when ending a job (3)\n"
@@ -78,6 +78,18 @@ int main(int argc, char** argv) {
     } else if ((v = value("--grace"))) {
       if (!parse_seconds(v, o.grace_s)) {
         std::fprintf(stderr, "commx-run: bad --grace '%s'\n", v);
+        return kUsageExitCode;
+      }
+    } else if ((v = value("--bind"))) {
+      std::string m = v;
+      if (m == "auto") {
+        o.bind = commx::run::LaunchOptions::Bind::kAuto;
+      } else if (m == "core") {
+        o.bind = commx::run::LaunchOptions::Bind::kCore;
+      } else if (m == "none") {
+        o.bind = commx::run::LaunchOptions::Bind::kNone;
+      } else {
+        std::fprintf(stderr, "commx-run: bad --bind '%s' (auto, core or none)\n", v);
         return kUsageExitCode;
       }
     } else if ((v = value("--settle"))) {

@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -65,6 +66,27 @@ Clock::time_point after_seconds(double s) {
   return Clock::now() + d;
 }
 
+// Pins rank r to the r-th CPU it may run on (as mpirun does for few ranks) when every rank can
+// have a core of its own: ranks that spin on shared memory must not share a core by chance.
+void bind_to_core(const LaunchOptions& o, int rank) {
+  if (o.bind == LaunchOptions::Bind::kNone) return;
+  cpu_set_t allowed;
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  int ncpu = CPU_COUNT(&allowed);
+  if (o.bind == LaunchOptions::Bind::kAuto && o.nprocs > ncpu) return;
+  int seen = 0;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &allowed)) continue;
+    if (seen++ == rank % ncpu) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(c, &one);
+      ::sched_setaffinity(0, sizeof one, &one);
+      return;
+    }
+  }
+}
+
 // Runs in the forked child: environment, descriptors and signal state, then exec.
 [[noreturn]] void exec_rank(const LaunchOptions& o, int rank, uint16_t port, int out_w, int err_w,
                             const sigset_t& child_mask, pid_t parent) {
@@ -75,6 +97,7 @@ Clock::time_point after_seconds(double s) {
   ::dup2(err_w, 2);
   ::signal(SIGPIPE, SIG_DFL);
   ::sigprocmask(SIG_SETMASK, &child_mask, nullptr);
+  bind_to_core(o, rank);
   auto set = [](const char* k, const std::string& v) { ::setenv(k, v.c_str(), 1); };
   std::string r = std::to_string(rank), n = std::to_string(o.nprocs);
   for (const char* k : {"COMMX_RANK", "RANK", "COMMX_LOCAL_RANK", "LOCAL_RANK"}) set(k, r);

@@ -12,6 +12,8 @@ struct LaunchOptions {
   int nprocs = 1;
   double timeout_s = 0;  // 0: no limit
   double grace_s = 3;    // SIGTERM to SIGKILL
+  enum class Bind { kAuto, kCore, kNone };
+  Bind bind = Bind::kAuto;  // auto: one core per rank when there are no more ranks than cores
   double settle_s = 2;   // a rank failed: time the others get to exit on their own before SIGTERM
   std::vector<std::string> argv;
 };

@@ -72,7 +72,10 @@ std::unique_ptr<PeerMemory> PeerMemory::create(Store& store, int rank, int world
       problem = pair + ": peer access disabled by COMMX_CUDA_FORCE_NO_P2P";
       continue;
     }
-    if (std::strcmp(p.bus_id, mine.bus_id) == 0) continue;  // same GPU
+    if (std::strcmp(p.bus_id, mine.bus_id) == 0) {  // same GPU
+      pm->shares_gpu_ = true;
+      continue;
+    }
     int peer_dev = -1;
     if (cudaDeviceGetByPCIBusId(&peer_dev, p.bus_id) != cudaSuccess) {
       cudaGetLastError();

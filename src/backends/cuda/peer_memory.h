@@ -29,6 +29,8 @@ class PeerMemory {
   // Rank r's buffer as mapped in this process (own buffer for r == rank).
   char* base(int r) const { return bases_[r]; }
   uint64_t bytes() const { return bytes_; }
+  // Whether another rank of this comm runs on this rank's GPU.
+  bool shares_gpu() const { return shares_gpu_; }
   // Unmaps peers and frees the own buffer; idempotent.
   void close();
 
@@ -40,6 +42,7 @@ class PeerMemory {
   std::vector<char*> bases_;
   std::vector<bool> opened_;  // mapped through cudaIpcOpenMemHandle (closed on close())
   std::string problem_;
+  bool shares_gpu_ = false;
 };
 
 }  // namespace commx::cuda
