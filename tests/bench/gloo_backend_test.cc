@@ -88,6 +88,7 @@ TEST(GlooErrors, UnsupportedAndTimeout) {
 TEST(GlooErrors, PeerLeaves) {
   // Rank 1 closes its comm at once; rank 0's receive ends with PeerFailure, not a hang.
   run_thread_ranks(2, "gloo", [&](Comm& c) {
+    c.barrier();  // both ranks connected: rank 1 then leaves mid-job, not during set-up
     if (c.rank() == 1) return;
     int32_t v[4];
     OpOptions o;
