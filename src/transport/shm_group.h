@@ -41,6 +41,10 @@ struct ShmHeader {
   // The CPU the owner last waited on: a waiter that finds the awaited peer on its own CPU yields
   // at once instead of spinning (spinning would only keep that peer from running).
   alignas(64) std::atomic<int32_t> cpu;
+  // Cross-memory attach: the segment's address in the owner (peers probe it with
+  // process_vm_readv at init) and whether the owner could read every peer that way.
+  uint64_t self_addr;
+  std::atomic<int32_t> cma_ok;
 };
 
 class ShmGroup : public PeerWatch {
@@ -73,6 +77,17 @@ class ShmGroup : public PeerWatch {
   void wait_peer(int peer, uint64_t step, const WaitScope& ws);
   void wait_all(uint64_t step, const WaitScope& ws);
 
+  // --- cross-memory attach (process_vm_readv) ---------------------------------------------
+  // Init, after map_all(): tries to read every peer's header with process_vm_readv and
+  // publishes the outcome in this rank's header (ptrace rules or seccomp may forbid it).
+  void probe_cma();
+  // Init, once every rank probed (after the store meeting): true when all ranks can read all.
+  void agree_cma();
+  bool cma() const { return cma_all_; }
+  // Copies `len` bytes at `remote` in peer's address space to `dst` (PeerFailure if it died,
+  // an internal error otherwise).
+  void cma_read(int peer, void* dst, uint64_t remote, size_t len);
+
   void close();
 
  private:
@@ -95,6 +110,7 @@ class ShmGroup : public PeerWatch {
   std::vector<std::string> infos_;
   std::vector<uint64_t> seen_;  // lower bounds of peers' arrive counters
   uint64_t step_ = 0;
+  bool cma_all_ = false;
 };
 
 }  // namespace commx

@@ -157,10 +157,12 @@ void CpuBackend::init(const BackendContext& ctx) {
     // Map every peer now, then wait until all ranks did: after that a rank may finish ops and
     // finalize (unmapping its segment) without pulling memory from under a slower peer.
     group_->map_all();
+    if (tuning_.cma) group_->probe_cma();
     if (ctx.size > 1) {
       if (ctx.store->add("cpu/mapped", 1) == ctx.size) ctx.store->set_str("cpu/mapped_all", "1");
       ctx.store->wait({"cpu/mapped_all"}, ctx.options.timeout.value_or(kDefaultTimeout));
     }
+    group_->agree_cma();  // every rank probed before the meeting: all reach the same answer
     transport_ = std::make_unique<ShmTransport>(group_.get(), &tuning_.wait);
     return;
   }
@@ -256,7 +258,7 @@ void CpuBackend::dispatch(const OpDesc& op, Deadline deadline) {
           : -1;
   sig.seq = op.seq;
   ShmColl c{*group_, WaitScope{deadline, &aborted_, group_.get(), &tuning_.wait, &sleeping_on_},
-            sig, tuning_.chunk_bytes};
+            sig, tuning_.chunk_bytes, group_->cma() ? tuning_.cma_min_bytes : kNoCma};
   if (ctx_.size > 1) group_->map_all();
   run_shm(op, c, algo);
 }

@@ -26,6 +26,9 @@ CpuTuning CpuTuning::from_env() {
       static_cast<size_t>(env_int("COMMX_CPU_RING_BYTES", static_cast<int64_t>(t.shm.ring_bytes)));
   t.chunk_bytes =
       static_cast<size_t>(env_int("COMMX_CPU_CHUNK_BYTES", static_cast<int64_t>(t.chunk_bytes)));
+  t.cma = env_int("COMMX_CPU_CMA", 1) != 0;
+  t.cma_min_bytes = static_cast<size_t>(
+      env_int("COMMX_CPU_CMA_MIN_BYTES", static_cast<int64_t>(t.cma_min_bytes)));
   t.spin_from_env = env_str("COMMX_CPU_SPIN_NS").has_value();
   t.wait.spin_ns = env_int("COMMX_CPU_SPIN_NS", t.wait.spin_ns);
   t.wait.yield_ns = env_int("COMMX_CPU_YIELD_NS", t.wait.yield_ns);
