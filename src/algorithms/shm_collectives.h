@@ -39,6 +39,8 @@ struct ShmColl {
 };
 
 void shm_all_reduce_dda(ShmColl& c, const void* in, void* out, size_t count, const HostReducer& r);
+// Single-copy reduce-scatter + all-gather over process_vm_readv (needs c.cma_min_bytes != kNoCma).
+void shm_all_reduce_cma(ShmColl& c, const void* in, void* out, size_t count, const HostReducer& r);
 void shm_all_reduce_rsag(ShmColl& c, const void* in, void* out, size_t count, const HostReducer& r);
 // `two_step`: reduce-scatter then gather to the root (spreads the reduction work) instead of the
 // root reducing everything itself.

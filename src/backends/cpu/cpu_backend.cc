@@ -271,8 +271,13 @@ void CpuBackend::run_shm(const OpDesc& op, ShmColl& c, CpuAlgo algo) {
     case OpType::kAllReduce: {
       HostReducer r(in.dtype, op.op, n);
       bool dda = algo == CpuAlgo::kDda ||
-                 (algo != CpuAlgo::kRsag && in.nbytes() <= tuning_.dda_max_bytes(n));
+                 (algo == CpuAlgo::kAuto && in.nbytes() <= tuning_.dda_max_bytes(n));
       if (dda) return shm_all_reduce_dda(c, in.data, out.data, in.count, r);
+      // Single copy where cross-memory attach works (the same answer on every rank).
+      bool cma = n > 1 && group_->cma() &&
+                 (algo == CpuAlgo::kCma ||
+                  (algo == CpuAlgo::kAuto && in.nbytes() >= tuning_.cma_all_reduce_min_bytes));
+      if (cma) return shm_all_reduce_cma(c, in.data, out.data, in.count, r);
       return shm_all_reduce_rsag(c, in.data, out.data, in.count, r);
     }
     case OpType::kReduce: {

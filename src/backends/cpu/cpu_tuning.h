@@ -30,6 +30,9 @@ struct CpuTuning {
   // scatter) from this many bytes per rank piece on; `cma` false (COMMX_CPU_CMA=0) disables them.
   bool cma = true;
   size_t cma_min_bytes = size_t{32} << 10;
+  // all_reduce above the DDA size: single-copy from this size on (reduce-scatter + all-gather
+  // through the slots below it).
+  size_t cma_all_reduce_min_bytes = size_t{256} << 10;
   WaitTuning wait;
   bool spin_from_env = false;  // COMMX_CPU_SPIN_NS given: keep it even when oversubscribed
 
@@ -42,7 +45,7 @@ struct CpuTuning {
 };
 
 // Algorithms an op can ask for with hints {"algorithm": ...}.
-enum class CpuAlgo { kAuto, kDda, kRsag, kRing, kRecursiveDoubling, kGeneric };
+enum class CpuAlgo { kAuto, kDda, kRsag, kCma, kRing, kRecursiveDoubling, kGeneric };
 CpuAlgo parse_algorithm_hint(const Hints& hints);
 
 }  // namespace commx
