@@ -71,6 +71,13 @@ void ShmGroup::set_peer_info(std::vector<std::string> infos) {
 
 bool ShmGroup::alive(int peer) { return !watches_[peer].exited(); }
 
+int ShmGroup::any_dead() {
+  if (watches_.size() != static_cast<size_t>(size_)) return -1;  // closed
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_ && !alive(r)) return r;
+  return -1;
+}
+
 char* ShmGroup::map_peer(int r) {
   std::istringstream in(infos_.at(r));
   int pid = -1, fd = -1;
@@ -169,8 +176,14 @@ void ShmGroup::cma_read(int peer, void* dst, uint64_t remote, size_t len) {
     int e = got < 0 ? errno : EIO;
     if (e == EINTR) continue;
     std::string who = "rank " + std::to_string(peer) + " of comm '" + comm_name_ + "'";
-    if (e == ESRCH || !alive(peer))
-      throw Error(ErrorCode::kPeerFailure, who + " died while this rank read its buffer");
+    // The peer exited (ESRCH: its memory is gone, maybe before its pidfd reports the exit) or
+    // left the op and freed its buffer because the op failed for it: name every rank gone.
+    std::string dead;
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_ && ((r == peer && e == ESRCH) || !alive(r))) dead += (dead.empty() ? "rank " : ", rank ") + std::to_string(r);
+    if (!dead.empty())
+      throw Error(ErrorCode::kPeerFailure, dead + " of comm '" + comm_name_ +
+                                               "' died while this rank read the buffer of " + who);
     throw Error(ErrorCode::kSystem, "process_vm_readv from " + who + " failed after " +
                                           std::to_string(done) + " of " + std::to_string(len) +
                                           " bytes: " + std::strerror(e));

@@ -62,6 +62,7 @@ class ShmGroup : public PeerWatch {
   const ShmSizes& sizes() const { return sizes_; }
 
   bool alive(int peer) override;
+  int any_dead() override;
   // Maps every peer now (a collective op needs them all).
   void map_all();
   ShmHeader& header(int r) { return *reinterpret_cast<ShmHeader*>(base(r)); }

@@ -235,4 +235,29 @@ TEST(DataOpsSmallSlots, ManyRounds) {
   }
 }
 
+// The single-copy (process_vm_readv) paths: forced for every non-empty size, odd sizes, 2..8
+// ranks; then the default threshold from both sides (32 KiB per rank piece) and the paths off.
+class DataOpsSingleCopy : public ::testing::TestWithParam<int> {};
+
+TEST_P(DataOpsSingleCopy, Forced) {
+  int n = GetParam();
+  auto res = run_forked(n, [](RankEnv& env) {
+    setenv("COMMX_CPU_CMA_MIN_BYTES", "1", 1);
+    data_matrix(env, {0, 1, 7, 4099}, {DataType::kFloat32, DataType::kUInt8}, {""});
+  });
+  EXPECT_TRUE(res.all_ok()) << res.describe();
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, DataOpsSingleCopy, ::testing::Values(2, 3, 4, 5, 8));
+
+TEST(DataOpsSingleCopy, AroundThreshold) {
+  for (const char* cma : {"1", "0"}) {
+    auto res = run_forked(3, [cma](RankEnv& env) {
+      setenv("COMMX_CPU_CMA", cma, 1);
+      data_matrix(env, {32767, 32768, 98305}, {DataType::kUInt8}, {""});
+    });
+    EXPECT_TRUE(res.all_ok()) << "COMMX_CPU_CMA=" << cma << ": " << res.describe();
+  }
+}
+
 }  // namespace

@@ -259,6 +259,7 @@ void CpuBackend::dispatch(const OpDesc& op, Deadline deadline) {
   sig.seq = op.seq;
   ShmColl c{*group_, WaitScope{deadline, &aborted_, group_.get(), &tuning_.wait, &sleeping_on_},
             sig, tuning_.chunk_bytes, group_->cma() ? tuning_.cma_min_bytes : kNoCma};
+  c.ws.whole_group = true;
   if (ctx_.size > 1) group_->map_all();
   run_shm(op, c, algo);
 }
