@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
-#include <vector>
 
 #include "algorithms/shm_collectives.h"
 #include "algorithms/shm_steps.h"
@@ -117,29 +116,21 @@ void shm_all_to_all(ShmColl& c, std::span<const void* const> ins, std::span<cons
   Steps st(c);
   const int n = st.n(), me = st.me();
   const size_t block = st.cap() / static_cast<size_t>(n) / 64 * 64;
-  // Peers may read this rank's inputs while it writes its outputs (single-copy path): inputs
-  // that overlap an output are staged in a private copy first.
-  thread_local std::vector<char> staged;  // kept: no page faults on every in-place call
-  std::vector<const void*> staged_ptrs;
-  if (overlaps(ins, in_bytes, outs, out_bytes)) {
-    size_t total = 0;
-    for (size_t b : in_bytes) total += b;
-    if (staged.size() < total) staged.resize(total);
-    for (size_t d = 0, off = 0; d < ins.size(); off += in_bytes[d], ++d) {
-      std::memcpy(staged.data() + off, ins[d], in_bytes[d]);
-      staged_ptrs.push_back(staged.data() + off);
-    }
-    ins = staged_ptrs;
-  }
-  size_t rounds = 1;
-  // A rank that sends a piece of cma_min_bytes or more knows the op goes single-copy (the
-  // decision below takes the largest piece of all) and skips filling its slot.
+  // In place (an input overlaps an output) the single-copy path would let peers read inputs this
+  // rank already overwrote: such an op goes through the slots, where every round copies its
+  // pieces in before anyone writes them out.
+  const bool aliased = overlaps(ins, in_bytes, outs, out_bytes);
   size_t my_most = 0;
   for (size_t b : in_bytes) my_most = std::max(my_most, b);
-  bool cma = false;
-  for (size_t k = 0;; ++k) {
+  // A rank that sends a piece of cma_min_bytes or more (and is not in place) expects the op to go
+  // single-copy (the decision below takes the largest piece of all) and skips filling its slot;
+  // if some other rank is in place after all, every rank fills the first round again.
+  const bool skip_fill = st.use_cma(my_most) && !aliased;
+  const size_t flag = 3 * static_cast<size_t>(n);  // after the n (sent, expected, address) rows
+  size_t rounds = 1, k = 0;
+  for (bool first = true;; first = false) {
     uint64_t s = st.begin(true);
-    if (k == 0) {
+    if (first) {
       st.write_sig(s);
       int64_t* t = st.table(me, s);
       for (int d = 0; d < n; ++d) {
@@ -147,19 +138,23 @@ void shm_all_to_all(ShmColl& c, std::span<const void* const> ins, std::span<cons
         t[3 * d + 1] = static_cast<int64_t>(out_bytes[d]);
         t[3 * d + 2] = Steps::addr(ins[d]);
       }
+      t[flag] = aliased ? 1 : 0;
     }
-    for (int d = 0; d < n && !st.use_cma(my_most); ++d) {
-      Piece pc = piece(in_bytes[d], block, k);
-      std::memcpy(st.mine(s) + block * d, static_cast<const char*>(ins[d]) + pc.off, pc.len);
-    }
+    if (!(first && skip_fill))
+      for (int d = 0; d < n; ++d) {
+        Piece pc = piece(in_bytes[d], block, k);
+        std::memcpy(st.mine(s) + block * d, static_cast<const char*>(ins[d]) + pc.off, pc.len);
+      }
     st.arrive(s);
     st.wait_all(s);
-    if (k == 0) {
+    if (first) {
       st.check_all_sigs(s);
       // Every rank sees every pair's sizes, so all of them agree on the rounds and on the error.
       size_t most = 0;
+      bool any_aliased = false, any_skipped = false;
       for (int a = 0; a < n; ++a) {
         const int64_t* ta = st.table(a, s);
+        size_t a_most = 0;
         for (int b = 0; b < n; ++b) {
           int64_t sent = ta[3 * b], expected = st.table(b, s)[3 * a + 1];
           if (sent != expected)
@@ -167,28 +162,31 @@ void shm_all_to_all(ShmColl& c, std::span<const void* const> ins, std::span<cons
                         "rank " + std::to_string(a) + " sends " + std::to_string(sent) +
                             " bytes to rank " + std::to_string(b) + ", which expects " +
                             std::to_string(expected) + " bytes from it");
-          most = std::max(most, static_cast<size_t>(sent));
+          a_most = std::max(a_most, static_cast<size_t>(sent));
         }
+        most = std::max(most, a_most);
+        any_aliased = any_aliased || ta[flag] != 0;
+        any_skipped = any_skipped || (st.use_cma(a_most) && ta[flag] == 0);
       }
       rounds = rounds_for(most, block);
-      cma = st.use_cma(most);
-    }
-    if (cma) {
-      for (int i = 0; i < n; ++i) {
-        int p = (me + i) % n;
-        if (p == me)
-          std::memcpy(outs[me], ins[me], out_bytes[me]);  // staged above if they overlap
-        else
-          st.read_peer(p, outs[p], st.table(p, s)[3 * me + 2], out_bytes[p]);
+      if (st.use_cma(most) && !any_aliased) {
+        for (int i = 0; i < n; ++i) {
+          int p = (me + i) % n;
+          if (p == me)
+            std::memcpy(outs[me], ins[me], out_bytes[me]);
+          else
+            st.read_peer(p, outs[p], st.table(p, s)[3 * me + 2], out_bytes[p]);
+        }
+        return st.finish_reads();
       }
-      return st.finish_reads();
+      if (any_skipped) continue;  // round 0 again, this time with every slot filled
     }
     for (int i = 0; i < n; ++i) {
       int p = (me + i) % n;
       Piece pc = piece(out_bytes[p], block, k);
       std::memcpy(static_cast<char*>(outs[p]) + pc.off, st.of(p, s) + block * me, pc.len);
     }
-    if (k + 1 >= rounds) break;
+    if (++k >= rounds) break;
   }
 }
 

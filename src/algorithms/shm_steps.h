@@ -19,7 +19,7 @@ class Steps {
       : c_(c),
         me_(c.g.rank()),
         n_(c.g.size()),
-        off_(round_up64(sizeof(OpSig) + 24 * static_cast<size_t>(c.g.size()))),
+        off_(round_up64(sizeof(OpSig) + 24 * static_cast<size_t>(c.g.size()) + 8)),
         cap_(c.g.sizes().slot_bytes - off_) {}
 
   int me() const { return me_; }
@@ -48,8 +48,8 @@ class Steps {
     wait_all(s);
   }
   static int64_t addr(const void* p) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(p)); }
-  // The per-peer table (three int64 per rank: sizes and, for single-copy paths, an address)
-  // after the signature.
+  // The per-peer table after the signature: three int64 per rank (sizes and, for single-copy
+  // paths, an address) and one more for flags.
   int64_t* table(int p, uint64_t s) {
     return reinterpret_cast<int64_t*>(c_.g.slot(p, s) + sizeof(OpSig));
   }

@@ -98,6 +98,22 @@ void data_matrix(RankEnv& env, const std::vector<size_t>& counts,
           env.check(std::memcmp(sout.data() + p * bytes, data(seed, p, 30 + me, count, t).data(),
                                 bytes) == 0,
                     L("all_to_all_single"));
+        // all_to_all_single in place on odd ranks only: the single-copy path is refused for all
+        // and the ranks that skipped filling their slots fill them again. (Shm algorithms only:
+        // the transport-generic all-to-all does not support in place over several rounds.)
+        const bool shm_algo = a.empty() && transport != "tcp";
+        Buf io(bytes * n + 1), iout(bytes * n + 1);
+        for (int q = 0; q < n; ++q) {
+          Buf d = data(seed, me, 40 + q, count, t);
+          std::memcpy(io.data() + q * bytes, d.data(), bytes);
+        }
+        Buf& ires = me % 2 && shm_algo ? io : iout;
+        comm->all_to_all_single(tensor(ires, count * n, t), tensor(io, count * n, t), false,
+                                algo(a));
+        for (int p = 0; p < n; ++p)
+          env.check(std::memcmp(ires.data() + p * bytes, data(seed, p, 40 + me, count, t).data(),
+                                bytes) == 0,
+                    L("all_to_all_single in place"));
         // all_to_all_v_single: p sends ca(p,q) elements to q
         std::vector<int64_t> isp(n), osp(n);
         size_t itot = 0, otot = 0;
