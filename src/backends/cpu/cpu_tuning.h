@@ -26,8 +26,9 @@ struct CpuTuning {
   size_t rd_max_bytes = size_t{64} << 10;
   ShmSizes shm;
   size_t chunk_bytes = size_t{1} << 20;  // per round of the shm reduce-scatter + all-gather
-  // Single-copy data ops over process_vm_readv (all_gather, broadcast, all_to_all, gather,
-  // scatter) from this many bytes per rank piece on; `cma` false (COMMX_CPU_CMA=0) disables them.
+  // Single-copy data ops over process_vm_readv (all_gather, broadcast, all_to_all) from this many
+  // bytes per rank piece on (measured crossover on the 2-core VM: 16-32 KiB); `cma` false
+  // (COMMX_CPU_CMA=0) disables them.
   bool cma = true;
   size_t cma_min_bytes = size_t{32} << 10;
   // all_reduce above the DDA size: single-copy from this size on. Off by default: on the 2-core
