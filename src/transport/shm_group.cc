@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstring>
 
+#include <algorithm>
 #include <new>
 #include <random>
 #include <sstream>
@@ -143,7 +144,9 @@ void ShmGroup::wait_all(uint64_t step, const WaitScope& ws) {
 
 void ShmGroup::prepare_write(uint64_t step, const WaitScope& ws) { wait_all(step - 1, ws); }
 
-void ShmGroup::probe_cma() {
+void ShmGroup::probe_cma(size_t min_bytes, size_t all_reduce_min_bytes) {
+  header(rank_).cma_min[0] = min_bytes;
+  header(rank_).cma_min[1] = all_reduce_min_bytes;
   bool ok = true;
   for (int r = 0; r < size_ && ok; ++r) {
     if (r == rank_) continue;
@@ -158,8 +161,12 @@ void ShmGroup::probe_cma() {
 
 void ShmGroup::agree_cma() {
   cma_all_ = size_ > 1;
-  for (int r = 0; r < size_; ++r)
+  cma_min_[0] = cma_min_[1] = 0;
+  for (int r = 0; r < size_; ++r) {
     if (header(r).cma_ok.load(std::memory_order_acquire) != 1) cma_all_ = false;
+    for (int i = 0; i < 2; ++i) cma_min_[i] = std::max<size_t>(cma_min_[i], header(r).cma_min[i]);
+  }
+  if (!cma_all_) cma_min_[0] = cma_min_[1] = ~size_t{0};
 }
 
 void ShmGroup::cma_read(int peer, void* dst, uint64_t remote, size_t len) {

@@ -45,6 +45,7 @@ struct ShmHeader {
   // process_vm_readv at init) and whether the owner could read every peer that way.
   uint64_t self_addr;
   std::atomic<int32_t> cma_ok;
+  uint64_t cma_min[2];  // the owner's single-copy thresholds (the comm uses the largest)
 };
 
 class ShmGroup : public PeerWatch {
@@ -81,10 +82,13 @@ class ShmGroup : public PeerWatch {
   // --- cross-memory attach (process_vm_readv) ---------------------------------------------
   // Init, after map_all(): tries to read every peer's header with process_vm_readv and
   // publishes the outcome in this rank's header (ptrace rules or seccomp may forbid it).
-  void probe_cma();
+  // `min_bytes`: this rank's thresholds, published so that all ranks use the same (the largest).
+  void probe_cma(size_t min_bytes, size_t all_reduce_min_bytes);
   // Init, once every rank probed (after the store meeting): true when all ranks can read all.
   void agree_cma();
   bool cma() const { return cma_all_; }
+  size_t cma_min_bytes() const { return cma_min_[0]; }
+  size_t cma_all_reduce_min_bytes() const { return cma_min_[1]; }
   // Copies `len` bytes at `remote` in peer's address space to `dst` (PeerFailure if it died,
   // an internal error otherwise).
   void cma_read(int peer, void* dst, uint64_t remote, size_t len);
@@ -112,6 +116,7 @@ class ShmGroup : public PeerWatch {
   std::vector<uint64_t> seen_;  // lower bounds of peers' arrive counters
   uint64_t step_ = 0;
   bool cma_all_ = false;
+  size_t cma_min_[2] = {~size_t{0}, ~size_t{0}};
 };
 
 }  // namespace commx

@@ -274,6 +274,14 @@ TEST(DataOpsSingleCopy, AroundThreshold) {
     });
     EXPECT_TRUE(res.all_ok()) << "COMMX_CPU_CMA=" << cma << ": " << res.describe();
   }
+  // Ranks configured differently still agree (on the largest threshold, or on no single copy).
+  for (const char* var : {"COMMX_CPU_CMA_MIN_BYTES", "COMMX_CPU_CMA"}) {
+    auto res = run_forked(3, [var](RankEnv& env) {
+      if (env.rank == 1) setenv(var, std::string(var) == "COMMX_CPU_CMA" ? "0" : "1", 1);
+      data_matrix(env, {20000}, {DataType::kUInt8}, {""});
+    });
+    EXPECT_TRUE(res.all_ok()) << var << " on rank 1 only: " << res.describe();
+  }
 }
 
 }  // namespace
