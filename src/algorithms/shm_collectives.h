@@ -23,6 +23,8 @@ struct OpSig {
   uint64_t seq = 0;
 };
 
+inline constexpr size_t kNoCma = ~size_t{0};
+
 struct ShmColl {
   ShmGroup& g;
   WaitScope ws;
@@ -30,9 +32,15 @@ struct ShmColl {
   // Bytes per round of the pipelined reduce-scatter + all-gather (0: a whole slot). Rounds that
   // fit in the caches keep a large all_reduce from streaming through DRAM three times.
   size_t chunk_bytes = 0;
+  // Data ops whose largest per-rank piece has at least this many bytes read their peers' buffers
+  // straight into their outputs with process_vm_readv (one copy instead of two through the
+  // slots); kNoCma where cross-memory attach is unavailable or off. Same on every rank.
+  size_t cma_min_bytes = kNoCma;
 };
 
 void shm_all_reduce_dda(ShmColl& c, const void* in, void* out, size_t count, const HostReducer& r);
+// Single-copy reduce-scatter + all-gather over process_vm_readv (needs c.cma_min_bytes != kNoCma).
+void shm_all_reduce_cma(ShmColl& c, const void* in, void* out, size_t count, const HostReducer& r);
 void shm_all_reduce_rsag(ShmColl& c, const void* in, void* out, size_t count, const HostReducer& r);
 // `two_step`: reduce-scatter then gather to the root (spreads the reduction work) instead of the
 // root reducing everything itself.

@@ -19,6 +19,15 @@ Piece piece(size_t total, size_t per, size_t k) {
   size_t a = std::min(total, k * per), b = std::min(total, (k + 1) * per);
   return {a, b - a};
 }
+bool overlaps(std::span<const void* const> ins, std::span<const size_t> in_bytes,
+              std::span<void* const> outs, std::span<const size_t> out_bytes) {
+  for (size_t i = 0; i < ins.size(); ++i)
+    for (size_t o = 0; o < outs.size(); ++o) {
+      auto a = reinterpret_cast<uintptr_t>(ins[i]), b = reinterpret_cast<uintptr_t>(outs[o]);
+      if (in_bytes[i] && out_bytes[o] && a < b + out_bytes[o] && b < a + in_bytes[i]) return true;
+    }
+  return false;
+}
 size_t rounds_for(size_t most, size_t per) { return std::max<size_t>(1, (most + per - 1) / per); }
 
 }  // namespace
@@ -26,6 +35,21 @@ size_t rounds_for(size_t most, size_t per) { return std::max<size_t>(1, (most + 
 void shm_broadcast(ShmColl& c, void* buf, size_t bytes, int root) {
   Steps st(c);
   const bool is_root = st.me() == root;
+  if (st.use_cma(bytes)) {
+    // Root publishes its buffer's address; the others copy from it once.
+    uint64_t s = st.begin(is_root);
+    if (is_root) {
+      st.write_sig(s);
+      st.table(root, s)[0] = Steps::addr(buf);
+      st.arrive(s);
+    } else {
+      st.arrive(s);
+      st.wait(root, s);
+      st.check_sig(root, s);
+      st.read_peer(root, buf, st.table(root, s)[0], bytes);
+    }
+    return st.finish_reads();
+  }
   const size_t rounds = rounds_for(bytes, st.cap());
   for (size_t k = 0; k < rounds; ++k) {
     Piece pc = piece(bytes, st.cap(), k);
@@ -49,6 +73,26 @@ void shm_all_gather(ShmColl& c, const void* in, size_t in_bytes, std::span<void*
   const int n = st.n(), me = st.me();
   size_t most = 0;
   for (size_t b : out_bytes) most = std::max(most, b);
+  if (st.use_cma(most)) {
+    uint64_t s = st.begin(true);
+    st.write_sig(s);
+    st.table(me, s)[0] = Steps::addr(in);
+    st.table(me, s)[1] = static_cast<int64_t>(in_bytes);
+    st.arrive(s);
+    if (outs[me] != in) std::memcpy(outs[me], in, in_bytes);
+    for (int i = 1; i < n; ++i) {
+      int p = (me + i) % n;
+      st.wait(p, s);
+      st.check_sig(p, s);
+      if (st.table(p, s)[1] != static_cast<int64_t>(out_bytes[p]))
+        throw Error(ErrorCode::kInvalidArgument,
+                    "rank " + std::to_string(p) + " contributes " +
+                        std::to_string(st.table(p, s)[1]) + " bytes to all_gather, this rank " +
+                        "expects " + std::to_string(out_bytes[p]));
+      st.read_peer(p, outs[p], st.table(p, s)[0], out_bytes[p]);
+    }
+    return st.finish_reads();
+  }
   const size_t rounds = rounds_for(most, st.cap());
   for (size_t k = 0; k < rounds; ++k) {
     uint64_t s = st.begin(true);
@@ -72,47 +116,77 @@ void shm_all_to_all(ShmColl& c, std::span<const void* const> ins, std::span<cons
   Steps st(c);
   const int n = st.n(), me = st.me();
   const size_t block = st.cap() / static_cast<size_t>(n) / 64 * 64;
-  size_t rounds = 1;
-  for (size_t k = 0;; ++k) {
+  // In place (an input overlaps an output) the single-copy path would let peers read inputs this
+  // rank already overwrote: such an op goes through the slots, where every round copies its
+  // pieces in before anyone writes them out.
+  const bool aliased = overlaps(ins, in_bytes, outs, out_bytes);
+  size_t my_most = 0;
+  for (size_t b : in_bytes) my_most = std::max(my_most, b);
+  // A rank that sends a piece of cma_min_bytes or more (and is not in place) expects the op to go
+  // single-copy (the decision below takes the largest piece of all) and skips filling its slot;
+  // if some other rank is in place after all, every rank fills the first round again.
+  const bool skip_fill = st.use_cma(my_most) && !aliased;
+  const size_t flag = 3 * static_cast<size_t>(n);  // after the n (sent, expected, address) rows
+  size_t rounds = 1, k = 0;
+  for (bool first = true;; first = false) {
     uint64_t s = st.begin(true);
-    if (k == 0) {
+    if (first) {
       st.write_sig(s);
       int64_t* t = st.table(me, s);
       for (int d = 0; d < n; ++d) {
-        t[2 * d] = static_cast<int64_t>(in_bytes[d]);
-        t[2 * d + 1] = static_cast<int64_t>(out_bytes[d]);
+        t[3 * d] = static_cast<int64_t>(in_bytes[d]);
+        t[3 * d + 1] = static_cast<int64_t>(out_bytes[d]);
+        t[3 * d + 2] = Steps::addr(ins[d]);
       }
+      t[flag] = aliased ? 1 : 0;
     }
-    for (int d = 0; d < n; ++d) {
-      Piece pc = piece(in_bytes[d], block, k);
-      std::memcpy(st.mine(s) + block * d, static_cast<const char*>(ins[d]) + pc.off, pc.len);
-    }
+    if (!(first && skip_fill))
+      for (int d = 0; d < n; ++d) {
+        Piece pc = piece(in_bytes[d], block, k);
+        std::memcpy(st.mine(s) + block * d, static_cast<const char*>(ins[d]) + pc.off, pc.len);
+      }
     st.arrive(s);
     st.wait_all(s);
-    if (k == 0) {
+    if (first) {
       st.check_all_sigs(s);
       // Every rank sees every pair's sizes, so all of them agree on the rounds and on the error.
       size_t most = 0;
+      bool any_aliased = false, any_skipped = false;
       for (int a = 0; a < n; ++a) {
         const int64_t* ta = st.table(a, s);
+        size_t a_most = 0;
         for (int b = 0; b < n; ++b) {
-          int64_t sent = ta[2 * b], expected = st.table(b, s)[2 * a + 1];
+          int64_t sent = ta[3 * b], expected = st.table(b, s)[3 * a + 1];
           if (sent != expected)
             throw Error(ErrorCode::kInvalidArgument,
                         "rank " + std::to_string(a) + " sends " + std::to_string(sent) +
                             " bytes to rank " + std::to_string(b) + ", which expects " +
                             std::to_string(expected) + " bytes from it");
-          most = std::max(most, static_cast<size_t>(sent));
+          a_most = std::max(a_most, static_cast<size_t>(sent));
         }
+        most = std::max(most, a_most);
+        any_aliased = any_aliased || ta[flag] != 0;
+        any_skipped = any_skipped || (st.use_cma(a_most) && ta[flag] == 0);
       }
       rounds = rounds_for(most, block);
+      if (st.use_cma(most) && !any_aliased) {
+        for (int i = 0; i < n; ++i) {
+          int p = (me + i) % n;
+          if (p == me)
+            std::memcpy(outs[me], ins[me], out_bytes[me]);
+          else
+            st.read_peer(p, outs[p], st.table(p, s)[3 * me + 2], out_bytes[p]);
+        }
+        return st.finish_reads();
+      }
+      if (any_skipped) continue;  // round 0 again, this time with every slot filled
     }
     for (int i = 0; i < n; ++i) {
       int p = (me + i) % n;
       Piece pc = piece(out_bytes[p], block, k);
       std::memcpy(static_cast<char*>(outs[p]) + pc.off, st.of(p, s) + block * me, pc.len);
     }
-    if (k + 1 >= rounds) break;
+    if (++k >= rounds) break;
   }
 }
 

@@ -170,3 +170,54 @@ void shm_reduce_scatter(ShmColl& c, std::span<const void* const> ins,
 }
 
 }  // namespace commx
+
+namespace commx {
+
+// Single-copy all_reduce over process_vm_readv. Step 1: every rank publishes its input and output
+// addresses; rank d pulls part d of every peer's input (in pieces that stay in the caches) and
+// reduces it, in rank order, into its own output. Step 2: every rank's part is final; each pulls
+// the others' parts straight into its output. A last step keeps every rank's buffers alive until
+// its peers finished reading them. No slot is written, so no cache line bounces between ranks.
+void shm_all_reduce_cma(ShmColl& c, const void* in, void* out, size_t count,
+                        const HostReducer& r) {
+  constexpr size_t kPieceBytes = size_t{256} << 10;  // per peer and piece
+  Steps st(c);
+  const int n = st.n(), me = st.me();
+  const size_t es = r.elem_size();
+  const size_t piece = std::max<size_t>(1, kPieceBytes / es);
+  uint64_t s1 = st.begin(true);
+  st.write_sig(s1);
+  st.table(me, s1)[0] = Steps::addr(in);
+  st.table(me, s1)[1] = Steps::addr(out);
+  st.arrive(s1);
+  st.wait_all(s1);
+  st.check_all_sigs(s1);
+  thread_local std::vector<char> scratch;
+  scratch.resize(piece * es * static_cast<size_t>(n));
+  SrcList srcs(n);
+  Part mp = part_of(count, n, me);
+  for (size_t done = 0; done < mp.len; done += piece) {
+    const size_t m = std::min(piece, mp.len - done), off = (mp.off + done) * es;
+    for (int i = 1; i < n; ++i) {
+      int p = (me + i) % n;
+      char* buf = scratch.data() + piece * es * static_cast<size_t>(p);
+      st.read_peer(p, buf, st.table(p, s1)[0] + static_cast<int64_t>(off), m * es);
+      srcs[p] = buf;
+    }
+    srcs[me] = static_cast<const char*>(in) + off;
+    r.reduce(static_cast<char*>(out) + off, srcs.data(), n, m, true);
+  }
+  // Peers' inputs are read and this rank's part of the output is final.
+  uint64_t s2 = st.begin(false);
+  st.arrive(s2);
+  for (int i = 1; i < n; ++i) {
+    int p = (me + i) % n;
+    st.wait(p, s2);
+    Part pp = part_of(count, n, p);
+    st.read_peer(p, static_cast<char*>(out) + pp.off * es,
+                 st.table(p, s1)[1] + static_cast<int64_t>(pp.off * es), pp.len * es);
+  }
+  st.finish_reads();
+}
+
+}  // namespace commx

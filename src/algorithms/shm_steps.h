@@ -19,7 +19,7 @@ class Steps {
       : c_(c),
         me_(c.g.rank()),
         n_(c.g.size()),
-        off_(round_up64(sizeof(OpSig) + 16 * static_cast<size_t>(c.g.size()))),
+        off_(round_up64(sizeof(OpSig) + 24 * static_cast<size_t>(c.g.size()) + 8)),
         cap_(c.g.sizes().slot_bytes - off_) {}
 
   int me() const { return me_; }
@@ -34,7 +34,22 @@ class Steps {
   }
   char* mine(uint64_t s) { return c_.g.slot(me_, s) + off_; }
   const char* of(int p, uint64_t s) { return c_.g.slot(p, s) + off_; }
-  // The per-peer size table (two int64 per rank) after the signature.
+  // Single-copy paths: whether an op whose largest piece is `bytes` uses them (all ranks agree).
+  bool use_cma(size_t bytes) const { return n_ > 1 && bytes >= c_.cma_min_bytes; }
+  // Reads `len` bytes at address `remote` of peer p into dst.
+  void read_peer(int p, void* dst, int64_t remote, size_t len) {
+    if (len) c_.g.cma_read(p, dst, static_cast<uint64_t>(remote), len);
+  }
+  // Ends a single-copy op: a step that every rank reaches after its reads, awaited by all, so no
+  // rank returns (and lets its caller reuse its buffers) while a peer still reads them.
+  void finish_reads() {
+    uint64_t s = begin(false);
+    arrive(s);
+    wait_all(s);
+  }
+  static int64_t addr(const void* p) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(p)); }
+  // The per-peer table after the signature: three int64 per rank (sizes and, for single-copy
+  // paths, an address) and one more for flags.
   int64_t* table(int p, uint64_t s) {
     return reinterpret_cast<int64_t*>(c_.g.slot(p, s) + sizeof(OpSig));
   }

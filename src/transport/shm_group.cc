@@ -2,8 +2,14 @@
 #include "transport/shm_group.h"
 
 #include <sched.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+
+#include <algorithm>
 #include <new>
 #include <random>
 #include <sstream>
@@ -36,6 +42,8 @@ ShmGroup::ShmGroup(const std::string& comm_name, int rank, int size, ShmSizes si
   h->rank = rank;
   h->size = size;
   h->cpu.store(-1);
+  h->self_addr = reinterpret_cast<uintptr_t>(own_.base());
+  h->cma_ok.store(0);
   for (int d = 0; d < size; ++d) new (own_.base() + ring_ctl_off_ + sizeof(RingCtl) * d) RingCtl{};
   bases_.assign(size, nullptr);
   bases_[rank] = own_.base();
@@ -63,6 +71,13 @@ void ShmGroup::set_peer_info(std::vector<std::string> infos) {
 }
 
 bool ShmGroup::alive(int peer) { return !watches_[peer].exited(); }
+
+int ShmGroup::any_dead() {
+  if (watches_.size() != static_cast<size_t>(size_)) return -1;  // closed
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_ && !alive(r)) return r;
+  return -1;
+}
 
 char* ShmGroup::map_peer(int r) {
   std::istringstream in(infos_.at(r));
@@ -128,6 +143,59 @@ void ShmGroup::wait_all(uint64_t step, const WaitScope& ws) {
 }
 
 void ShmGroup::prepare_write(uint64_t step, const WaitScope& ws) { wait_all(step - 1, ws); }
+
+void ShmGroup::probe_cma(size_t min_bytes, size_t all_reduce_min_bytes) {
+  header(rank_).cma_min[0] = min_bytes;
+  header(rank_).cma_min[1] = all_reduce_min_bytes;
+  bool ok = true;
+  for (int r = 0; r < size_ && ok; ++r) {
+    if (r == rank_) continue;
+    ShmHeader& h = header(r);
+    uint64_t nonce = 0;
+    iovec local{&nonce, sizeof(nonce)};
+    iovec remote{reinterpret_cast<void*>(h.self_addr + offsetof(ShmHeader, nonce)), sizeof(nonce)};
+    ok = process_vm_readv(h.pid, &local, 1, &remote, 1, 0) == sizeof(nonce) && nonce == h.nonce;
+  }
+  header(rank_).cma_ok.store(ok ? 1 : 0, std::memory_order_release);
+}
+
+void ShmGroup::agree_cma() {
+  cma_all_ = size_ > 1;
+  cma_min_[0] = cma_min_[1] = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (header(r).cma_ok.load(std::memory_order_acquire) != 1) cma_all_ = false;
+    for (int i = 0; i < 2; ++i) cma_min_[i] = std::max<size_t>(cma_min_[i], header(r).cma_min[i]);
+  }
+  if (!cma_all_) cma_min_[0] = cma_min_[1] = ~size_t{0};
+}
+
+void ShmGroup::cma_read(int peer, void* dst, uint64_t remote, size_t len) {
+  char* d = static_cast<char*>(dst);
+  size_t done = 0;
+  while (done < len) {
+    iovec l{d + done, len - done};
+    iovec r{reinterpret_cast<void*>(remote + done), len - done};
+    ssize_t got = process_vm_readv(header(peer).pid, &l, 1, &r, 1, 0);
+    if (got > 0) {
+      done += static_cast<size_t>(got);
+      continue;
+    }
+    int e = got < 0 ? errno : EIO;
+    if (e == EINTR) continue;
+    std::string who = "rank " + std::to_string(peer) + " of comm '" + comm_name_ + "'";
+    // The peer exited (ESRCH: its memory is gone, maybe before its pidfd reports the exit) or
+    // left the op and freed its buffer because the op failed for it: name every rank gone.
+    std::string dead;
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_ && ((r == peer && e == ESRCH) || !alive(r))) dead += (dead.empty() ? "rank " : ", rank ") + std::to_string(r);
+    if (!dead.empty())
+      throw Error(ErrorCode::kPeerFailure, dead + " of comm '" + comm_name_ +
+                                               "' died while this rank read the buffer of " + who);
+    throw Error(ErrorCode::kSystem, "process_vm_readv from " + who + " failed after " +
+                                          std::to_string(done) + " of " + std::to_string(len) +
+                                          " bytes: " + std::strerror(e));
+  }
+}
 
 void ShmGroup::close() {
   peers_.clear();

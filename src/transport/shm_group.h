@@ -41,6 +41,11 @@ struct ShmHeader {
   // The CPU the owner last waited on: a waiter that finds the awaited peer on its own CPU yields
   // at once instead of spinning (spinning would only keep that peer from running).
   alignas(64) std::atomic<int32_t> cpu;
+  // Cross-memory attach: the segment's address in the owner (peers probe it with
+  // process_vm_readv at init) and whether the owner could read every peer that way.
+  uint64_t self_addr;
+  std::atomic<int32_t> cma_ok;
+  uint64_t cma_min[2];  // the owner's single-copy thresholds (the comm uses the largest)
 };
 
 class ShmGroup : public PeerWatch {
@@ -58,6 +63,7 @@ class ShmGroup : public PeerWatch {
   const ShmSizes& sizes() const { return sizes_; }
 
   bool alive(int peer) override;
+  int any_dead() override;
   // Maps every peer now (a collective op needs them all).
   void map_all();
   ShmHeader& header(int r) { return *reinterpret_cast<ShmHeader*>(base(r)); }
@@ -72,6 +78,20 @@ class ShmGroup : public PeerWatch {
   void arrive(uint64_t step) { publish(header(rank_).arrive, step); }
   void wait_peer(int peer, uint64_t step, const WaitScope& ws);
   void wait_all(uint64_t step, const WaitScope& ws);
+
+  // --- cross-memory attach (process_vm_readv) ---------------------------------------------
+  // Init, after map_all(): tries to read every peer's header with process_vm_readv and
+  // publishes the outcome in this rank's header (ptrace rules or seccomp may forbid it).
+  // `min_bytes`: this rank's thresholds, published so that all ranks use the same (the largest).
+  void probe_cma(size_t min_bytes, size_t all_reduce_min_bytes);
+  // Init, once every rank probed (after the store meeting): true when all ranks can read all.
+  void agree_cma();
+  bool cma() const { return cma_all_; }
+  size_t cma_min_bytes() const { return cma_min_[0]; }
+  size_t cma_all_reduce_min_bytes() const { return cma_min_[1]; }
+  // Copies `len` bytes at `remote` in peer's address space to `dst` (PeerFailure if it died,
+  // an internal error otherwise).
+  void cma_read(int peer, void* dst, uint64_t remote, size_t len);
 
   void close();
 
@@ -95,6 +115,8 @@ class ShmGroup : public PeerWatch {
   std::vector<std::string> infos_;
   std::vector<uint64_t> seen_;  // lower bounds of peers' arrive counters
   uint64_t step_ = 0;
+  bool cma_all_ = false;
+  size_t cma_min_[2] = {~size_t{0}, ~size_t{0}};
 };
 
 }  // namespace commx

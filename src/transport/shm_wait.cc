@@ -27,6 +27,14 @@ void check(std::span<const int> peers, const char* what, const WaitScope& sc, Cl
         throw Error(ErrorCode::kPeerFailure,
                     "rank " + std::to_string(p) +
                         " died (its process exited) while this rank waited for " + what);
+  if (sc.watch && sc.whole_group) {
+    int d = sc.watch->any_dead();
+    if (d >= 0)
+      throw Error(ErrorCode::kPeerFailure, "rank " + std::to_string(d) +
+                                               " died (its process exited) while this rank "
+                                               "waited for " +
+                                               what + " from rank(s) " + rank_list(peers));
+  }
   if (now >= sc.deadline) {
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count();
     throw Error(ErrorCode::kTimeout, "timed out after " + std::to_string(ms) + " ms waiting for " +

@@ -26,6 +26,8 @@ class PeerWatch {
  public:
   virtual ~PeerWatch() = default;
   virtual bool alive(int peer) = 0;
+  // Some rank whose process exited, or -1.
+  virtual int any_dead() { return -1; }
 };
 
 struct WaitScope {
@@ -36,6 +38,9 @@ struct WaitScope {
   // Where the waiting thread sleeps right now, so abort() can wake it.
   std::atomic<ShmWord*>* sleeping_on = nullptr;
   bool skip_spin = false;  // the awaited peer shares this CPU: go straight to yielding
+  // A collective of the whole group: any dead rank fails the wait, not only the awaited ones
+  // (a live peer that left the op after seeing the death would otherwise never arrive).
+  bool whole_group = false;
 };
 
 // Slow path: runs until pred() holds or throws Timeout/Aborted/PeerFailure. `what` says what was

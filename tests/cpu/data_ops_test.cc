@@ -98,6 +98,22 @@ void data_matrix(RankEnv& env, const std::vector<size_t>& counts,
           env.check(std::memcmp(sout.data() + p * bytes, data(seed, p, 30 + me, count, t).data(),
                                 bytes) == 0,
                     L("all_to_all_single"));
+        // all_to_all_single in place on odd ranks only: the single-copy path is refused for all
+        // and the ranks that skipped filling their slots fill them again. (Shm algorithms only:
+        // the transport-generic all-to-all does not support in place over several rounds.)
+        const bool shm_algo = a.empty() && transport != "tcp";
+        Buf io(bytes * n + 1), iout(bytes * n + 1);
+        for (int q = 0; q < n; ++q) {
+          Buf d = data(seed, me, 40 + q, count, t);
+          std::memcpy(io.data() + q * bytes, d.data(), bytes);
+        }
+        Buf& ires = me % 2 && shm_algo ? io : iout;
+        comm->all_to_all_single(tensor(ires, count * n, t), tensor(io, count * n, t), false,
+                                algo(a));
+        for (int p = 0; p < n; ++p)
+          env.check(std::memcmp(ires.data() + p * bytes, data(seed, p, 40 + me, count, t).data(),
+                                bytes) == 0,
+                    L("all_to_all_single in place"));
         // all_to_all_v_single: p sends ca(p,q) elements to q
         std::vector<int64_t> isp(n), osp(n);
         size_t itot = 0, otot = 0;
@@ -232,6 +248,39 @@ TEST(DataOpsSmallSlots, ManyRounds) {
       data_matrix(env, {20000, 30001}, {DataType::kUInt8, DataType::kFloat64}, kAlgos);
     });
     EXPECT_TRUE(res.all_ok()) << "world " << n << ": " << res.describe();
+  }
+}
+
+// The single-copy (process_vm_readv) paths: forced for every non-empty size, odd sizes, 2..8
+// ranks; then the default threshold from both sides (32 KiB per rank piece) and the paths off.
+class DataOpsSingleCopy : public ::testing::TestWithParam<int> {};
+
+TEST_P(DataOpsSingleCopy, Forced) {
+  int n = GetParam();
+  auto res = run_forked(n, [](RankEnv& env) {
+    setenv("COMMX_CPU_CMA_MIN_BYTES", "1", 1);
+    data_matrix(env, {0, 1, 7, 4099}, {DataType::kFloat32, DataType::kUInt8}, {""});
+  });
+  EXPECT_TRUE(res.all_ok()) << res.describe();
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, DataOpsSingleCopy, ::testing::Values(2, 3, 4, 5, 8));
+
+TEST(DataOpsSingleCopy, AroundThreshold) {
+  for (const char* cma : {"1", "0"}) {
+    auto res = run_forked(3, [cma](RankEnv& env) {
+      setenv("COMMX_CPU_CMA", cma, 1);
+      data_matrix(env, {32767, 32768, 98305}, {DataType::kUInt8}, {""});
+    });
+    EXPECT_TRUE(res.all_ok()) << "COMMX_CPU_CMA=" << cma << ": " << res.describe();
+  }
+  // Ranks configured differently still agree (on the largest threshold, or on no single copy).
+  for (const char* var : {"COMMX_CPU_CMA_MIN_BYTES", "COMMX_CPU_CMA"}) {
+    auto res = run_forked(3, [var](RankEnv& env) {
+      if (env.rank == 1) setenv(var, std::string(var) == "COMMX_CPU_CMA" ? "0" : "1", 1);
+      data_matrix(env, {20000}, {DataType::kUInt8}, {""});
+    });
+    EXPECT_TRUE(res.all_ok()) << var << " on rank 1 only: " << res.describe();
   }
 }
 

@@ -62,45 +62,52 @@ TEST(Faults, TimeoutNamesTheMissingRank) {
 }
 
 TEST(Faults, KilledRankIsReportedQuickly) {
-  for (int mode : {0, 1, 2}) {  // small, large (several rounds), small over TCP
-    bool large = mode == 1;
+  // 0: small; 1: large (several rounds through the slots); 2: small over TCP; 3: large
+  // all_gather and 4: large all_reduce (hint cma), both on the single-copy process_vm_readv paths.
+  for (int mode : {0, 1, 2, 3, 4}) {
+    bool large = mode == 1 || mode == 3 || mode == 4;
     auto res = run_forked(4, [large, mode](RankEnv& env) {
       CommOptions co;
       if (mode == 2) co.hints["transport"] = "tcp";
       auto comm = env.comm("kill", co);
       size_t count =
           large ? (size_t{12} << 20) / 4 : 64;  // large: several rounds through the slots
-      std::vector<float> v(count, 1.0f);
+      std::vector<float> v(count, 1.0f), all(mode == 3 ? count * 4 : 0);
+      OpOptions o;
+      o.timeout = 60s;
+      if (mode == 4) o.hints["algorithm"] = "cma";
+      auto op = [&](bool async) {
+        Tensor t = make_tensor(v.data(), static_cast<int64_t>(count));
+        if (mode == 3)
+          return comm->all_gather_single(make_tensor(all.data(), static_cast<int64_t>(count * 4)),
+                                         t, async, o);
+        return comm->all_reduce(t, ReduceOp::SUM, async, o);
+      };
       comm->all_reduce(make_tensor(v.data(), 16), ReduceOp::SUM);
       if (env.rank == 3) {
         if (large) {
-          Work w = comm->all_reduce(make_tensor(v.data(), static_cast<int64_t>(count)),
-                                    ReduceOp::SUM, true);
+          Work w = op(true);
           std::this_thread::sleep_for(2ms);  // die while the op is in flight
         }
         raise(SIGKILL);
       }
-      OpOptions o;
-      o.timeout = 60s;
       auto t0 = std::chrono::steady_clock::now();
       std::string msg = expect_error(
-          env, ErrorCode::kPeerFailure,
-          [&] {
-            comm->all_reduce(make_tensor(v.data(), static_cast<int64_t>(count)), ReduceOp::SUM,
-                             false, o);
-          },
-          "all_reduce with a dead rank");
+          env, ErrorCode::kPeerFailure, [&] { op(false); }, "a collective with a dead rank");
       double ms = since_ms(t0);
       env.check(ms < 3000, "peer failure took " + std::to_string(ms) + " ms");
       // Over TCP a rank that never talks to rank 3 sees the peer that gave up on it fail instead
       // (recursive doubling: ranks 1 and 2 exchange with 3, rank 0 only with 1 and 2).
       if (mode != 2 || env.rank != 0)
         env.check(has(msg, "rank 3"), "message names the dead rank: " + msg);
+      // Stay until the others have seen the failure too: a rank that exits now would be a second
+      // dead peer for a rank still waiting on it.
+      if (large) std::this_thread::sleep_for(300ms);
     });
     ASSERT_EQ(res.status.size(), 4u);
     for (int r = 0; r < 3; ++r)
       EXPECT_TRUE(res.status[r] >= 0 && WIFEXITED(res.status[r]) && WEXITSTATUS(res.status[r]) == 0)
-          << "large=" << large << " " << res.describe();
+          << "mode=" << mode << " " << res.describe();
     EXPECT_TRUE(res.status[3] >= 0 && WIFSIGNALED(res.status[3])) << res.describe();
   }
 }

@@ -12,7 +12,7 @@ using namespace commx::testing;
 
 namespace {
 
-const std::vector<std::string> kAlgos = {"", "dda", "rsag", "ring", "recursive_doubling"};
+const std::vector<std::string> kAlgos = {"", "dda", "rsag", "cma", "ring", "recursive_doubling"};
 
 void reduce_matrix(RankEnv& env, const std::vector<size_t>& counts,
                    const std::vector<DataType>& dtypes, const std::vector<ReduceKind>& kinds,
@@ -131,11 +131,11 @@ TEST_P(ReduceOpsTcp, FullMatrixSmallSizes) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, ReduceOpsTcp, ::testing::Values(2, 3, 5));
 
 TEST(ReduceOpsLarge, MultiMiB) {
-  // Several rounds through the slots (4 MiB) and the rings, odd sizes.
+  // Several rounds through the slots (4 MiB) and the rings, single-copy pieces, odd sizes.
   for (int n : {2, 3}) {
     auto res = run_forked(n, [](RankEnv& env) {
       reduce_matrix(env, {(size_t{5} << 20) / 4 + 3}, {DataType::kFloat32}, {ReduceKind::kSum},
-                    {"", "dda", "ring"});
+                    {"", "dda", "rsag", "cma", "ring"});
       reduce_matrix(env, {(size_t{3} << 20) + 1}, {DataType::kBFloat16, DataType::kInt8},
                     {ReduceKind::kAvg}, {""});
       reduce_matrix(env, {(size_t{2} << 20) + 1}, {DataType::kFloat32}, {ReduceKind::kSum},

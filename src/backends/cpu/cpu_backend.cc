@@ -157,10 +157,12 @@ void CpuBackend::init(const BackendContext& ctx) {
     // Map every peer now, then wait until all ranks did: after that a rank may finish ops and
     // finalize (unmapping its segment) without pulling memory from under a slower peer.
     group_->map_all();
+    if (tuning_.cma) group_->probe_cma(tuning_.cma_min_bytes, tuning_.cma_all_reduce_min_bytes);
     if (ctx.size > 1) {
       if (ctx.store->add("cpu/mapped", 1) == ctx.size) ctx.store->set_str("cpu/mapped_all", "1");
       ctx.store->wait({"cpu/mapped_all"}, ctx.options.timeout.value_or(kDefaultTimeout));
     }
+    group_->agree_cma();  // every rank probed before the meeting: all reach the same answer
     transport_ = std::make_unique<ShmTransport>(group_.get(), &tuning_.wait);
     return;
   }
@@ -256,7 +258,8 @@ void CpuBackend::dispatch(const OpDesc& op, Deadline deadline) {
           : -1;
   sig.seq = op.seq;
   ShmColl c{*group_, WaitScope{deadline, &aborted_, group_.get(), &tuning_.wait, &sleeping_on_},
-            sig, tuning_.chunk_bytes};
+            sig, tuning_.chunk_bytes, group_->cma_min_bytes()};
+  c.ws.whole_group = true;
   if (ctx_.size > 1) group_->map_all();
   run_shm(op, c, algo);
 }
@@ -269,8 +272,13 @@ void CpuBackend::run_shm(const OpDesc& op, ShmColl& c, CpuAlgo algo) {
     case OpType::kAllReduce: {
       HostReducer r(in.dtype, op.op, n);
       bool dda = algo == CpuAlgo::kDda ||
-                 (algo != CpuAlgo::kRsag && in.nbytes() <= tuning_.dda_max_bytes(n));
+                 (algo == CpuAlgo::kAuto && in.nbytes() <= tuning_.dda_max_bytes(n));
       if (dda) return shm_all_reduce_dda(c, in.data, out.data, in.count, r);
+      // Single copy where cross-memory attach works (the same answer on every rank).
+      bool cma = n > 1 && group_->cma() &&
+                 (algo == CpuAlgo::kCma ||
+                  (algo == CpuAlgo::kAuto && in.nbytes() >= group_->cma_all_reduce_min_bytes()));
+      if (cma) return shm_all_reduce_cma(c, in.data, out.data, in.count, r);
       return shm_all_reduce_rsag(c, in.data, out.data, in.count, r);
     }
     case OpType::kReduce: {

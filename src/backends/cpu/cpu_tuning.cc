@@ -26,6 +26,11 @@ CpuTuning CpuTuning::from_env() {
       static_cast<size_t>(env_int("COMMX_CPU_RING_BYTES", static_cast<int64_t>(t.shm.ring_bytes)));
   t.chunk_bytes =
       static_cast<size_t>(env_int("COMMX_CPU_CHUNK_BYTES", static_cast<int64_t>(t.chunk_bytes)));
+  t.cma = env_int("COMMX_CPU_CMA", 1) != 0;
+  t.cma_min_bytes = static_cast<size_t>(
+      env_int("COMMX_CPU_CMA_MIN_BYTES", static_cast<int64_t>(t.cma_min_bytes)));
+  t.cma_all_reduce_min_bytes = static_cast<size_t>(env_int(
+      "COMMX_CPU_CMA_ALL_REDUCE_MIN_BYTES", static_cast<int64_t>(t.cma_all_reduce_min_bytes)));
   t.spin_from_env = env_str("COMMX_CPU_SPIN_NS").has_value();
   t.wait.spin_ns = env_int("COMMX_CPU_SPIN_NS", t.wait.spin_ns);
   t.wait.yield_ns = env_int("COMMX_CPU_YIELD_NS", t.wait.yield_ns);
@@ -55,12 +60,13 @@ CpuAlgo parse_algorithm_hint(const Hints& hints) {
   const std::string& a = it->second;
   if (a == "dda" || a == "one_shot") return CpuAlgo::kDda;
   if (a == "rsag" || a == "two_shot" || a == "reduce_scatter_all_gather") return CpuAlgo::kRsag;
+  if (a == "cma" || a == "single_copy") return CpuAlgo::kCma;
   if (a == "ring") return CpuAlgo::kRing;
   if (a == "recursive_doubling" || a == "rd") return CpuAlgo::kRecursiveDoubling;
   if (a == "generic" || a == "tree" || a == "direct") return CpuAlgo::kGeneric;
   throw Error(ErrorCode::kInvalidArgument,
               "unknown algorithm hint '" + a +
-                  "' (cpu backend: auto, dda, rsag, ring, recursive_doubling, generic)");
+                  "' (cpu backend: auto, dda, rsag, cma, ring, recursive_doubling, generic)");
 }
 
 }  // namespace commx

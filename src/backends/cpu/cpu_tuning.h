@@ -26,6 +26,15 @@ struct CpuTuning {
   size_t rd_max_bytes = size_t{64} << 10;
   ShmSizes shm;
   size_t chunk_bytes = size_t{1} << 20;  // per round of the shm reduce-scatter + all-gather
+  // Single-copy data ops over process_vm_readv (all_gather, broadcast, all_to_all) from this many
+  // bytes per rank piece on (measured crossover on the 2-core VM: 16-32 KiB); `cma` false
+  // (COMMX_CPU_CMA=0) disables them.
+  bool cma = true;
+  size_t cma_min_bytes = size_t{32} << 10;
+  // all_reduce above the DDA size: single-copy from this size on. Off by default: on the 2-core
+  // VM the pipelined slot reduce-scatter + all-gather was 1.5-2.5x faster from 512 KiB to 32 MiB
+  // (process_vm_readv pins pages on every call); hint "cma" still selects it.
+  size_t cma_all_reduce_min_bytes = ~size_t{0};
   WaitTuning wait;
   bool spin_from_env = false;  // COMMX_CPU_SPIN_NS given: keep it even when oversubscribed
 
@@ -38,7 +47,7 @@ struct CpuTuning {
 };
 
 // Algorithms an op can ask for with hints {"algorithm": ...}.
-enum class CpuAlgo { kAuto, kDda, kRsag, kRing, kRecursiveDoubling, kGeneric };
+enum class CpuAlgo { kAuto, kDda, kRsag, kCma, kRing, kRecursiveDoubling, kGeneric };
 CpuAlgo parse_algorithm_hint(const Hints& hints);
 
 }  // namespace commx
