@@ -3,6 +3,7 @@
 #include "algorithms/generic_collectives.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace commx {
@@ -184,7 +185,35 @@ void gen_all_to_all(GenericColl& c, std::span<const void* const> ins,
                     std::span<const size_t> in_bytes, std::span<void* const> outs,
                     std::span<const size_t> out_bytes) {
   const int n = c.size, me = c.rank;
-  std::memcpy(outs[me], ins[me], std::min(in_bytes[me], out_bytes[me]));
+  // Sends and receives progress together, so a receive may land in memory a send still reads:
+  // when the inputs overlap the outputs (in place), send from a copy of the inputs.
+  auto span_of = [n](auto ptrs, std::span<const size_t> bytes) {
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < n; ++i) {
+      if (bytes[i] == 0) continue;
+      auto p = reinterpret_cast<uintptr_t>(ptrs[i]);
+      lo = std::min(lo, p);
+      hi = std::max(hi, p + bytes[i]);
+    }
+    return std::pair<uintptr_t, uintptr_t>(lo, hi);
+  };
+  auto [ilo, ihi] = span_of(ins, in_bytes);
+  auto [olo, ohi] = span_of(outs, out_bytes);
+  std::vector<char> staged;
+  std::vector<const void*> staged_ins;
+  if (ilo < ohi && olo < ihi) {
+    size_t total = 0;
+    for (int i = 0; i < n; ++i) total += in_bytes[i];
+    staged.resize(total);
+    size_t off = 0;
+    for (int i = 0; i < n; ++i) {
+      if (in_bytes[i]) std::memcpy(staged.data() + off, ins[i], in_bytes[i]);
+      staged_ins.push_back(staged.data() + off);
+      off += in_bytes[i];
+    }
+    ins = staged_ins;
+  }
+  std::memmove(outs[me], ins[me], std::min(in_bytes[me], out_bytes[me]));
   std::vector<SendReq> s;
   std::vector<RecvReq> rv;
   for (int i = 1; i < n; ++i) {

@@ -49,15 +49,17 @@ std::shared_ptr<Store> tcp_store_from_env(const RankInfo& ri, Timeout timeout) {
 }  // namespace
 
 std::shared_ptr<Store> store_from_env(const RankInfo& ri, Timeout timeout) {
-  // Every comm of a rank shares one bootstrap store: one connection, and a FileStore whose file is
-  // removed only when the job's ranks are done with it (not when one comm goes away).
+  // The comms of a rank that are alive share one bootstrap store: one connection, and a FileStore
+  // whose file goes away only when the job's ranks are done with it (not when one comm does).
+  // Held weakly: once every comm is gone the store is closed (and its file cleaned up).
   static std::mutex cache_mu;
-  static std::map<std::string, std::shared_ptr<Store>> cache;
+  static std::map<std::string, std::weak_ptr<Store>> cache;
   std::string key = std::to_string(ri.rank) + "/" + std::to_string(ri.size) + "/" +
                     env_str("MASTER_ADDR").value_or("") + ":" + env_str("MASTER_PORT").value_or("") +
                     "/" + env_str("COMMX_STORE_FILE").value_or("");
   std::lock_guard<std::mutex> g(cache_mu);
-  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  if (auto it = cache.find(key); it != cache.end())
+    if (auto alive = it->second.lock()) return alive;
   std::shared_ptr<Store> store;
   if (env_str("MASTER_ADDR")) {
     store = tcp_store_from_env(ri, timeout);

@@ -99,15 +99,14 @@ void data_matrix(RankEnv& env, const std::vector<size_t>& counts,
                                 bytes) == 0,
                     L("all_to_all_single"));
         // all_to_all_single in place on odd ranks only: the single-copy path is refused for all
-        // and the ranks that skipped filling their slots fill them again. (Shm algorithms only:
-        // the transport-generic all-to-all does not support in place over several rounds.)
-        const bool shm_algo = a.empty() && transport != "tcp";
+        // and the ranks that skipped filling their slots fill them again; the transport-generic
+        // all-to-all sends from a staged copy when its input overlaps its output.
         Buf io(bytes * n + 1), iout(bytes * n + 1);
         for (int q = 0; q < n; ++q) {
           Buf d = data(seed, me, 40 + q, count, t);
           std::memcpy(io.data() + q * bytes, d.data(), bytes);
         }
-        Buf& ires = me % 2 && shm_algo ? io : iout;
+        Buf& ires = me % 2 ? io : iout;
         comm->all_to_all_single(tensor(ires, count * n, t), tensor(io, count * n, t), false,
                                 algo(a));
         for (int p = 0; p < n; ++p)
