@@ -2,6 +2,8 @@
 // Layer: core (bootstrap).
 #include "core/env.h"
 
+#include <dlfcn.h>
+
 #include <cstdlib>
 #include <initializer_list>
 
@@ -53,6 +55,15 @@ std::optional<std::string> env_first(std::initializer_list<const char*> names) {
   for (const char* n : names)
     if (auto v = env_str(n)) return v;
   return std::nullopt;
+}
+
+std::string library_dir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&library_dir), &info) == 0 || info.dli_fname == nullptr)
+    return ".";
+  std::string path = info.dli_fname;
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
 namespace {

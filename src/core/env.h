@@ -15,6 +15,9 @@ bool env_bool(const char* name, bool dflt);
 // The first of `names` that is set (aliases such as RCCL_DDA_ENABLE for COMMX_DDA_ENABLE).
 std::optional<std::string> env_first(std::initializer_list<const char*> names);
 
+// The folder holding libcommx itself (plugins and data files are installed beside it).
+std::string library_dir();
+
 struct RankInfo {
   int rank = 0;
   int size = 1;

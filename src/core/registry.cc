@@ -30,16 +30,6 @@ std::optional<BackendFactory> find_factory(const std::string& name) {
   return it->second;
 }
 
-// The folder holding libcommx itself: in-tree plugins are installed beside it.
-std::string own_library_dir() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&own_library_dir), &info) == 0 || info.dli_fname == nullptr)
-    return ".";
-  std::string path = info.dli_fname;
-  auto slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
 // Loads one plugin file; returns an explanation on failure (empty on success).
 std::string load_plugin(const std::string& path) {
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
@@ -87,7 +77,7 @@ std::unique_ptr<Backend> create_backend(const std::string& name) {
   if (auto p = env_str(("COMMX_BACKEND_LIB_PATH_" + upper).c_str())) candidates.push_back(*p);
   std::string file = "libcommx_backend_" + name + ".so";
   if (auto dir = env_str("COMMX_PLUGIN_DIR")) candidates.push_back(*dir + "/" + file);
-  candidates.push_back(own_library_dir() + "/" + file);
+  candidates.push_back(library_dir() + "/" + file);
   std::string tried;
   for (const auto& path : candidates) {
     std::string why = load_plugin(path);

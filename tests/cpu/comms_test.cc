@@ -1,6 +1,10 @@
 // Several comms at once: splits (disjoint groups with the same name, a reordered subset), ops
 // interleaved across comms, async ops in flight on two comms together, and the transport hints.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 
 #include "backends/cpu/cpu_backend.h"
 #include "cpu/cases.h"
@@ -91,6 +95,44 @@ TEST(Comms, TransportHints) {
     expect_error(
         env, ErrorCode::kInvalidArgument, [&] { env.comm("bad", o); }, "unknown transport");
   });
+  EXPECT_TRUE(res.all_ok()) << res.describe();
+}
+
+TEST(Comms, TuningTablePicksTheAlgorithm) {
+  // COMMX_TUNING_FILE replaces the installed table: a table naming an unknown algorithm makes the
+  // op fail (the table is consulted), one naming ring for every size still gives right results,
+  // and an op's algorithm hint wins over the table.
+  char dir[] = "/tmp/commx-tuning-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::string ring = std::string(dir) + "/ring.txt", bogus = std::string(dir) + "/bogus.txt";
+  FILE* f = std::fopen(ring.c_str(), "w");
+  std::fputs("all_reduce 3 0 max ring\n", f);
+  std::fclose(f);
+  f = std::fopen(bogus.c_str(), "w");
+  std::fputs("all_reduce 3 0 max carrier_pigeon\n", f);
+  std::fclose(f);
+  auto res = run_forked(3, [&](RankEnv& env) {
+    setenv("COMMX_TUNING_FILE", ring.c_str(), 1);
+    auto c = env.comm("tuned");
+    for (size_t count : {size_t{7}, size_t{70000}}) {
+      auto v = fill(env.rank, count);
+      c->all_reduce(make_tensor(v.data(), static_cast<int64_t>(count)), ReduceOp::SUM);
+      env.check(v == expect_sum({0, 1, 2}, count), "all_reduce under a ring table");
+    }
+    setenv("COMMX_TUNING_FILE", bogus.c_str(), 1);
+    auto b = env.comm("bogus");
+    auto v = fill(env.rank, 10);
+    OpOptions hinted;
+    hinted.hints["algorithm"] = "dda";
+    b->all_reduce(make_tensor(v.data(), 10), ReduceOp::SUM, false, hinted);
+    env.check(v == expect_sum({0, 1, 2}, 10), "an algorithm hint wins over the table");
+    expect_error(
+        env, ErrorCode::kInvalidArgument,
+        [&] { b->all_reduce(make_tensor(v.data(), 10), ReduceOp::SUM); }, "carrier_pigeon");
+  });
+  std::remove(ring.c_str());
+  std::remove(bogus.c_str());
+  rmdir(dir);
   EXPECT_TRUE(res.all_ok()) << res.describe();
 }
 

@@ -9,6 +9,7 @@
 #include "algorithms/host_reduce.h"
 #include "algorithms/shm_collectives.h"
 #include "commx/error.h"
+#include "core/env.h"
 #include "lowp/lowp_dispatch.h"
 #include "transport/shm_segment.h"
 #include "transport/shm_transport.h"
@@ -124,6 +125,7 @@ CpuBackend::~CpuBackend() {
 void CpuBackend::init(const BackendContext& ctx) {
   ctx_ = ctx;
   tuning_ = CpuTuning::from_env();
+  table_ = &TuningTable::from_env(library_dir() + "/commx_tuning_cpu.txt");
   lowp_ = lowp::resolve_lowp_settings(ctx.options.hints);
   const Hints& h = ctx.options.hints;
   auto tr = h.find("transport");
@@ -232,8 +234,20 @@ void CpuBackend::execute(const OpDesc& op) {
   }
 }
 
+CpuAlgo CpuBackend::table_algorithm(const OpDesc& op) const {
+  if (table_->entries().empty()) return CpuAlgo::kAuto;
+  // nccl-tests' size: the larger buffer (all_reduce: the tensor; all_gather: the output).
+  size_t bytes = std::max(op.input.nbytes(), op.output.nbytes());
+  CpuAlgo a = parse_algorithm_name(table_->lookup(op.name(), ctx_.size, bytes));
+  // A table measured over shared memory says nothing about TCP: keep the built-in choice there.
+  if (!use_shm_ && (a == CpuAlgo::kDda || a == CpuAlgo::kRsag || a == CpuAlgo::kCma))
+    return CpuAlgo::kAuto;
+  return a;
+}
+
 void CpuBackend::dispatch(const OpDesc& op, Deadline deadline) {
   CpuAlgo algo = parse_algorithm_hint(op.hints);
+  if (algo == CpuAlgo::kAuto) algo = table_algorithm(op);
   if (op.type == OpType::kSend || op.type == OpType::kRecv || op.type == OpType::kBatchP2P)
     return run_p2p(op, deadline);
   // Low precision (FP8 on the wire, FP32 sums) when enabled and eligible, over the transport;

@@ -12,6 +12,7 @@
 
 #include "backends/cpu/cpu_tuning.h"
 #include "commx/backend.h"
+#include "core/tuning.h"
 #include "core/host_work.h"
 #include "lowp/lowp_collectives.h"
 #include "lowp/lowp_config.h"
@@ -47,6 +48,10 @@ class CpuBackend : public Backend {
 
   BackendContext ctx_;
   CpuTuning tuning_;
+  // Measured per-size algorithm winners (commx-bench --tune): COMMX_TUNING_FILE, else the table
+  // installed beside libcommx (bench/tuning/cpu.txt); an op's algorithm hint wins over it.
+  const TuningTable* table_ = nullptr;
+  CpuAlgo table_algorithm(const OpDesc& op) const;
   bool use_shm_ = true;
   std::unique_ptr<ShmGroup> group_;       // ranks on one host
   std::unique_ptr<Transport> transport_;  // shm rings, or TCP across hosts

@@ -56,8 +56,11 @@ void CpuTuning::adapt_to_oversubscription(int local_ranks) {
 
 CpuAlgo parse_algorithm_hint(const Hints& hints) {
   auto it = hints.find("algorithm");
-  if (it == hints.end() || it->second.empty() || it->second == "auto") return CpuAlgo::kAuto;
-  const std::string& a = it->second;
+  return it == hints.end() ? CpuAlgo::kAuto : parse_algorithm_name(it->second);
+}
+
+CpuAlgo parse_algorithm_name(const std::string& a) {
+  if (a.empty() || a == "auto") return CpuAlgo::kAuto;
   if (a == "dda" || a == "one_shot") return CpuAlgo::kDda;
   if (a == "rsag" || a == "two_shot" || a == "reduce_scatter_all_gather") return CpuAlgo::kRsag;
   if (a == "cma" || a == "single_copy") return CpuAlgo::kCma;
@@ -65,7 +68,7 @@ CpuAlgo parse_algorithm_hint(const Hints& hints) {
   if (a == "recursive_doubling" || a == "rd") return CpuAlgo::kRecursiveDoubling;
   if (a == "generic" || a == "tree" || a == "direct") return CpuAlgo::kGeneric;
   throw Error(ErrorCode::kInvalidArgument,
-              "unknown algorithm hint '" + a +
+              "unknown algorithm '" + a +
                   "' (cpu backend: auto, dda, rsag, cma, ring, recursive_doubling, generic)");
 }
 
