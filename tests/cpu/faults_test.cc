@@ -57,6 +57,9 @@ TEST(Faults, TimeoutNamesTheMissingRank) {
         env, ErrorCode::kTimeout, [&] { w.wait(); }, "async all_reduce with a missing rank");
     env.check(w.status() == WorkStatus::kTimedOut, "work status is TimedOut");
     env.check(since_ms(t0) < 1200, "async timeout after " + std::to_string(since_ms(t0)) + " ms");
+    // Stay alive until the other waiting rank has timed out too: a rank that exits first would be
+    // reported to it as a dead peer (PeerFailure), which is right but not what this test checks.
+    std::this_thread::sleep_for(400ms);
   });
   EXPECT_TRUE(res.all_ok()) << res.describe();
 }
