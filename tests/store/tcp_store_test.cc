@@ -206,6 +206,9 @@ TEST(TcpStoreServer, QueuesAndListKeys) {
   // Two waiters on a queue key; one push wakes exactly one.
   a->send(Frame().u8(6).u64(1).str("/q").b);
   b->send(Frame().u8(6).u64(1).str("/q").b);
+  // Both waits must be registered before the push (a wait on a non-empty queue returns at once);
+  // the three connections are independent, so give the server a moment.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   c->send(Frame().u8(14).str("/q").str("m1").b);
   pollfd both[2] = {{a->fd(), POLLIN, 0}, {b->fd(), POLLIN, 0}};
   ASSERT_EQ(::poll(both, 2, 5000), 1) << "not exactly one waiter woke";
