@@ -14,9 +14,8 @@
 namespace commx {
 namespace {
 
-// How many comms of each name this rank created: makes store keys unique when a name is reused
-// (every rank creates comms in the same order, so the counters agree; keyed by rank too, so
-// threads acting as ranks of one process agree as well).
+// How many comms of each name this process created: makes store keys unique when a name is
+// reused (every rank creates comms in the same order, so the counters agree).
 uint64_t next_instance(const std::string& key) {
   static std::mutex m;
   static std::map<std::string, uint64_t> counts;
@@ -82,8 +81,7 @@ std::shared_ptr<Comm> Comm::create(const std::string& backend, Device device, co
   c.rank = ri.rank;
   c.size = ri.size;
   c.base_store = options.store ? options.store : store_from_env(ri, c.timeout);
-  c.store_prefix = "commx/" + name + "/" + std::to_string(next_instance("world/" + name + "/" + std::to_string(ri.rank) + "/" +
-                                             std::to_string(ri.size)));
+  c.store_prefix = "commx/" + name + "/" + std::to_string(next_instance("world/" + name));
   c.world_ranks.resize(c.size);
   for (int i = 0; i < c.size; ++i) c.world_ranks[i] = i;
   options.timeout = c.timeout;
