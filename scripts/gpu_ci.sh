@@ -64,6 +64,13 @@ if [ "${GPU_CI_BENCH:-1}" = 1 ]; then
       --ops all_gather,reduce_scatter,all_to_all --modes graph,eager --min 1K --max 256M --factor 4 --reps 5 \
       --json "$OUT/collectives.json" --md "$LOGS/collectives.md" >> "$LOGS/bench.log" 2>&1 || rc=1
   fi
+  if [ "${GPU_CI_LOWP:-1}" = 1 ]; then
+    # Issue 5: commx FP8 (one- and two-term gather) vs commx bf16 vs NCCL bf16 vs NCCL native FP8.
+    timeout 300 "$BUILD/bin/commx-gpu-bench" --ranks "$NR" --backend nccl,cuda,cuda+fp8,cuda+fp8x2,nccl+fp8 \
+      --dtypes bf16 --ops all_reduce --modes eager --min 1M --max "${GPU_CI_LOWP_MAX:-1G}" --factor 4 --reps 5 \
+      --error 16M --json "$OUT/lowp.json" --md "$OUT/lowp.md" > "$LOGS/lowp.log" 2>&1 || rc=1
+    grep -E "error|skipping|rank" "$LOGS/lowp.log" | grep -v "^nccl  all_reduce bf16 eager" | head -40
+  fi
   if [ "${GPU_CI_SYMM:-1}" = 1 ]; then
     timeout 200 python3 tools/gpu_bench/symm_mem_bench.py --ranks "$NR" --dtypes bf16 --max 64M --factor 4 \
       --json "$OUT/symm_mem.json" > "$LOGS/symm_mem.log" 2>&1 || rc=1
