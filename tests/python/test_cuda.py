@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import commx  # noqa: E402
-from ranks import run_ranks  # noqa: E402
+from ranks import gpu_env, run_ranks  # noqa: E402
 
 
 def _gpus():
@@ -26,28 +26,12 @@ def _gpus():
 pytestmark = pytest.mark.skipif(_gpus() < 2, reason="needs 2 GPUs")
 
 
-def _find_nccl():
-    """NCCL for the nccl backend (and the cuda backend's delegated ops): COMMX_NCCL_LIBRARY, else
-    the `nvidia.nccl` pip package torch uses; set for the ranks (they inherit the environment)."""
-    if os.environ.get("COMMX_NCCL_LIBRARY"):
-        return
-    try:
-        import nvidia.nccl as m
-    except ImportError:
-        return  # the library path may still have libnccl.so.2
-    for d in m.__path__:
-        lib = os.path.join(d, "lib", "libnccl.so.2")
-        if os.path.exists(lib):
-            os.environ["COMMX_NCCL_LIBRARY"] = lib
-            return
-
-
-_find_nccl()
 BACKENDS = ["cuda", "nccl"]
 TIMEOUT = 240  # per test: spawn imports torch in every rank
 
 
 def _run(fn, *args):
+    gpu_env()
     return run_ranks(2, fn, *args, timeout=TIMEOUT, method="spawn")
 
 
