@@ -35,6 +35,12 @@ def main():
 
     print(f"Rank {rank}: After AllReduce: {tensor[0].item()}")
     assert tensor[0].item() == world_size * (world_size + 1) / 2
+
+    # The README's asynchronous variant: wait() orders the current stream after the op.
+    work = torchcomm.all_reduce(tensor, ReduceOp.SUM, async_op=True)
+    print(f"Rank {rank}: Doing other work while AllReduce is in progress...")
+    work.wait()
+    assert tensor[0].item() == world_size * (world_size * (world_size + 1) / 2)
     print("quickstart ok", rank)
 
     # Cleanup

@@ -275,6 +275,7 @@ def test_quickstart_cpu_under_torchrun():
 def test_quickstart_cuda_under_torchrun():
     gpu_env()
     out = _run_torchrun(os.path.join(ROOT, "examples", "python", "quickstart.py"))
+    print(out)
     assert out.count("quickstart ok") == 2, out
     # Each rank on its own GPU: "cuda" without an index is cuda:(rank % GPUs), as in torchcomms.
     assert "Rank 0/2: Running on device 0" in out and "Rank 1/2: Running on device 1" in out, out
