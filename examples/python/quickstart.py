@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # example.py -- torchcomms' quick start (README) with only the import and the backend name changed
-# (torchcomms -> commx, "nccl" -> "cuda"). Run on GPUs: torchrun --nproc_per_node=2 quickstart.py
+# (torchcomms -> commx, "nccl" -> "cuda"), plus asserts and the README's asynchronous variant at the
+# end. Run on GPUs: torchrun --nproc_per_node=2 quickstart.py
 import torch
 from commx import new_comm, ReduceOp
 
