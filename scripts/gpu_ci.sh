@@ -36,13 +36,21 @@ fi
 BUILD=${BUILD_DIR:-build-gpu}
 cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCOMMX_WITH_CUDA=ON \
   ${PREFIX_PATH:+-DCMAKE_PREFIX_PATH=$PREFIX_PATH} > "$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }
-TARGETS=${GPU_CI_TARGETS:-commx_backend_cuda commx_backend_nccl cuda_backend_test commx-gpu-bench}
+GPU_TESTS=${GPU_CI_TESTLIST:-lowp_gpu_codec_test lowp_cuda_test cuda_backend_test}
+TARGETS=${GPU_CI_TARGETS:-commx_backend_cuda commx_backend_nccl commx-gpu-bench $GPU_TESTS}
 ninja -C "$BUILD" -j"$JOBS" $TARGETS >> "$LOGS/build.log" 2>&1 || { tail -40 "$LOGS/build.log"; exit 1; }
 echo "build ok"
 rc=0
 if [ "${GPU_CI_TESTS:-1}" = 1 ]; then
-  timeout 400 "$BUILD/bin/cuda_backend_test" --gtest_output=json:"$LOGS/gpu_tests.json" > "$OUT/gpu_tests.log" 2>&1 || rc=1
-  grep -E "^\[( +OK|  FAILED|  SKIPPED|  PASSED) |rank [0-9]+ failed|Failure" "$OUT/gpu_tests.log" | head -40
+  : > "$OUT/gpu_tests.log"
+  for t in $GPU_TESTS; do
+    echo "=== $t" >> "$OUT/gpu_tests.log"
+    timeout "${GPU_CI_TEST_TIMEOUT:-400}" "$BUILD/bin/$t" ${GPU_CI_FILTER:+--gtest_filter=$GPU_CI_FILTER} \
+      >> "$OUT/gpu_tests.log" 2>&1
+    r=$?
+    if [ $r -ne 0 ]; then rc=1; echo "=== $t FAILED (rc $r)" >> "$OUT/gpu_tests.log"; fi
+  done
+  grep -E "^=== |^\[( +OK|  FAILED|  SKIPPED|  PASSED) |rank [0-9]+ failed|Failure" "$OUT/gpu_tests.log" | head -60
 fi
 if [ "${GPU_CI_BENCH:-1}" = 1 ]; then
   NR=$(nvidia-smi -L | wc -l)
