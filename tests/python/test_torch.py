@@ -65,6 +65,25 @@ def test_torch_tensors_through_bindings():
     run_ranks(2, _bindings_with_torch)
 
 
+def test_cuda_device_without_index_is_rank_modulo_gpus(monkeypatch):
+    # torchcomms' rule, checked without GPUs: "cuda" -> cuda:(rank % GPUs), made current.
+    from commx import _comm
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: calls.append(str(d)))
+    for var in ("COMMX_RANK", "COMMX_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    assert _comm._resolve_device("cuda", 3) == "cuda:1"
+    assert _comm._resolve_device(torch.device("cuda"), 2) == "cuda:0"
+    assert _comm._resolve_device("cuda:1", 0) == "cuda:1"  # an explicit index is kept
+    monkeypatch.setenv("RANK", "5")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    assert _comm._resolve_device("cuda", None) == "cuda:1"  # rank from torchrun's variables
+    assert _comm._resolve_device("cpu", 1) == "cpu"
+    assert calls == ["cuda:1", "cuda:0", "cuda:1", "cuda:1"]
+
+
 # -- the torch.distributed backend ------------------------------------------------------------
 
 def _cuda_gpus():
