@@ -243,7 +243,7 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s, const std::st
     }
   }
   if (!native_) return false;
-  if (lowp_.maybe_enqueue(op, peers(op), s, where)) return true;
+  if (lowp_.maybe_enqueue(op, peers(op), tuning_.max_blocks_large, s, where)) return true;
   const uint64_t half = tuning_.buffer_bytes;
   // Per-pair byte exchange in chunks of at most one region of the buffer. `every_pair`: every rank
   // receives from every peer (all-gather, all-to-all), which the barrier-free LL variant needs.

@@ -1,13 +1,8 @@
-// Low-precision collectives of the cuda backend (see lowp_cuda.h). Each rank's data area is cut
-// into slots, one per (sender, step); a chunk of every peer's data moves per round:
-//   all_reduce:      encode the peers' slices into their recv slots | barrier | the owner sums its
-//                    slice in FP32 (rank order) and encodes it into every rank's gather slot |
-//                    barrier | everyone decodes all gather slots.
-//   reduce_scatter:  the first half, the FP32 sum rounded into the output.
-//   all_gather:      encode the input once into every rank's slot | barrier | decode all slots.
-//   all_to_all:      encode chunk q into rank q's slot | barrier | decode (own chunk: a copy).
-// A barrier before the first round (peers are done with the previous op's buffers) and after
-// each round's reads (the next round or op may overwrite the slots) keeps the buffers safe.
+// Low-precision collectives of the cuda backend (see lowp_cuda.h). Each rank's data area (both
+// halves of the registered buffer) is cut into slots, one per sending rank (all_reduce: plus one
+// per owner for the gather); a round moves one chunk of every rank's data through them in one
+// launch of the fused kernel (lowp_kernels.h): encode and write to the destination slots, barrier,
+// (reduce and re-encode or round,) barrier, decode. Rounds follow each other on the stream.
 // Layer: backends (cuda).
 #include "cuda/lowp_cuda.h"
 
@@ -18,18 +13,15 @@
 #include "commx/error.h"
 #include "core/env.h"
 #include "cuda/kernels.h"
+#include "cuda/lowp_kernels.h"
+#include "cuda/tuning.h"
 #include "cuda_common/cuda_util.h"
 #include "lowp/cuda/fp8_codec_cuda.h"
-#include "lowp/cuda/fp8_collective_cuda.h"
 #include "lowp/lowp_collectives.h"
 #include "lowp/lowp_dispatch.h"
 
 namespace commx::cuda {
 namespace {
-
-using lowp::gpu::DecodeBatch;
-using lowp::gpu::EncodeBatch;
-using lowp::gpu::ReduceSrc;
 
 // One rank's share of a list or single-tensor operand: a device pointer and a count.
 struct Part {
@@ -55,8 +47,8 @@ int64_t clamp_len(int64_t len, int64_t from, int64_t most) {
   return std::max<int64_t>(0, std::min(most, len - from));
 }
 
-// What every step of one op needs.
-struct Steps {
+// What every round of one op needs.
+struct Rounds {
   const PeerSet& ps;
   cudaStream_t s;
   const std::string& where;
@@ -65,12 +57,13 @@ struct Steps {
   uint64_t seq;
   DataType dtype;
   size_t es;
+  int max_blocks;
   uint64_t cap = 0;   // bytes per slot
   int64_t chunk = 0;  // elements per slot and round
 
-  // Cuts each rank's `area` into `slots` slots holding `terms` encoded chunks each.
-  void layout(uint64_t area, int slots, int terms) {
-    cap = (area / slots) & ~uint64_t(255);
+  // Cuts each rank's data area into `slots` slots holding `terms` encoded chunks each.
+  void layout(int slots, int terms) {
+    cap = (2 * ps.half_bytes / slots) & ~uint64_t(255);
     const int64_t b = plan.codec.block;
     chunk = static_cast<int64_t>(cap / terms / static_cast<uint64_t>(b + 4)) * b;
     if (chunk <= 0)
@@ -78,143 +71,126 @@ struct Steps {
                   where + "the registered buffer is too small for low-precision chunks "
                           "(raise COMMX_CUDA_BUFFER_BYTES)");
   }
-  uint8_t* slot(int rank, int index) const {
-    return reinterpret_cast<uint8_t*>(ps.data[rank]) + static_cast<uint64_t>(index) * cap;
-  }
   uint64_t sr(int phase) const { return lowp::sr_stream_of(seq, phase, ps.rank); }
-  void check(cudaError_t e) const { COMMX_CUDA_CHECK_CTX(e, where); }
-  void barrier() const {
-    launch_barrier(ps, s);
-    check(cudaGetLastError());
-  }
-  void encode(const EncodeBatch& b, int phase) const {
-    if (b.count) check(lowp::gpu::encode_batch(b, dtype, plan.codec, sr(phase), stats, s));
-  }
-  void decode(const DecodeBatch& b, bool two_term) const {
-    if (b.count) check(lowp::gpu::decode_batch(b, dtype, plan.codec, two_term, s));
-  }
-  // Adds an item to a batch (nothing when it is empty).
-  static void add(EncodeBatch& b, const char* src, uint8_t* dst, int64_t n, int64_t sr_off) {
-    if (n <= 0) return;
-    auto& it = b.item[b.count++];
-    it = {};
-    it.src = src;
-    it.dst[0] = dst;
-    it.ndst = 1;
-    it.n = n;
-    it.sr_offset = sr_off;
-  }
-  static void add(DecodeBatch& b, const uint8_t* enc, char* dst, int64_t n) {
-    if (n > 0) b.item[b.count++] = {enc, dst, n};
-  }
-  ReduceSrc reduce_src(const char* own, int64_t n, bool avg) const {
-    ReduceSrc r{};
-    r.own = own;
-    for (int p = 0; p < ps.world; ++p) r.recv[p] = slot(ps.rank, p);
-    r.rank = ps.rank;
-    r.world = ps.world;
-    r.n = n;
-    r.avg = avg;
+  LowpRound round(LowpMode mode) const {
+    LowpRound r{};
+    r.mode = mode;
+    r.cap = cap;
+    r.seed = plan.codec.seed;
+    r.stats = stats;
     return r;
+  }
+  // Grid: every codec block of the largest chunk gets a warp, up to max_blocks blocks of threads.
+  // A function of sizes every rank knows (the per-block barriers need the same grid everywhere).
+  int grid(int64_t elements) const {
+    const int64_t units = (elements + plan.codec.block - 1) / plan.codec.block;
+    const int64_t g = (units + kThreads / 32 - 1) / (kThreads / 32);
+    return static_cast<int>(std::clamp<int64_t>(g, 1, max_blocks));
+  }
+  void launch(const LowpRound& r, int64_t c0, int64_t total, int64_t longest) const {
+    LowpRound x = r;
+    x.leading = c0 == 0;
+    x.trailing = c0 + chunk >= total;
+    COMMX_CUDA_CHECK_CTX(
+        launch_lowp_round(ps, x, dtype, plan.codec, grid(std::min(chunk, longest)), s), where);
   }
 };
 
-void all_reduce(Steps& st, const Tensor& in, const Tensor& out, bool avg) {
-  const int w = st.ps.world, me = st.ps.rank;
-  const bool two = st.plan.two_term_gather;
-  st.layout(2 * st.ps.half_bytes, 2 * w, two ? 2 : 1);  // recv slots 0..w-1, gather slots w..2w-1
-  const lowp::LowpSlices sl(in.count, st.plan.codec.block, w);
+void all_reduce(Rounds& rd, const Tensor& in, const Tensor& out, bool avg) {
+  const int w = rd.ps.world, me = rd.ps.rank;
+  const bool two = rd.plan.two_term_gather;
+  rd.layout(2 * w, two ? 2 : 1);  // recv slots 0..w-1, then gather slots
+  const lowp::LowpSlices sl(in.count, rd.plan.codec.block, w);
   const int64_t longest = *std::max_element(sl.len.begin(), sl.len.end());
   const char* src = static_cast<const char*>(in.data);
   char* dst = static_cast<char*>(out.data);
-  st.barrier();
-  for (int64_t c0 = 0; c0 < longest; c0 += st.chunk) {
-    EncodeBatch eb{};
-    for (int q = 0; q < w; ++q)
-      if (q != me)
-        Steps::add(eb, src + (sl.off[q] + c0) * st.es, st.slot(q, me),
-                   clamp_len(sl.len[q], c0, st.chunk), c0);
-    st.encode(eb, 0);
-    st.barrier();
-    const int64_t mine = clamp_len(sl.len[me], c0, st.chunk);
-    if (mine > 0) {
-      uint8_t* gather[kMaxRanks];
-      for (int r = 0; r < w; ++r) gather[r] = st.slot(r, w + me);
-      st.check(lowp::gpu::reduce_encode(st.reduce_src(src + (sl.off[me] + c0) * st.es, mine, avg),
-                                        st.dtype, st.plan.codec, two, gather, w, st.sr(1),
-                                        st.sr(4), sl.off[me] + c0, st.stats, st.s));
+  LowpRound r = rd.round(LowpMode::kAllReduce);
+  r.recv_off = 0;
+  r.gather_off = static_cast<uint64_t>(w) * rd.cap;
+  r.avg = avg;
+  r.two_term = two;
+  r.sr1 = rd.sr(0);
+  r.sr2 = rd.sr(1);
+  r.sr2b = rd.sr(4);
+  for (int64_t c0 = 0; c0 < longest; c0 += rd.chunk) {
+    for (int q = 0; q < w; ++q) {
+      const int64_t m = clamp_len(sl.len[q], c0, rd.chunk);
+      r.in[q] = src + (sl.off[q] + c0) * rd.es;
+      r.n_in[q] = q == me ? 0 : m;
+      r.out[q] = dst + (sl.off[q] + c0) * rd.es;
+      r.n_out[q] = m;
     }
-    st.barrier();
-    DecodeBatch db{};
-    for (int q = 0; q < w; ++q)
-      Steps::add(db, st.slot(me, w + q), dst + (sl.off[q] + c0) * st.es,
-                 clamp_len(sl.len[q], c0, st.chunk));
-    st.decode(db, two);
-  }
-  st.barrier();
-}
-
-void reduce_scatter(Steps& st, const std::vector<Part>& ins, const Tensor& out, bool avg) {
-  const int w = st.ps.world, me = st.ps.rank;
-  st.layout(2 * st.ps.half_bytes, w, 1);
-  st.barrier();
-  for (int64_t c0 = 0; c0 < out.count; c0 += st.chunk) {
-    const int64_t m = std::min(st.chunk, out.count - c0);
-    EncodeBatch eb{};
-    for (int q = 0; q < w; ++q)
-      if (q != me) Steps::add(eb, ins[q].p + c0 * st.es, st.slot(q, me), m, c0);
-    st.encode(eb, 0);
-    st.barrier();
-    st.check(lowp::gpu::reduce_store(st.reduce_src(ins[me].p + c0 * st.es, m, avg), st.dtype,
-                                     st.plan.codec, static_cast<char*>(out.data) + c0 * st.es,
-                                     st.s));
-    st.barrier();
+    r.own = src + (sl.off[me] + c0) * rd.es;
+    r.n_own = clamp_len(sl.len[me], c0, rd.chunk);
+    r.sr_off1 = c0;
+    r.sr_off2 = sl.off[me] + c0;
+    rd.launch(r, c0, longest, longest);
   }
 }
 
-void all_gather(Steps& st, const Tensor& in, const std::vector<Part>& outs) {
-  const int w = st.ps.world, me = st.ps.rank;
-  st.layout(2 * st.ps.half_bytes, w, 1);
-  st.barrier();
-  for (int64_t c0 = 0; c0 < in.count; c0 += st.chunk) {
-    const int64_t m = std::min(st.chunk, in.count - c0);
-    EncodeBatch eb{};
-    Steps::add(eb, static_cast<const char*>(in.data) + c0 * st.es, st.slot(0, me), m, c0);
-    for (int r = 0; r < w; ++r) eb.item[0].dst[r] = st.slot(r, me);
-    eb.item[0].ndst = w;
-    st.encode(eb, 2);
-    st.barrier();
-    DecodeBatch db{};
-    for (int q = 0; q < w; ++q) Steps::add(db, st.slot(me, q), outs[q].p + c0 * st.es, m);
-    st.decode(db, false);
-    st.barrier();
+void reduce_scatter(Rounds& rd, const std::vector<Part>& ins, const Tensor& out, bool avg) {
+  const int w = rd.ps.world, me = rd.ps.rank;
+  rd.layout(w, 1);
+  LowpRound r = rd.round(LowpMode::kReduceScatter);
+  r.avg = avg;
+  r.sr1 = rd.sr(0);
+  for (int64_t c0 = 0; c0 < out.count; c0 += rd.chunk) {
+    const int64_t m = std::min(rd.chunk, out.count - c0);
+    for (int q = 0; q < w; ++q) {
+      r.in[q] = ins[q].p + c0 * rd.es;
+      r.n_in[q] = q == me ? 0 : m;
+    }
+    r.own = ins[me].p + c0 * rd.es;
+    r.n_own = m;
+    r.out[me] = static_cast<char*>(out.data) + c0 * rd.es;
+    r.sr_off1 = c0;
+    rd.launch(r, c0, out.count, out.count);
   }
 }
 
-void all_to_all(Steps& st, const std::vector<Part>& ins, const std::vector<Part>& outs) {
-  const int w = st.ps.world, me = st.ps.rank;
-  st.layout(2 * st.ps.half_bytes, w, 1);
-  if (ins[me].n > 0 && ins[me].p != outs[me].p)
-    st.check(cudaMemcpyAsync(outs[me].p, ins[me].p, ins[me].n * st.es, cudaMemcpyDeviceToDevice,
-                             st.s));
-  int64_t longest = 0;
+void all_gather(Rounds& rd, const Tensor& in, const std::vector<Part>& outs) {
+  const int w = rd.ps.world;
+  rd.layout(w, 1);
+  LowpRound r = rd.round(LowpMode::kAllGather);
+  r.sr1 = rd.sr(2);
+  for (int64_t c0 = 0; c0 < in.count; c0 += rd.chunk) {
+    const int64_t m = std::min(rd.chunk, in.count - c0);
+    r.in[0] = static_cast<const char*>(in.data) + c0 * rd.es;
+    r.n_in[0] = m;
+    for (int q = 0; q < w; ++q) {
+      r.out[q] = outs[q].p + c0 * rd.es;
+      r.n_out[q] = m;
+    }
+    r.sr_off1 = c0;
+    rd.launch(r, c0, in.count, in.count);
+  }
+}
+
+void all_to_all(Rounds& rd, const std::vector<Part>& ins, const std::vector<Part>& outs) {
+  const int w = rd.ps.world, me = rd.ps.rank;
   for (int q = 0; q < w; ++q)
-    if (q != me) longest = std::max({longest, ins[q].n, outs[q].n});
-  st.barrier();
-  for (int64_t c0 = 0; c0 < longest; c0 += st.chunk) {
-    EncodeBatch eb{};
-    for (int q = 0; q < w; ++q)
-      if (q != me)
-        Steps::add(eb, ins[q].p + c0 * st.es, st.slot(q, me), clamp_len(ins[q].n, c0, st.chunk),
-                   c0);
-    st.encode(eb, 3);
-    st.barrier();
-    DecodeBatch db{};
-    for (int q = 0; q < w; ++q)
-      if (q != me)
-        Steps::add(db, st.slot(me, q), outs[q].p + c0 * st.es, clamp_len(outs[q].n, c0, st.chunk));
-    st.decode(db, false);
-    st.barrier();
+    if (ins[q].n != ins[0].n || outs[q].n != ins[0].n)
+      throw Error(ErrorCode::kUnsupported,
+                  rd.where + "low-precision all_to_all on the cuda backend needs equal counts "
+                             "for every pair (every rank must run the same rounds)");
+  rd.layout(w, 1);
+  if (ins[me].n > 0 && ins[me].p != outs[me].p)
+    COMMX_CUDA_CHECK_CTX(cudaMemcpyAsync(outs[me].p, ins[me].p, ins[me].n * rd.es,
+                                         cudaMemcpyDeviceToDevice, rd.s),
+                         rd.where);
+  const int64_t n = ins[0].n;
+  LowpRound r = rd.round(LowpMode::kAllToAll);
+  r.sr1 = rd.sr(3);
+  for (int64_t c0 = 0; c0 < n; c0 += rd.chunk) {
+    const int64_t m = std::min(rd.chunk, n - c0);
+    for (int q = 0; q < w; ++q) {
+      r.in[q] = ins[q].p + c0 * rd.es;
+      r.n_in[q] = q == me ? 0 : m;
+      r.out[q] = outs[q].p + c0 * rd.es;
+      r.n_out[q] = q == me ? 0 : m;
+    }
+    r.sr_off1 = c0;
+    rd.launch(r, c0, n, n);
   }
 }
 
@@ -229,36 +205,36 @@ void LowpCuda::init(const Hints& comm_hints, const std::string& where) {
                        where);
 }
 
-bool LowpCuda::maybe_enqueue(const OpDesc& op, const PeerSet& ps, cudaStream_t s,
-                             const std::string& where) {
+bool LowpCuda::maybe_enqueue(const OpDesc& op, const PeerSet& ps, int max_blocks,
+                             cudaStream_t s, const std::string& where) {
   const int w = ps.world;
   const DataType dtype = lowp::lowp_op_dtype(op);
   auto plan = lowp::lowp_choice(settings_, op.type, dtype, op.op, lowp::lowp_op_bytes(op, w),
                                 op.hints, where);
   if (!plan) return false;
-  Steps st{ps, s, where, *plan, d_stats_, op.seq, dtype, dtype_size(dtype)};
+  Rounds rd{ps, s, where, *plan, d_stats_, op.seq, dtype, dtype_size(dtype), max_blocks};
   const bool avg = op.op.kind == ReduceKind::kAvg;
   switch (op.type) {
     case OpType::kAllReduce:
-      all_reduce(st, op.input, op.output, avg);
+      all_reduce(rd, op.input, op.output, avg);
       break;
     case OpType::kReduceScatter:
-      reduce_scatter(st, parts_of(op.inputs), op.output, avg);
+      reduce_scatter(rd, parts_of(op.inputs), op.output, avg);
       break;
     case OpType::kReduceScatterSingle:
-      reduce_scatter(st, split_even(op.input, w), op.output, avg);
+      reduce_scatter(rd, split_even(op.input, w), op.output, avg);
       break;
     case OpType::kAllGather:
-      all_gather(st, op.input, parts_of(op.outputs));
+      all_gather(rd, op.input, parts_of(op.outputs));
       break;
     case OpType::kAllGatherSingle:
-      all_gather(st, op.input, split_even(op.output, w));
+      all_gather(rd, op.input, split_even(op.output, w));
       break;
     case OpType::kAllToAll:
-      all_to_all(st, parts_of(op.inputs), parts_of(op.outputs));
+      all_to_all(rd, parts_of(op.inputs), parts_of(op.outputs));
       break;
     case OpType::kAllToAllSingle:
-      all_to_all(st, split_even(op.input, w), split_even(op.output, w));
+      all_to_all(rd, split_even(op.input, w), split_even(op.output, w));
       break;
     default:
       throw Error(ErrorCode::kInternal, where + "no low-precision variant");  // not chosen

@@ -1,7 +1,8 @@
 // Device-side pieces of the block-scaled FP8 codec shared by the codec kernels
-// (fp8_codec_cuda.cu) and the fused collective kernels (fp8_collective_cuda.cu): element loads
-// and stores, the FP8 conversions, and the per-block encoder that takes its values from any
-// source (a buffer, or a sum computed on the fly). Same bits as the CPU reference.
+// (fp8_codec_cuda.cu) and the cuda backend's fused collective kernel (lowp_kernels.cu): element
+// loads and stores, the FP8 conversions, and the per-block encoder that takes its values from any
+// source (a buffer, an FP32 sum computed on the fly, or its residual). Same bits as the CPU
+// reference.
 // Layer: algorithms (low-precision codec, GPU).
 #pragma once
 
@@ -238,6 +239,86 @@ struct BufferSrc {
   }
   __device__ __forceinline__ float load1(int64_t i) const { return load_f<T>(x, i); }
   int64_t m;
+};
+
+// The sources of an owner's reduction: acc = 0; for p = 0..world-1 in order: acc +=
+// (p == rank ? float(own[i]) : decode(recv[p])[i]); AVG: acc /= world (the host path's order).
+struct ReduceSrc {
+  const void* own;                 // this rank's own n elements
+  const uint8_t* recv[kMaxDsts];   // encoded n elements from each peer (recv[rank] unused)
+  int rank;
+  int world;
+  int64_t n;
+  bool avg;
+};
+
+// Values of block `blk` of the reduced slice for encode_block_warp: the peers' scale words of the
+// block are loaded once; full groups of 4 use one load per source.
+template <typename T, bool kE5>
+struct ReducedSrc {
+  const ReduceSrc* r;
+  int64_t nb, block, off, m;
+  uint32_t sb[kMaxDsts];
+  bool vec;  // own and codes aligned for 4-element loads
+
+  __device__ __forceinline__ ReducedSrc(const ReduceSrc* rs, int64_t nb_, int64_t block_,
+                                        int64_t blk)
+      : r(rs), nb(nb_), block(block_), off(blk * block_), m(min(block_, rs->n - blk * block_)) {
+    vec = (reinterpret_cast<uintptr_t>(static_cast<const T*>(r->own) + off) % (4 * sizeof(T))) == 0;
+    for (int p = 0; p < r->world; ++p) {
+      sb[p] = p == r->rank ? 0u : load_scale(r->recv[p], blk);
+      if (p != r->rank) vec = vec && (reinterpret_cast<uintptr_t>(r->recv[p] + nb * 4 + off) % 4) == 0;
+    }
+  }
+  __device__ __forceinline__ float finish(float acc) const {
+    return r->avg ? __fdiv_rn(acc, static_cast<float>(r->world)) : acc;
+  }
+  __device__ __forceinline__ float load1(int64_t i) const {
+    float acc = 0.0f;
+    for (int p = 0; p < r->world; ++p) {
+      float x = p == r->rank ? load_f<T>(static_cast<const T*>(r->own), off + i)
+                             : decode_one<kE5>(r->recv[p][nb * 4 + off + i], sb[p]);
+      acc = __fadd_rn(acc, x);
+    }
+    return finish(acc);
+  }
+  __device__ __forceinline__ void load4(int64_t i, bool full, float v[4]) const {
+    if (!full || !vec) {
+      for (int j = 0; j < 4; ++j) v[j] = i + j < m ? load1(i + j) : 0.0f;
+      return;
+    }
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int p = 0; p < r->world; ++p) {
+      float x[4];
+      if (p == r->rank) {
+        load4v<T>(static_cast<const T*>(r->own) + off, i, true, x);
+      } else {
+        uint32_t w = *reinterpret_cast<const uint32_t*>(r->recv[p] + nb * 4 + off + i);
+        for (int j = 0; j < 4; ++j) x[j] = decode_one<kE5>((w >> (8 * j)) & 0xff, sb[p]);
+      }
+      for (int j = 0; j < 4; ++j) acc[j] = __fadd_rn(acc[j], x[j]);
+    }
+    for (int j = 0; j < 4; ++j) v[j] = finish(acc[j]);
+  }
+};
+
+// The residual acc - D(Q1) of the same block (0 where D(Q1) is not finite), Q1 recomputed from
+// the block's code `c1`.
+template <typename T, bool kE5, bool kSR>
+struct ResidualSrc {
+  ReducedSrc<T, kE5> a;
+  BlockCode c1;
+  uint64_t seed, stream, idx0;
+  __device__ __forceinline__ float load1(int64_t i) const {
+    const float x = a.load1(i);
+    const float d = decode_one<kE5>(encode_one<kE5, kSR>(x, c1.inv, c1.flagged, seed, stream,
+                                                          idx0 + i),
+                                    c1.sb);
+    return (f2u(d) & kInfBits) != kInfBits ? __fsub_rn(x, d) : 0.0f;
+  }
+  __device__ __forceinline__ void load4(int64_t i, bool, float v[4]) const {
+    for (int j = 0; j < 4; ++j) v[j] = i + j < a.m ? load1(i + j) : 0.0f;
+  }
 };
 
 }  // namespace commx::lowp::gpu

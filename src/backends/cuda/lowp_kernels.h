@@ -1,0 +1,51 @@
+// The fused low-precision kernel of the cuda backend: one launch moves one round (a chunk of every
+// rank's data) of an FP8 all_reduce, reduce_scatter, all_gather or all_to_all through the peers'
+// registered buffers. Each block of threads owns the same codec blocks on every rank and meets its
+// peers' twin blocks at per-block flags, so blocks pipeline independently:
+//   P1  encode this rank's data and write it into the destination ranks' slots
+//   B   per-block barrier
+//   P2  (reductions) the owner sums its codec blocks in FP32 in rank order and re-encodes them into
+//       every rank's gather slot (all_reduce) or rounds them into the output (reduce_scatter)
+//   B
+//   P3  decode the slots into the outputs
+// Same bits as the host path (lowp_collectives.cc). Layer: backends (cuda).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "commx/types.h"
+#include "cuda/kernel_params.h"
+#include "lowp/fp8_codec.h"
+
+namespace commx::cuda {
+
+enum class LowpMode : int { kAllReduce, kReduceScatter, kAllGather, kAllToAll };
+
+struct LowpRound {
+  LowpMode mode;
+  // P1: what this rank sends to rank q (all_gather: in[0] goes to every rank).
+  const char* in[kMaxRanks];
+  int64_t n_in[kMaxRanks];
+  // P2: this rank's own contribution to its reduced chunk, of n_own elements.
+  const char* own;
+  int64_t n_own;
+  // P3 (and reduce_scatter's P2 into out[rank]): where what came from rank q goes.
+  char* out[kMaxRanks];
+  int64_t n_out[kMaxRanks];
+  // Slots: slot p of area X at data[r] + X_off + p * cap.
+  uint64_t recv_off, gather_off, cap;
+  bool avg, two_term;
+  bool leading, trailing;  // barrier before P1 (first round) / after the last phase (last round)
+  // Stochastic rounding: seed, streams of P1 and P2 (and P2's residual), offsets of element 0.
+  uint64_t seed, sr1, sr2, sr2b;
+  int64_t sr_off1, sr_off2;
+  unsigned long long* stats;  // codec counters (device), nullable
+};
+
+// Enqueues one round. `blocks` must be the same on every rank.
+cudaError_t launch_lowp_round(const PeerSet& ps, const LowpRound& r, DataType dtype,
+                              const lowp::CodecConfig& cfg, int blocks, cudaStream_t s);
+
+}  // namespace commx::cuda
