@@ -86,7 +86,7 @@ std::string local_hostname() {
 
 }  // namespace
 
-GlooBackend::~GlooBackend() { exec_.drain(); }
+GlooBackend::~GlooBackend() { drain(); }
 
 void GlooBackend::init(const BackendContext& ctx) {
   ctx_ = ctx;
@@ -142,13 +142,10 @@ bool GlooBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
   return pairwise_reduce_fn(dtype, kind) != nullptr;
 }
 
-Work GlooBackend::run(const OpDesc& op, bool async_op) {
+void GlooBackend::check_open(const OpDesc& op) {
   if (aborted_.load())
     throw Error(ErrorCode::kAborted, op_context(ctx_, op) + "the comm was aborted");
   if (!gloo_) throw Error(ErrorCode::kInvalidArgument, op_context(ctx_, op) + "gloo: finalized");
-  // A synchronous op runs inline before submit returns: no need to copy its description.
-  if (!async_op) return exec_.submit([this, &op] { execute(op); }, false);
-  return exec_.submit([this, op] { execute(op); }, true);
 }
 
 void GlooBackend::execute(const OpDesc& op) {
@@ -519,15 +516,13 @@ void GlooBackend::p2p(const OpDesc& op, const std::vector<P2POp>& ops) {
 
 void GlooBackend::abort() {
   if (aborted_.exchange(true)) return;
-  exec_.fail_pending(std::make_exception_ptr(
-      Error(ErrorCode::kAborted, "[comm '" + ctx_.comm_name + "' rank " +
-                                     std::to_string(ctx_.rank) + "] the comm was aborted")));
+  fail_queued(ctx_, "the comm was aborted");
   // An op already inside Gloo cannot be interrupted (closing Gloo's pairs does not wake its
   // waits): it ends at its own deadline and then reports Aborted.
 }
 
 void GlooBackend::finalize() {
-  exec_.drain();
+  drain();
   gloo_.reset();
 }
 
