@@ -15,6 +15,8 @@ class HostBackend : public Backend {
  public:
   // Checks that the comm takes ops (check_open), then runs execute(op) in issue order.
   Work run(const OpDesc& op, bool async_op) final;
+  // Host backends take tensors in host memory only.
+  bool accepts_device(const Device& d) const override { return d.is_cpu(); }
 
  protected:
   // Runs one op: on the caller's thread when synchronous, else on the executor's worker.

@@ -33,7 +33,6 @@ class CpuBackend : public HostBackend {
   bool supports(OpType type, DataType dtype, ReduceKind kind) const override;
   void abort() override;
   void finalize() override;
-  bool accepts_device(const Device& d) const override { return d.is_cpu(); }
 
   // "shm" or the transport's name: what init() chose.
   std::string transport_name() const;

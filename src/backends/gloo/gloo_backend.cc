@@ -25,6 +25,7 @@
 #include "backends/gloo/store_adapter.h"
 #include "commx/error.h"
 #include "core/env.h"
+#include "core/tensor_bytes.h"
 
 namespace commx::gloo_backend {
 namespace {
@@ -52,30 +53,6 @@ void with_elem(size_t size, F&& f) {
 bool is_reduction(OpType t) {
   return t == OpType::kAllReduce || t == OpType::kReduce || t == OpType::kReduceScatter ||
          t == OpType::kReduceScatterSingle || t == OpType::kReduceScatterV;
-}
-
-// memmove that accepts empty views (whose pointers may be null).
-void copy_bytes(void* dst, const void* src, size_t n) {
-  if (n > 0 && dst != src) std::memmove(dst, src, n);
-}
-
-char* bytes_of(const Tensor& t) { return static_cast<char*>(t.data); }
-
-// True when the list's tensors lie back to back in memory (then Gloo can use them directly).
-bool contiguous(const std::vector<Tensor>& ts) {
-  if (ts.empty()) return false;
-  char* p = bytes_of(ts[0]);
-  for (const auto& t : ts) {
-    if (bytes_of(t) != p) return false;
-    p += t.nbytes();
-  }
-  return true;
-}
-
-size_t total_bytes(const std::vector<Tensor>& ts) {
-  size_t n = 0;
-  for (const auto& t : ts) n += t.nbytes();
-  return n;
 }
 
 std::string local_hostname() {

@@ -22,7 +22,6 @@ class GlooBackend : public HostBackend {
   bool supports(OpType type, DataType dtype, ReduceKind kind) const override;
   void abort() override;
   void finalize() override;
-  bool accepts_device(const Device& d) const override { return d.is_cpu(); }
 
  private:
   void check_open(const OpDesc& op) override;

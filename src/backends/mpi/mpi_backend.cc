@@ -11,6 +11,7 @@
 #include "backends/mpi/mpi_types.h"
 #include "commx/error.h"
 #include "core/env.h"
+#include "core/tensor_bytes.h"
 
 namespace commx::mpi_backend {
 namespace {
@@ -26,23 +27,6 @@ void finalize_mpi_at_exit() {
   int fin = 0;
   MPI_Finalized(&fin);
   if (!fin) MPI_Finalize();
-}
-
-// memmove that accepts empty views (whose pointers may be null).
-void copy_bytes(void* dst, const void* src, size_t n) {
-  if (n > 0 && dst != src) std::memmove(dst, src, n);
-}
-
-char* bytes_of(const Tensor& t) { return static_cast<char*>(t.data); }
-
-bool contiguous(const std::vector<Tensor>& ts) {
-  if (ts.empty()) return false;
-  char* p = bytes_of(ts[0]);
-  for (const auto& t : ts) {
-    if (bytes_of(t) != p) return false;
-    p += t.nbytes();
-  }
-  return true;
 }
 
 }  // namespace
