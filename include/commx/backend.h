@@ -52,17 +52,19 @@ struct P2POp {
 struct OpDesc {
   OpType type = OpType::kBarrier;
   uint64_t seq = 0;  // per-comm sequence number, from 1
-  Tensor input;
-  Tensor output;  // equals input for in-place single-tensor ops (all_reduce, broadcast, reduce)
-  std::vector<Tensor> inputs;
-  std::vector<Tensor> outputs;
-  std::vector<int64_t> input_splits;
-  std::vector<int64_t> output_splits;
-  ReduceOp op;
+  // Every member has an initializer, so an OpDesc built with designated initializers may name
+  // only the fields its op uses.
+  Tensor input{};
+  Tensor output{};  // equals input for in-place single-tensor ops (all_reduce, broadcast, reduce)
+  std::vector<Tensor> inputs{};
+  std::vector<Tensor> outputs{};
+  std::vector<int64_t> input_splits{};
+  std::vector<int64_t> output_splits{};
+  ReduceOp op{};
   int root = -1;  // also the peer of send/recv
-  std::vector<P2POp> p2p;
+  std::vector<P2POp> p2p{};
   Timeout timeout{0};
-  Hints hints;
+  Hints hints{};
   const char* name() const { return op_type_name(type); }
 };
 

@@ -37,10 +37,14 @@ Part part_of(size_t m, int n, int p) {
 
 }  // namespace
 
-void shm_all_reduce_dda(ShmColl& c, const void* in, void* out, size_t count, const HostReducer& r) {
+// One-shot rounds (root < 0: all_reduce DDA; else reduce to `root`): each rank copies a chunk of
+// its input into its slot, then every rank that gets the result reduces all slots, in rank order.
+static void one_shot_rounds(ShmColl& c, const void* in, void* out, size_t count,
+                            const HostReducer& r, int root) {
   Steps st(c);
   const size_t es = r.elem_size();
   const size_t per = st.cap() / es;
+  const bool gets_result = root < 0 || root == st.me();
   SrcList srcs(st.n());
   size_t done = 0;
   bool first = true;
@@ -50,13 +54,19 @@ void shm_all_reduce_dda(ShmColl& c, const void* in, void* out, size_t count, con
     if (first) st.write_sig(s);
     std::memcpy(st.mine(s), static_cast<const char*>(in) + done * es, m * es);
     st.arrive(s);
-    st.wait_all(s);
-    if (first) st.check_all_sigs(s);
-    for (int p = 0; p < st.n(); ++p) srcs[p] = st.of(p, s);
-    r.reduce(static_cast<char*>(out) + done * es, srcs.data(), st.n(), m, true);
+    if (gets_result) {
+      st.wait_all(s);
+      if (first) st.check_all_sigs(s);
+      for (int p = 0; p < st.n(); ++p) srcs[p] = st.of(p, s);
+      r.reduce(static_cast<char*>(out) + done * es, srcs.data(), st.n(), m, true);
+    }
     done += m;
     first = false;
   } while (done < count);
+}
+
+void shm_all_reduce_dda(ShmColl& c, const void* in, void* out, size_t count, const HostReducer& r) {
+  one_shot_rounds(c, in, out, count, r, -1);
 }
 
 // Reduce-scatter + all-gather (root < 0) or + gather to `root`, in rounds of a chunk. Step s1:
@@ -119,27 +129,7 @@ void shm_all_reduce_rsag(ShmColl& c, const void* in, void* out, size_t count,
 void shm_reduce(ShmColl& c, const void* in, void* out, size_t count, int root, const HostReducer& r,
                 bool two_step) {
   if (two_step) return rsag_rounds(c, in, out, count, r, root);
-  Steps st(c);
-  const size_t es = r.elem_size();
-  const size_t per = st.cap() / es;
-  SrcList srcs(st.n());
-  size_t done = 0;
-  bool first = true;
-  do {
-    size_t m = std::min(per, count - done);
-    uint64_t s = st.begin(true);
-    if (first) st.write_sig(s);
-    std::memcpy(st.mine(s), static_cast<const char*>(in) + done * es, m * es);
-    st.arrive(s);
-    if (st.me() == root) {
-      st.wait_all(s);
-      if (first) st.check_all_sigs(s);
-      for (int p = 0; p < st.n(); ++p) srcs[p] = st.of(p, s);
-      r.reduce(static_cast<char*>(out) + done * es, srcs.data(), st.n(), m, true);
-    }
-    done += m;
-    first = false;
-  } while (done < count);
+  one_shot_rounds(c, in, out, count, r, root);
 }
 
 void shm_reduce_scatter(ShmColl& c, std::span<const void* const> ins,

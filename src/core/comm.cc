@@ -157,174 +157,109 @@ Work Comm::issue(OpDesc op, bool async_op, const OpOptions& o) {
   return w;
 }
 
+// Each op names the fields of its description that it sets (OpDesc's order); issue() does the rest.
 Work Comm::all_reduce(const Tensor& t, ReduceOp op, bool async_op, const OpOptions& o) {
-  OpDesc d;
-  d.type = OpType::kAllReduce;
-  d.input = d.output = t;
-  d.op = op;
-  return issue(std::move(d), async_op, o);
+  return issue({.type = OpType::kAllReduce, .input = t, .output = t, .op = op}, async_op, o);
 }
 
 Work Comm::reduce(const Tensor& t, int root, ReduceOp op, bool async_op, const OpOptions& o) {
-  OpDesc d;
-  d.type = OpType::kReduce;
-  d.input = d.output = t;
-  d.root = root;
-  d.op = op;
-  return issue(std::move(d), async_op, o);
+  return issue({.type = OpType::kReduce, .input = t, .output = t, .op = op, .root = root}, async_op,
+               o);
 }
 
 Work Comm::broadcast(const Tensor& t, int root, bool async_op, const OpOptions& o) {
-  OpDesc d;
-  d.type = OpType::kBroadcast;
-  d.input = d.output = t;
-  d.root = root;
-  return issue(std::move(d), async_op, o);
+  return issue({.type = OpType::kBroadcast, .input = t, .output = t, .root = root}, async_op, o);
 }
 
 Work Comm::all_gather(const std::vector<Tensor>& outputs, const Tensor& input, bool async_op,
                       const OpOptions& o) {
-  OpDesc d;
-  d.type = OpType::kAllGather;
-  d.input = input;
-  d.outputs = outputs;
-  return issue(std::move(d), async_op, o);
+  return issue({.type = OpType::kAllGather, .input = input, .outputs = outputs}, async_op, o);
 }
 
-Work Comm::all_gather_single(const Tensor& output, const Tensor& input, bool async_op, const OpOptions& o) {
-  OpDesc d;
-  d.type = OpType::kAllGatherSingle;
-  d.input = input;
-  d.output = output;
-  return issue(std::move(d), async_op, o);
+Work Comm::all_gather_single(const Tensor& output, const Tensor& input, bool async_op,
+                             const OpOptions& o) {
+  return issue({.type = OpType::kAllGatherSingle, .input = input, .output = output}, async_op, o);
 }
 
 Work Comm::all_gather_v(const std::vector<Tensor>& outputs, const Tensor& input, bool async_op,
                         const OpOptions& o) {
-  OpDesc d;
-  d.type = OpType::kAllGatherV;
-  d.input = input;
-  d.outputs = outputs;
-  return issue(std::move(d), async_op, o);
+  return issue({.type = OpType::kAllGatherV, .input = input, .outputs = outputs}, async_op, o);
 }
 
 Work Comm::reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
                           bool async_op, const OpOptions& o) {
-  OpDesc d;
-  d.type = OpType::kReduceScatter;
-  d.output = output;
-  d.inputs = inputs;
-  d.op = op;
-  return issue(std::move(d), async_op, o);
+  return issue({.type = OpType::kReduceScatter, .output = output, .inputs = inputs, .op = op},
+               async_op, o);
 }
 
-Work Comm::reduce_scatter_single(const Tensor& output, const Tensor& input, ReduceOp op, bool async_op,
-                                 const OpOptions& o) {
-  OpDesc d;
-  d.type = OpType::kReduceScatterSingle;
-  d.output = output;
-  d.input = input;
-  d.op = op;
-  return issue(std::move(d), async_op, o);
+Work Comm::reduce_scatter_single(const Tensor& output, const Tensor& input, ReduceOp op,
+                                 bool async_op, const OpOptions& o) {
+  return issue({.type = OpType::kReduceScatterSingle, .input = input, .output = output, .op = op},
+               async_op, o);
 }
 
 Work Comm::reduce_scatter_v(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
                             bool async_op, const OpOptions& o) {
-  OpDesc d;
-  d.type = OpType::kReduceScatterV;
-  d.output = output;
-  d.inputs = inputs;
-  d.op = op;
-  return issue(std::move(d), async_op, o);
+  return issue({.type = OpType::kReduceScatterV, .output = output, .inputs = inputs, .op = op},
+               async_op, o);
 }
 
-Work Comm::all_to_all(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs, bool async_op,
-                      const OpOptions& o) {
-  OpDesc d;
-  d.type = OpType::kAllToAll;
-  d.outputs = outputs;
-  d.inputs = inputs;
-  return issue(std::move(d), async_op, o);
+Work Comm::all_to_all(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                      bool async_op, const OpOptions& o) {
+  return issue({.type = OpType::kAllToAll, .inputs = inputs, .outputs = outputs}, async_op, o);
 }
 
-Work Comm::all_to_all_single(const Tensor& output, const Tensor& input, bool async_op, const OpOptions& o) {
-  OpDesc d;
-  d.type = OpType::kAllToAllSingle;
-  d.output = output;
-  d.input = input;
-  return issue(std::move(d), async_op, o);
+Work Comm::all_to_all_single(const Tensor& output, const Tensor& input, bool async_op,
+                             const OpOptions& o) {
+  return issue({.type = OpType::kAllToAllSingle, .input = input, .output = output}, async_op, o);
 }
 
 Work Comm::all_to_all_v_single(const Tensor& output, const Tensor& input,
                                const std::vector<int64_t>& output_splits,
-                               const std::vector<int64_t>& input_splits, bool async_op, const OpOptions& o) {
-  OpDesc d;
-  d.type = OpType::kAllToAllVSingle;
-  d.output = output;
-  d.input = input;
-  d.output_splits = output_splits;
-  d.input_splits = input_splits;
-  return issue(std::move(d), async_op, o);
+                               const std::vector<int64_t>& input_splits, bool async_op,
+                               const OpOptions& o) {
+  return issue({.type = OpType::kAllToAllVSingle,
+                .input = input,
+                .output = output,
+                .input_splits = input_splits,
+                .output_splits = output_splits},
+               async_op, o);
 }
 
 Work Comm::gather(const std::vector<Tensor>& outputs, const Tensor& input, int root, bool async_op,
                   const OpOptions& o) {
-  OpDesc d;
-  d.type = OpType::kGather;
-  d.outputs = outputs;
-  d.input = input;
-  d.root = root;
-  return issue(std::move(d), async_op, o);
+  return issue({.type = OpType::kGather, .input = input, .outputs = outputs, .root = root},
+               async_op, o);
 }
 
 Work Comm::gather_single(const Tensor& output, const Tensor& input, int root, bool async_op,
                          const OpOptions& o) {
-  OpDesc d;
-  d.type = OpType::kGatherSingle;
-  d.output = output;
-  d.input = input;
-  d.root = root;
-  return issue(std::move(d), async_op, o);
+  return issue({.type = OpType::kGatherSingle, .input = input, .output = output, .root = root},
+               async_op, o);
 }
 
 Work Comm::scatter(const Tensor& output, const std::vector<Tensor>& inputs, int root, bool async_op,
                    const OpOptions& o) {
-  OpDesc d;
-  d.type = OpType::kScatter;
-  d.output = output;
-  d.inputs = inputs;
-  d.root = root;
-  return issue(std::move(d), async_op, o);
+  return issue({.type = OpType::kScatter, .output = output, .inputs = inputs, .root = root},
+               async_op, o);
 }
 
 Work Comm::barrier(bool async_op, const OpOptions& o) {
-  OpDesc d;
-  d.type = OpType::kBarrier;
-  return issue(std::move(d), async_op, o);
+  return issue({.type = OpType::kBarrier}, async_op, o);
 }
 
 Work Comm::send(const Tensor& t, int dst, bool async_op, const OpOptions& o) {
-  OpDesc d;
-  d.type = OpType::kSend;
-  d.input = d.output = t;
-  d.root = dst;
-  return issue(std::move(d), async_op, o);
+  return issue({.type = OpType::kSend, .input = t, .output = t, .root = dst}, async_op, o);
 }
 
 Work Comm::recv(const Tensor& t, int src, bool async_op, const OpOptions& o) {
-  OpDesc d;
-  d.type = OpType::kRecv;
-  d.input = d.output = t;
-  d.root = src;
-  return issue(std::move(d), async_op, o);
+  return issue({.type = OpType::kRecv, .input = t, .output = t, .root = src}, async_op, o);
 }
 
 Work Comm::batch_p2p(const std::vector<P2POp>& ops, bool async_op, const OpOptions& o) {
-  OpDesc d;
-  d.type = OpType::kBatchP2P;
-  d.p2p = ops;
-  if (!ops.empty()) d.input = ops[0].tensor;
-  return issue(std::move(d), async_op, o);
+  return issue(
+      {.type = OpType::kBatchP2P, .input = ops.empty() ? Tensor() : ops[0].tensor, .p2p = ops},
+      async_op, o);
 }
 
 BatchOp& BatchOp::send(const Tensor& t, int dst) {

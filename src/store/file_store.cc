@@ -16,6 +16,7 @@
 
 #include "commx/error.h"
 #include "commx/store.h"
+#include "store/counter.h"
 #include "store/socket_io.h"
 
 namespace commx {
@@ -206,19 +207,11 @@ class FileStore : public Store {
     refresh_locked();
     int64_t cur = 0;
     auto it = kv_.find(key);
-    if (it != kv_.end()) {
-      std::string s(it->second.begin(), it->second.end());
-      errno = 0;
-      char* end = nullptr;
-      long long v = s.empty() ? 0 : std::strtoll(s.c_str(), &end, 10);
-      if (s.empty() || errno != 0 || end != s.c_str() + s.size())
-        throw Error(ErrorCode::kInvalidArgument, "FileStore " + path_ + ": add on key '" + key +
-                                                     "' whose value is not an integer");
-      cur = v;
-    }
-    int64_t v = static_cast<int64_t>(static_cast<uint64_t>(cur) + static_cast<uint64_t>(delta));
-    std::string s = std::to_string(v);
-    Bytes val(s.begin(), s.end());
+    if (it != kv_.end() && !parse_counter(it->second, cur))
+      throw Error(ErrorCode::kInvalidArgument, "FileStore " + path_ + ": add on key '" + key +
+                                                   "' whose value is not an integer");
+    int64_t v = wrapping_add(cur, delta);
+    Bytes val = counter_bytes(v);
     Bytes rec;
     encode(rec, kRecSet, key, &val);
     write_locked(rec);

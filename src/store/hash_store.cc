@@ -8,6 +8,7 @@
 
 #include "commx/error.h"
 #include "commx/store.h"
+#include "store/counter.h"
 #include "store/socket_io.h"
 
 namespace commx {
@@ -29,20 +30,16 @@ class HashStore : public Store {
     return kv_.at(key);
   }
   int64_t add(const std::string& key, int64_t delta) override {
-    int64_t v;
+    std::optional<int64_t> v;
     {
       std::lock_guard<std::mutex> g(mu_);
-      auto it = kv_.find(key);
-      int64_t cur = 0;
-      if (it != kv_.end() && !parse_int(it->second, cur))
-        throw Error(ErrorCode::kInvalidArgument,
-                    "HashStore: add on key '" + key + "' whose value is not an integer");
-      v = static_cast<int64_t>(static_cast<uint64_t>(cur) + static_cast<uint64_t>(delta));
-      std::string s = std::to_string(v);
-      kv_[key] = Bytes(s.begin(), s.end());
+      v = add_counter(kv_, key, delta);
     }
+    if (!v)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "HashStore: add on key '" + key + "' whose value is not an integer");
     cv_.notify_all();
-    return v;
+    return *v;
   }
   Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override {
     Bytes result;
@@ -118,16 +115,6 @@ class HashStore : public Store {
     throw Error(ErrorCode::kTimeout, "HashStore: wait timed out after " +
                                          std::to_string(timeout.count()) +
                                          " ms; missing keys: " + names);
-  }
-  static bool parse_int(const Bytes& b, int64_t& out) {
-    std::string s(b.begin(), b.end());
-    if (s.empty()) return false;
-    errno = 0;
-    char* end = nullptr;
-    long long v = std::strtoll(s.c_str(), &end, 10);
-    if (errno != 0 || end != s.c_str() + s.size()) return false;
-    out = v;
-    return true;
   }
   bool all_present(const std::vector<std::string>& keys) const {
     for (auto& k : keys)

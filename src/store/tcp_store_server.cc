@@ -22,6 +22,7 @@
 
 #include "commx/error.h"
 #include "commx/store.h"
+#include "store/counter.h"
 #include "store/socket_io.h"
 #include "store/wire.h"
 
@@ -408,17 +409,12 @@ class TcpStoreServerImpl : public TCPStoreServer {
         break;
       }
       case Query::kAdd: {
-        int64_t cur = 0;
-        auto it = kv_.find(req.keys[0]);
-        if (it != kv_.end() && !parse_int(it->second, cur)) {
+        std::optional<int64_t> v = add_counter(kv_, req.keys[0], req.delta);
+        if (!v) {
           why = "ADD on key '" + req.keys[0] + "' whose value is not a decimal integer";
           return false;
         }
-        int64_t v =
-            static_cast<int64_t>(static_cast<uint64_t>(cur) + static_cast<uint64_t>(req.delta));
-        std::string s = std::to_string(v);
-        kv_[req.keys[0]] = Bytes(s.begin(), s.end());
-        w.i64(v);
+        w.i64(*v);
         wake(req.keys[0], true);
         break;
       }
@@ -490,17 +486,6 @@ class TcpStoreServerImpl : public TCPStoreServer {
         break;
     }
     append_out(c, w.buf());
-    return true;
-  }
-
-  static bool parse_int(const Bytes& b, int64_t& out) {
-    std::string s(b.begin(), b.end());
-    if (s.empty()) return false;
-    errno = 0;
-    char* end = nullptr;
-    long long v = std::strtoll(s.c_str(), &end, 10);
-    if (errno != 0 || end != s.c_str() + s.size()) return false;
-    out = v;
     return true;
   }
 

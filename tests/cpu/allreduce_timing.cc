@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cpu/harness.h"
+#include "cpu/timing.h"
 
 using namespace commx;
 using namespace commx::testing;
@@ -47,15 +48,8 @@ int main(int argc, char** argv) {
                                             : 8;
           for (int i = 0; i < 3; ++i) comm->all_reduce(t, ReduceOp::SUM, false, o);
           comm->barrier();
-          std::vector<double> us;
-          for (int i = 0; i < iters; ++i) {
-            auto t0 = std::chrono::steady_clock::now();
-            comm->all_reduce(t, ReduceOp::SUM, false, o);
-            us.push_back(
-                std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                    .count());
-          }
-          std::sort(us.begin(), us.end());
+          std::vector<double> us =
+              sorted_times_us(iters, [&] { comm->all_reduce(t, ReduceOp::SUM, false, o); });
           if (env.rank == 0)
             std::printf(
                 "ranks %d algo %-6s %10zu B  median %10.2f us  p10 %10.2f us  p25 %.2f p75 %.2f "

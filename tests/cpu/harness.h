@@ -20,6 +20,7 @@
 #include "commx/comm.h"
 #include "commx/error.h"
 #include "commx/store.h"
+#include "cpu/fork_ranks.h"
 
 namespace commx::testing {
 
@@ -78,60 +79,26 @@ inline ForkResult run_forked(int n, const std::function<void(RankEnv&)>& body, i
   std::unique_ptr<TCPStoreServer> server;
   if (!file) server = start_tcp_store_server("127.0.0.1", 0);
   const uint16_t port = server ? server->port() : 0;
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < n; ++r) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      int code = 0;
-      try {
-        std::shared_ptr<Store> store;
-        if (file) {
-          store = make_file_store(dir + "/store", n);
-        } else {
-          TCPStoreOptions o;
-          o.port = port;
-          store = make_tcp_store("127.0.0.1", o);
-        }
-        RankEnv env{r, n, store};
-        body(env);
-        code = env.failures ? 1 : 0;
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "[rank %d/%d] uncaught exception: %s\n", r, n, e.what());
-        code = 2;
+  std::vector<pid_t> pids = fork_ranks(n, [&](int r) {
+    try {
+      std::shared_ptr<Store> store;
+      if (file) {
+        store = make_file_store(dir + "/store", n);
+      } else {
+        TCPStoreOptions o;
+        o.port = port;
+        store = make_tcp_store("127.0.0.1", o);
       }
-      std::fflush(stderr);
-      std::fflush(stdout);
-      _exit(code);
+      RankEnv env{r, n, store};
+      body(env);
+      return env.failures ? 1 : 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "[rank %d/%d] uncaught exception: %s\n", r, n, e.what());
+      return 2;
     }
-    pids.push_back(pid);
-  }
+  });
   ForkResult res;
-  res.status.assign(n, -1);
-  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(limit_s);
-  int left = n;
-  while (left > 0) {
-    for (int r = 0; r < n; ++r) {
-      if (res.status[r] != -1 || pids[r] == 0) continue;
-      int st = 0;
-      if (waitpid(pids[r], &st, WNOHANG) == pids[r]) {
-        res.status[r] = st;
-        pids[r] = 0;
-        --left;
-      }
-    }
-    if (left == 0) break;
-    if (std::chrono::steady_clock::now() > end) {
-      for (int r = 0; r < n; ++r)
-        if (pids[r] != 0) {
-          kill(pids[r], SIGKILL);
-          waitpid(pids[r], nullptr, 0);
-        }
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  res.status = wait_ranks(pids, std::chrono::steady_clock::now() + std::chrono::seconds(limit_s));
   if (server) server->stop();
   std::string rm = "rm -rf " + dir;
   if (std::system(rm.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", dir.c_str());

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cpu/harness.h"
+#include "cpu/timing.h"
 
 using namespace commx;
 using namespace commx::testing;
@@ -31,39 +32,18 @@ int main(int argc, char** argv) {
             OpOptions o;
             o.hints["low_precision"] = modes[m];
             int iters = bytes <= (1 << 20) ? 50 : bytes <= (16 << 20) ? 10 : 4;
-            if (m == 2) {
-              // fp8x2 needs a comm setting: a second comm with the gather hint.
-              static std::shared_ptr<Comm> c2;
-              if (!c2) {
-                CommOptions co;
-                co.hints["low_precision_gather"] = "fp8x2";
-                c2 = env.comm("lowp_timing_x2", co);
-              }
-              comm->barrier();
-              for (int i = 0; i < 2; ++i) c2->all_reduce(t, ReduceOp::SUM, false, o);
-              std::vector<double> us;
-              for (int i = 0; i < iters; ++i) {
-                auto t0 = std::chrono::steady_clock::now();
-                c2->all_reduce(t, ReduceOp::SUM, false, o);
-                us.push_back(
-                    std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                        .count());
-              }
-              std::sort(us.begin(), us.end());
-              med[m] = us[us.size() / 2];
-              continue;
+            // fp8x2 needs a comm setting: a second comm with the gather hint, made once.
+            static std::shared_ptr<Comm> c2;
+            if (m == 2 && !c2) {
+              CommOptions co;
+              co.hints["low_precision_gather"] = "fp8x2";
+              c2 = env.comm("lowp_timing_x2", co);
             }
-            for (int i = 0; i < 2; ++i) comm->all_reduce(t, ReduceOp::SUM, false, o);
+            Comm& c = m == 2 ? *c2 : *comm;
+            for (int i = 0; i < 2; ++i) c.all_reduce(t, ReduceOp::SUM, false, o);
             comm->barrier();
-            std::vector<double> us;
-            for (int i = 0; i < iters; ++i) {
-              auto t0 = std::chrono::steady_clock::now();
-              comm->all_reduce(t, ReduceOp::SUM, false, o);
-              us.push_back(
-                  std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                      .count());
-            }
-            std::sort(us.begin(), us.end());
+            std::vector<double> us =
+                sorted_times_us(iters, [&] { c.all_reduce(t, ReduceOp::SUM, false, o); });
             med[m] = us[us.size() / 2];
           }
           if (env.rank == 0)

@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "backends/cpu/cpu_backend.h"
-#include "cpu/cases.h"
 #include "cpu/harness.h"
+#include "cpu/reduction_checks.h"
 
 using namespace commx;
 using namespace commx::testing;
@@ -26,80 +26,6 @@ std::shared_ptr<Comm> tcp_comm(RankEnv& env, const std::string& name,
   auto& be = static_cast<CpuBackend&>(comm->unsafe_get_backend());
   env.check(be.transport_name() == "tcp", "transport is " + be.transport_name() + ", not tcp");
   return comm;
-}
-
-void reductions(RankEnv& env, Comm& comm, const std::vector<size_t>& counts,
-                const std::vector<DataType>& dtypes, const std::vector<ReduceKind>& kinds,
-                const std::vector<std::string>& algos) {
-  const int n = env.size, me = env.rank;
-  uint64_t seed = 1000;
-  for (DataType t : dtypes) {
-    const size_t es = dtype_size(t);
-    for (ReduceKind k : kinds) {
-      if (!reduce_supported_on_host(k, t)) continue;
-      ReduceOp op = make_op(k);
-      for (size_t count : counts) {
-        for (const std::string& a : algos) {
-          ++seed;
-          std::vector<Buf> in(n);
-          std::vector<const void*> ptrs;
-          for (int r = 0; r < n; ++r) {
-            in[r] = gen(seed, r, count, t, k);
-            ptrs.push_back(in[r].data());
-          }
-          Buf want(count * es + 1);
-          reference_reduce(want.data(), ptrs, count, t, op, n);
-          Buf got = in[me];
-          comm.all_reduce(tensor(got, count, t), op, seed % 2 == 0, algo(a)).wait();
-          env.check(same(want, got, count * es), label("all_reduce", t, k, count, a) + ": " +
-                                                     first_diff(want.data(), got.data(), count, t));
-          int root = static_cast<int>(seed % n);
-          Buf red = in[me];
-          comm.reduce(tensor(red, count, t), root, op, false, algo(a));
-          if (me == root) {
-            env.check(same(want, red, count * es),
-                      label("reduce", t, k, count, a, root) + ": " +
-                          first_diff(want.data(), red.data(), count, t));
-          }
-          // reduce_scatter_single: block `me` of everyone's input.
-          std::vector<Buf> big(n);
-          std::vector<const void*> bptr;
-          for (int r = 0; r < n; ++r) {
-            big[r] = gen(seed + 7777, r, count * n, t, k);
-            bptr.push_back(big[r].data() + me * count * es);
-          }
-          Buf rwant(count * es + 1), rgot(count * es + 1);
-          reference_reduce(rwant.data(), bptr, count, t, op, n);
-          comm.reduce_scatter_single(tensor(rgot, count, t), tensor(big[me], count * n, t), op,
-                                     seed % 3 == 0, algo(a))
-              .wait();
-          env.check(same(rwant, rgot, count * es),
-                    label("reduce_scatter_single", t, k, count, a) + ": " +
-                        first_diff(rwant.data(), rgot.data(), count, t));
-          // reduce_scatter_v: rank d receives cnt(d) elements.
-          auto cnt = [&](int d) { return (count * (d + 1) + d) % (count + 3); };
-          std::vector<Buf> mine(n);
-          std::vector<Tensor> ins;
-          for (int d = 0; d < n; ++d) {
-            mine[d] = gen(seed * 31 + d, me, cnt(d), t, k);
-            ins.push_back(tensor(mine[d], cnt(d), t));
-          }
-          std::vector<Buf> contrib(n);
-          std::vector<const void*> cptr;
-          for (int r = 0; r < n; ++r) {
-            contrib[r] = gen(seed * 31 + me, r, cnt(me), t, k);
-            cptr.push_back(contrib[r].data());
-          }
-          Buf vwant(cnt(me) * es + 1), vgot(cnt(me) * es + 1);
-          reference_reduce(vwant.data(), cptr, cnt(me), t, op, n);
-          comm.reduce_scatter_v(tensor(vgot, cnt(me), t), ins, op, false, algo(a));
-          env.check(same(vwant, vgot, cnt(me) * es),
-                    label("reduce_scatter_v", t, k, cnt(me), a) + ": " +
-                        first_diff(vwant.data(), vgot.data(), cnt(me), t));
-        }
-      }
-    }
-  }
 }
 
 // Data of rank r for case `seed`, as int32 elements.
@@ -258,12 +184,15 @@ class CpuOverTcp : public ::testing::TestWithParam<int> {};
 TEST_P(CpuOverTcp, EveryCollective) {
   auto res = run_forked(GetParam(), [](RankEnv& env) {
     auto comm = tcp_comm(env, "tcpcoll");
-    reductions(env, *comm, {0, 1, 7, 130},
-               {DataType::kFloat32, DataType::kFloat64, DataType::kBFloat16, DataType::kInt32,
-                DataType::kUInt8},
-               {ReduceKind::kSum, ReduceKind::kMax, ReduceKind::kAvg, ReduceKind::kBxor,
-                ReduceKind::kPremulSum},
-               kAlgos);
+    check_reductions(env, *comm,
+                     {.counts = {0, 1, 7, 130},
+                      .dtypes = {DataType::kFloat32, DataType::kFloat64, DataType::kBFloat16,
+                                 DataType::kInt32, DataType::kUInt8},
+                      .kinds = {ReduceKind::kSum, ReduceKind::kMax, ReduceKind::kAvg,
+                                ReduceKind::kBxor, ReduceKind::kPremulSum},
+                      .algos = kAlgos,
+                      .seed = 1000,
+                      .scatter_whole_count = true});
     data_movement(env, *comm, {0, 1, 5, 1000});
     comm->finalize();
   });
@@ -276,8 +205,13 @@ TEST(CpuOverTcpLarge, MultiMiB) {
   // Messages far larger than the socket buffers and the staging buffer, odd sizes.
   auto res = run_forked(3, [](RankEnv& env) {
     auto comm = tcp_comm(env, "tcplarge");
-    reductions(env, *comm, {(size_t{2} << 20) / 4 + 3}, {DataType::kFloat32}, {ReduceKind::kSum},
-               {"", "ring", "recursive_doubling"});
+    check_reductions(env, *comm,
+                     {.counts = {(size_t{2} << 20) / 4 + 3},
+                      .dtypes = {DataType::kFloat32},
+                      .kinds = {ReduceKind::kSum},
+                      .algos = {"", "ring", "recursive_doubling"},
+                      .seed = 1000,
+                      .scatter_whole_count = true});
     data_movement(env, *comm, {(size_t{1} << 18) + 7});
     comm->finalize();
   });

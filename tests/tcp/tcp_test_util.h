@@ -23,6 +23,7 @@
 
 #include "commx/error.h"
 #include "commx/store.h"
+#include "cpu/fork_ranks.h"
 #include "transport/tcp_transport.h"
 
 namespace commx::test {
@@ -132,46 +133,22 @@ inline std::vector<int> run_processes(
     int n, const std::function<int(int)>& fn, int64_t limit_ms = 60000,
     std::vector<pid_t>* pids_out = nullptr,
     const std::function<void(std::vector<pid_t>&)>& parent = nullptr) {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < n; ++r) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      int rc = 100;
-      try {
-        rc = fn(r);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
-      }
-      std::fflush(stdout);
-      std::fflush(stderr);
-      _exit(rc);
+  std::vector<pid_t> pids = testing::fork_ranks(n, [&](int r) {
+    int rc = 100;
+    try {
+      rc = fn(r);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d: %s\n", r, e.what());
     }
-    pids.push_back(pid);
-  }
+    return rc;
+  });
   if (pids_out) *pids_out = pids;
   if (parent) parent(pids);
-  std::vector<int> status(n, -1);
-  auto end = Clock::now() + std::chrono::milliseconds(limit_ms);
-  int left = n;
-  while (left > 0) {
-    for (int r = 0; r < n; ++r) {
-      if (status[r] != -1) continue;
-      int st = 0;
-      if (waitpid(pids[r], &st, WNOHANG) == pids[r]) {
-        status[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        --left;
-      }
-    }
-    if (left > 0 && Clock::now() > end) {
-      for (int r = 0; r < n; ++r) {
-        if (status[r] == -1) kill(pids[r], SIGKILL);
-      }
-      end = Clock::now() + std::chrono::hours(1);
-    }
-    if (left > 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  std::vector<int> status =
+      testing::wait_ranks(pids, Clock::now() + std::chrono::milliseconds(limit_ms));
+  // Exit codes; a signal (the deadline's SIGKILL included) as 128 + its number.
+  for (int& s : status)
+    s = s < 0 ? 128 + SIGKILL : WIFEXITED(s) ? WEXITSTATUS(s) : 128 + WTERMSIG(s);
   return status;
 }
 

@@ -64,6 +64,94 @@ Pieces from_splits(const Tensor& t, const std::vector<int64_t>& splits) {
   return p;
 }
 
+// One family of algorithms (shared memory or generic over a Transport) for the ops that differ
+// between the families only in the function called: the marshalling of an op's list, single or
+// v form into per-rank pieces (run_collective) serves both. all_reduce and reduce, which choose
+// among several algorithms, are in run_shm and run_generic.
+template <class Coll>
+struct AlgoSet {
+  void (*broadcast)(Coll&, void*, size_t, int);
+  void (*all_gather)(Coll&, const void*, size_t, std::span<void* const>, std::span<const size_t>);
+  void (*reduce_scatter)(Coll&, std::span<const void* const>, std::span<const size_t>, void*,
+                         const HostReducer&);
+  void (*all_to_all)(Coll&, std::span<const void* const>, std::span<const size_t>,
+                     std::span<void* const>, std::span<const size_t>);
+  void (*gather)(Coll&, const void*, size_t, std::span<void* const>, int);
+  void (*scatter)(Coll&, std::span<const void* const>, void*, size_t, int);
+  void (*barrier)(Coll&);
+};
+
+constexpr AlgoSet<ShmColl> kShmAlgos{.broadcast = shm_broadcast,
+                                     .all_gather = shm_all_gather,
+                                     .reduce_scatter = shm_reduce_scatter,
+                                     .all_to_all = shm_all_to_all,
+                                     .gather = shm_gather,
+                                     .scatter = shm_scatter,
+                                     .barrier = shm_barrier};
+constexpr AlgoSet<GenericColl> kGenericAlgos{.broadcast = gen_broadcast_tree,
+                                             .all_gather = gen_all_gather_ring,
+                                             .reduce_scatter = gen_reduce_scatter_ring,
+                                             .all_to_all = gen_all_to_all,
+                                             .gather = gen_gather,
+                                             .scatter = gen_scatter,
+                                             .barrier = gen_barrier};
+
+// The set is a template argument: its calls are direct, as if written out per family.
+template <const auto& kAlgos, class Coll>
+void run_collective(const OpDesc& op, Coll& c, int rank, int n) {
+  const Tensor& in = op.input;
+  const Tensor& out = op.output;
+  switch (op.type) {
+    case OpType::kBroadcast:
+      return kAlgos.broadcast(c, in.data, in.nbytes(), op.root);
+    case OpType::kAllGather:
+    case OpType::kAllGatherV: {
+      Pieces o = from_list(op.outputs);
+      return kAlgos.all_gather(c, in.data, in.nbytes(), o.ptr, o.bytes);
+    }
+    case OpType::kAllGatherSingle: {
+      Pieces o = from_single(out, n, in.count);
+      return kAlgos.all_gather(c, in.data, in.nbytes(), o.ptr, o.bytes);
+    }
+    case OpType::kReduceScatter:
+    case OpType::kReduceScatterV:
+    case OpType::kReduceScatterSingle: {
+      HostReducer r(out.dtype, op.op, n);
+      Pieces i = op.type == OpType::kReduceScatterSingle ? from_single(in, n, out.count)
+                                                         : from_list(op.inputs);
+      return kAlgos.reduce_scatter(c, i.cptr(), i.counts, out.data, r);
+    }
+    case OpType::kAllToAll: {
+      Pieces i = from_list(op.inputs), o = from_list(op.outputs);
+      return kAlgos.all_to_all(c, i.cptr(), i.bytes, o.ptr, o.bytes);
+    }
+    case OpType::kAllToAllSingle: {
+      Pieces i = from_single(in, n, in.count / n), o = from_single(out, n, out.count / n);
+      return kAlgos.all_to_all(c, i.cptr(), i.bytes, o.ptr, o.bytes);
+    }
+    case OpType::kAllToAllVSingle: {
+      Pieces i = from_splits(in, op.input_splits), o = from_splits(out, op.output_splits);
+      return kAlgos.all_to_all(c, i.cptr(), i.bytes, o.ptr, o.bytes);
+    }
+    case OpType::kGather: {
+      Pieces o = rank == op.root ? from_list(op.outputs) : Pieces{};
+      return kAlgos.gather(c, in.data, in.nbytes(), o.ptr, op.root);
+    }
+    case OpType::kGatherSingle: {
+      Pieces o = rank == op.root ? from_single(out, n, in.count) : Pieces{};
+      return kAlgos.gather(c, in.data, in.nbytes(), o.ptr, op.root);
+    }
+    case OpType::kScatter: {
+      Pieces i = rank == op.root ? from_list(op.inputs) : Pieces{};
+      return kAlgos.scatter(c, i.cptr(), out.data, out.nbytes(), op.root);
+    }
+    case OpType::kBarrier:
+      return kAlgos.barrier(c);
+    default:
+      throw Error(ErrorCode::kUnsupported, std::string("the cpu backend cannot run ") + op.name());
+  }
+}
+
 DataType op_dtype(const OpDesc& op) {
   switch (op.type) {
     case OpType::kReduceScatter:
@@ -116,6 +204,7 @@ struct Registration {
 }  // namespace
 
 CpuBackend::~CpuBackend() {
+  drain();
   try {
     finalize();
   } catch (...) {
@@ -188,24 +277,17 @@ bool CpuBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
   return true;
 }
 
-Work CpuBackend::run(const OpDesc& op, bool async_op) {
-  if (!async_op) return exec_.submit([this, &op] { execute(op); }, false);
-  return exec_.submit([this, op] { execute(op); }, true);
-}
-
 void CpuBackend::abort() {
   aborted_.store(true);
   if (ShmWord* w = sleeping_on_.load()) futex_wake_all(*w);
   if (transport_) transport_->abort();
-  exec_.fail_pending(std::make_exception_ptr(Error(
-      ErrorCode::kAborted, "[comm '" + ctx_.comm_name + "' rank " + std::to_string(ctx_.rank) +
-                               "] the comm was aborted before this op started")));
+  fail_queued(ctx_, "the comm was aborted before this op started");
 }
 
 void CpuBackend::finalize() {
   if (finalized_) return;
   finalized_ = true;
-  exec_.drain();
+  drain();
   transport_.reset();
   group_.reset();
 }
@@ -281,139 +363,47 @@ void CpuBackend::dispatch(const OpDesc& op, Deadline deadline) {
 void CpuBackend::run_shm(const OpDesc& op, ShmColl& c, CpuAlgo algo) {
   const int n = ctx_.size;
   const Tensor& in = op.input;
-  const Tensor& out = op.output;
   switch (op.type) {
     case OpType::kAllReduce: {
       HostReducer r(in.dtype, op.op, n);
       bool dda = algo == CpuAlgo::kDda ||
                  (algo == CpuAlgo::kAuto && in.nbytes() <= tuning_.dda_max_bytes(n));
-      if (dda) return shm_all_reduce_dda(c, in.data, out.data, in.count, r);
+      if (dda) return shm_all_reduce_dda(c, in.data, op.output.data, in.count, r);
       // Single copy where cross-memory attach works (the same answer on every rank).
       bool cma = n > 1 && group_->cma() &&
                  (algo == CpuAlgo::kCma ||
                   (algo == CpuAlgo::kAuto && in.nbytes() >= group_->cma_all_reduce_min_bytes()));
-      if (cma) return shm_all_reduce_cma(c, in.data, out.data, in.count, r);
-      return shm_all_reduce_rsag(c, in.data, out.data, in.count, r);
+      if (cma) return shm_all_reduce_cma(c, in.data, op.output.data, in.count, r);
+      return shm_all_reduce_rsag(c, in.data, op.output.data, in.count, r);
     }
     case OpType::kReduce: {
       HostReducer r(in.dtype, op.op, n);
       bool two = algo == CpuAlgo::kRsag ||
                  (algo != CpuAlgo::kDda && in.nbytes() > tuning_.dda_max_bytes(n));
-      return shm_reduce(c, in.data, out.data, in.count, op.root, r, two);
+      return shm_reduce(c, in.data, op.output.data, in.count, op.root, r, two);
     }
-    case OpType::kBroadcast:
-      return shm_broadcast(c, in.data, in.nbytes(), op.root);
-    case OpType::kAllGather:
-    case OpType::kAllGatherV: {
-      Pieces o = from_list(op.outputs);
-      return shm_all_gather(c, in.data, in.nbytes(), o.ptr, o.bytes);
-    }
-    case OpType::kAllGatherSingle: {
-      Pieces o = from_single(out, n, in.count);
-      return shm_all_gather(c, in.data, in.nbytes(), o.ptr, o.bytes);
-    }
-    case OpType::kReduceScatter:
-    case OpType::kReduceScatterV:
-    case OpType::kReduceScatterSingle: {
-      HostReducer r(out.dtype, op.op, n);
-      Pieces i = op.type == OpType::kReduceScatterSingle ? from_single(in, n, out.count)
-                                                         : from_list(op.inputs);
-      return shm_reduce_scatter(c, i.cptr(), i.counts, out.data, r);
-    }
-    case OpType::kAllToAll: {
-      Pieces i = from_list(op.inputs), o = from_list(op.outputs);
-      return shm_all_to_all(c, i.cptr(), i.bytes, o.ptr, o.bytes);
-    }
-    case OpType::kAllToAllSingle: {
-      Pieces i = from_single(in, n, in.count / n), o = from_single(out, n, out.count / n);
-      return shm_all_to_all(c, i.cptr(), i.bytes, o.ptr, o.bytes);
-    }
-    case OpType::kAllToAllVSingle: {
-      Pieces i = from_splits(in, op.input_splits), o = from_splits(out, op.output_splits);
-      return shm_all_to_all(c, i.cptr(), i.bytes, o.ptr, o.bytes);
-    }
-    case OpType::kGather: {
-      Pieces o = ctx_.rank == op.root ? from_list(op.outputs) : Pieces{};
-      return shm_gather(c, in.data, in.nbytes(), o.ptr, op.root);
-    }
-    case OpType::kGatherSingle: {
-      Pieces o = ctx_.rank == op.root ? from_single(out, n, in.count) : Pieces{};
-      return shm_gather(c, in.data, in.nbytes(), o.ptr, op.root);
-    }
-    case OpType::kScatter: {
-      Pieces i = ctx_.rank == op.root ? from_list(op.inputs) : Pieces{};
-      return shm_scatter(c, i.cptr(), out.data, out.nbytes(), op.root);
-    }
-    case OpType::kBarrier:
-      return shm_barrier(c);
     default:
-      throw Error(ErrorCode::kUnsupported, std::string("the cpu backend cannot run ") + op.name());
+      return run_collective<kShmAlgos>(op, c, ctx_.rank, n);
   }
 }
 
 void CpuBackend::run_generic(const OpDesc& op, GenericColl& c, CpuAlgo algo) {
   const int n = ctx_.size;
   const Tensor& in = op.input;
-  const Tensor& out = op.output;
   switch (op.type) {
     case OpType::kAllReduce: {
       HostReducer r(in.dtype, op.op, n);
       bool rd = algo == CpuAlgo::kRecursiveDoubling ||
                 (algo != CpuAlgo::kRing && in.nbytes() <= tuning_.rd_max_bytes);
-      if (rd) return gen_all_reduce_recursive_doubling(c, in.data, out.data, in.count, r);
-      return gen_all_reduce_ring(c, in.data, out.data, in.count, r);
+      if (rd) return gen_all_reduce_recursive_doubling(c, in.data, op.output.data, in.count, r);
+      return gen_all_reduce_ring(c, in.data, op.output.data, in.count, r);
     }
     case OpType::kReduce: {
       HostReducer r(in.dtype, op.op, n);
-      return gen_reduce_tree(c, in.data, out.data, in.count, op.root, r);
+      return gen_reduce_tree(c, in.data, op.output.data, in.count, op.root, r);
     }
-    case OpType::kBroadcast:
-      return gen_broadcast_tree(c, in.data, in.nbytes(), op.root);
-    case OpType::kAllGather:
-    case OpType::kAllGatherV: {
-      Pieces o = from_list(op.outputs);
-      return gen_all_gather_ring(c, in.data, in.nbytes(), o.ptr, o.bytes);
-    }
-    case OpType::kAllGatherSingle: {
-      Pieces o = from_single(out, n, in.count);
-      return gen_all_gather_ring(c, in.data, in.nbytes(), o.ptr, o.bytes);
-    }
-    case OpType::kReduceScatter:
-    case OpType::kReduceScatterV:
-    case OpType::kReduceScatterSingle: {
-      HostReducer r(out.dtype, op.op, n);
-      Pieces i = op.type == OpType::kReduceScatterSingle ? from_single(in, n, out.count)
-                                                         : from_list(op.inputs);
-      return gen_reduce_scatter_ring(c, i.cptr(), i.counts, out.data, r);
-    }
-    case OpType::kAllToAll: {
-      Pieces i = from_list(op.inputs), o = from_list(op.outputs);
-      return gen_all_to_all(c, i.cptr(), i.bytes, o.ptr, o.bytes);
-    }
-    case OpType::kAllToAllSingle: {
-      Pieces i = from_single(in, n, in.count / n), o = from_single(out, n, out.count / n);
-      return gen_all_to_all(c, i.cptr(), i.bytes, o.ptr, o.bytes);
-    }
-    case OpType::kAllToAllVSingle: {
-      Pieces i = from_splits(in, op.input_splits), o = from_splits(out, op.output_splits);
-      return gen_all_to_all(c, i.cptr(), i.bytes, o.ptr, o.bytes);
-    }
-    case OpType::kGather: {
-      Pieces o = ctx_.rank == op.root ? from_list(op.outputs) : Pieces{};
-      return gen_gather(c, in.data, in.nbytes(), o.ptr, op.root);
-    }
-    case OpType::kGatherSingle: {
-      Pieces o = ctx_.rank == op.root ? from_single(out, n, in.count) : Pieces{};
-      return gen_gather(c, in.data, in.nbytes(), o.ptr, op.root);
-    }
-    case OpType::kScatter: {
-      Pieces i = ctx_.rank == op.root ? from_list(op.inputs) : Pieces{};
-      return gen_scatter(c, i.cptr(), out.data, out.nbytes(), op.root);
-    }
-    case OpType::kBarrier:
-      return gen_barrier(c);
     default:
-      throw Error(ErrorCode::kUnsupported, std::string("the cpu backend cannot run ") + op.name());
+      return run_collective<kGenericAlgos>(op, c, ctx_.rank, n);
   }
 }
 

@@ -1,7 +1,7 @@
 // CpuBackend: the native "cpu" backend. Ranks of one host talk through shared memory (direct slot
 // algorithms, shm rings for p2p); ranks on several hosts, or comms with the hint transport=tcp,
-// use a byte Transport with the generic algorithms. Ops run through an OrderedExecutor: sync ops
-// inline on the caller's thread, async ones on one worker, in issue order. Layer: backends/cpu.
+// use a byte Transport with the generic algorithms. Ops run in issue order (HostBackend): sync ops
+// inline on the caller's thread, async ones on one worker. Layer: backends/cpu.
 #pragma once
 
 #include <atomic>
@@ -12,8 +12,8 @@
 
 #include "backends/cpu/cpu_tuning.h"
 #include "commx/backend.h"
+#include "core/host_backend.h"
 #include "core/tuning.h"
-#include "core/host_work.h"
 #include "lowp/lowp_collectives.h"
 #include "lowp/lowp_config.h"
 #include "transport/shm_group.h"
@@ -24,23 +24,21 @@ namespace commx {
 struct ShmColl;
 struct GenericColl;
 
-class CpuBackend : public Backend {
+class CpuBackend : public HostBackend {
  public:
   CpuBackend() = default;
   ~CpuBackend() override;
   std::string name() const override { return "cpu"; }
   void init(const BackendContext& ctx) override;
-  Work run(const OpDesc& op, bool async_op) override;
   bool supports(OpType type, DataType dtype, ReduceKind kind) const override;
   void abort() override;
   void finalize() override;
-  bool accepts_device(const Device& d) const override { return d.is_cpu(); }
 
   // "shm" or the transport's name: what init() chose.
   std::string transport_name() const;
 
  private:
-  void execute(const OpDesc& op);
+  void execute(const OpDesc& op) override;
   void dispatch(const OpDesc& op, Deadline deadline);
   void run_shm(const OpDesc& op, ShmColl& c, CpuAlgo algo);
   void run_generic(const OpDesc& op, GenericColl& c, CpuAlgo algo);
@@ -62,7 +60,6 @@ class CpuBackend : public Backend {
   std::mutex failed_mu_;
   std::string failed_;  // set when an op failed midway: the ranks' step counters no longer agree
   bool finalized_ = false;
-  OrderedExecutor exec_;
   // Low-precision (FP8) collectives: settings from hints/env, this rank's codec counters, buffers
   // kept between ops (src/lowp, docs/low_precision.md).
   lowp::LowpSettings lowp_;

@@ -25,6 +25,7 @@
 #include "backends/gloo/store_adapter.h"
 #include "commx/error.h"
 #include "core/env.h"
+#include "core/tensor_bytes.h"
 
 namespace commx::gloo_backend {
 namespace {
@@ -54,30 +55,6 @@ bool is_reduction(OpType t) {
          t == OpType::kReduceScatterSingle || t == OpType::kReduceScatterV;
 }
 
-// memmove that accepts empty views (whose pointers may be null).
-void copy_bytes(void* dst, const void* src, size_t n) {
-  if (n > 0 && dst != src) std::memmove(dst, src, n);
-}
-
-char* bytes_of(const Tensor& t) { return static_cast<char*>(t.data); }
-
-// True when the list's tensors lie back to back in memory (then Gloo can use them directly).
-bool contiguous(const std::vector<Tensor>& ts) {
-  if (ts.empty()) return false;
-  char* p = bytes_of(ts[0]);
-  for (const auto& t : ts) {
-    if (bytes_of(t) != p) return false;
-    p += t.nbytes();
-  }
-  return true;
-}
-
-size_t total_bytes(const std::vector<Tensor>& ts) {
-  size_t n = 0;
-  for (const auto& t : ts) n += t.nbytes();
-  return n;
-}
-
 std::string local_hostname() {
   char buf[256] = {};
   gethostname(buf, sizeof(buf) - 1);
@@ -86,7 +63,7 @@ std::string local_hostname() {
 
 }  // namespace
 
-GlooBackend::~GlooBackend() { exec_.drain(); }
+GlooBackend::~GlooBackend() { drain(); }
 
 void GlooBackend::init(const BackendContext& ctx) {
   ctx_ = ctx;
@@ -142,13 +119,10 @@ bool GlooBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
   return pairwise_reduce_fn(dtype, kind) != nullptr;
 }
 
-Work GlooBackend::run(const OpDesc& op, bool async_op) {
+void GlooBackend::check_open(const OpDesc& op) {
   if (aborted_.load())
     throw Error(ErrorCode::kAborted, op_context(ctx_, op) + "the comm was aborted");
   if (!gloo_) throw Error(ErrorCode::kInvalidArgument, op_context(ctx_, op) + "gloo: finalized");
-  // A synchronous op runs inline before submit returns: no need to copy its description.
-  if (!async_op) return exec_.submit([this, &op] { execute(op); }, false);
-  return exec_.submit([this, op] { execute(op); }, true);
 }
 
 void GlooBackend::execute(const OpDesc& op) {
@@ -519,15 +493,13 @@ void GlooBackend::p2p(const OpDesc& op, const std::vector<P2POp>& ops) {
 
 void GlooBackend::abort() {
   if (aborted_.exchange(true)) return;
-  exec_.fail_pending(std::make_exception_ptr(
-      Error(ErrorCode::kAborted, "[comm '" + ctx_.comm_name + "' rank " +
-                                     std::to_string(ctx_.rank) + "] the comm was aborted")));
+  fail_queued(ctx_, "the comm was aborted");
   // An op already inside Gloo cannot be interrupted (closing Gloo's pairs does not wake its
   // waits): it ends at its own deadline and then reports Aborted.
 }
 
 void GlooBackend::finalize() {
-  exec_.drain();
+  drain();
   gloo_.reset();
 }
 

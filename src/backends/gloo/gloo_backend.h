@@ -10,23 +10,22 @@
 #include <vector>
 
 #include "commx/backend.h"
-#include "core/host_work.h"
+#include "core/host_backend.h"
 
 namespace commx::gloo_backend {
 
-class GlooBackend : public Backend {
+class GlooBackend : public HostBackend {
  public:
   ~GlooBackend() override;
   std::string name() const override { return "gloo"; }
   void init(const BackendContext& ctx) override;
-  Work run(const OpDesc& op, bool async_op) override;
   bool supports(OpType type, DataType dtype, ReduceKind kind) const override;
   void abort() override;
   void finalize() override;
-  bool accepts_device(const Device& d) const override { return d.is_cpu(); }
 
  private:
-  void execute(const OpDesc& op);
+  void check_open(const OpDesc& op) override;
+  void execute(const OpDesc& op) override;
   void dispatch(const OpDesc& op);
   // Collectives.
   void all_reduce(const OpDesc& op, void* data, int64_t count);
@@ -45,7 +44,6 @@ class GlooBackend : public Backend {
 
   BackendContext ctx_;
   std::shared_ptr<::gloo::Context> gloo_;
-  OrderedExecutor exec_;
   std::atomic<bool> aborted_{false};
   uint32_t tag_ = 0;                // collective tags, equal on every rank (same issue order)
   std::vector<uint32_t> send_seq_;  // per peer: numbers of sends (p2p slot matching)

@@ -11,6 +11,7 @@
 #include "backends/mpi/mpi_types.h"
 #include "commx/error.h"
 #include "core/env.h"
+#include "core/tensor_bytes.h"
 
 namespace commx::mpi_backend {
 namespace {
@@ -26,23 +27,6 @@ void finalize_mpi_at_exit() {
   int fin = 0;
   MPI_Finalized(&fin);
   if (!fin) MPI_Finalize();
-}
-
-// memmove that accepts empty views (whose pointers may be null).
-void copy_bytes(void* dst, const void* src, size_t n) {
-  if (n > 0 && dst != src) std::memmove(dst, src, n);
-}
-
-char* bytes_of(const Tensor& t) { return static_cast<char*>(t.data); }
-
-bool contiguous(const std::vector<Tensor>& ts) {
-  if (ts.empty()) return false;
-  char* p = bytes_of(ts[0]);
-  for (const auto& t : ts) {
-    if (bytes_of(t) != p) return false;
-    p += t.nbytes();
-  }
-  return true;
 }
 
 }  // namespace
@@ -79,7 +63,7 @@ void Watchdog::loop() {
   }
 }
 
-MpiBackend::~MpiBackend() { exec_.drain(); }
+MpiBackend::~MpiBackend() { drain(); }
 
 void MpiBackend::init(const BackendContext& ctx) {
   ctx_ = ctx;
@@ -136,14 +120,11 @@ bool MpiBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
   return reduce_op(kind, dtype) != MPI_OP_NULL;
 }
 
-Work MpiBackend::run(const OpDesc& op, bool async_op) {
+void MpiBackend::check_open(const OpDesc& op) {
   if (aborted_.load())
     throw Error(ErrorCode::kAborted, op_context(ctx_, op) + "the comm was aborted");
   if (comm_ == MPI_COMM_NULL)
     throw Error(ErrorCode::kInvalidArgument, op_context(ctx_, op) + "mpi: finalized");
-  // A synchronous op runs inline before submit returns: no need to copy its description.
-  if (!async_op) return exec_.submit([this, &op] { execute(op); }, false);
-  return exec_.submit([this, op] { execute(op); }, true);
 }
 
 void MpiBackend::check(int rc, const OpDesc& op, const char* call) {
@@ -439,13 +420,11 @@ void MpiBackend::collective(const OpDesc& op) {
 
 void MpiBackend::abort() {
   if (aborted_.exchange(true)) return;
-  exec_.fail_pending(std::make_exception_ptr(
-      Error(ErrorCode::kAborted, "[comm '" + ctx_.comm_name + "' rank " +
-                                     std::to_string(ctx_.rank) + "] the comm was aborted")));
+  fail_queued(ctx_, "the comm was aborted");
 }
 
 void MpiBackend::finalize() {
-  exec_.drain();
+  drain();
   int fin = 0;
   MPI_Finalized(&fin);
   if (comm_ != MPI_COMM_NULL && !fin) MPI_Comm_free(&comm_);

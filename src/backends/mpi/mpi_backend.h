@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "commx/backend.h"
-#include "core/host_work.h"
+#include "core/host_backend.h"
 
 namespace commx::mpi_backend {
 
@@ -46,26 +46,24 @@ class Watchdog {
   std::thread thread_;
 };
 
-class MpiBackend : public Backend {
+class MpiBackend : public HostBackend {
  public:
   ~MpiBackend() override;
   std::string name() const override { return "mpi"; }
   void init(const BackendContext& ctx) override;
-  Work run(const OpDesc& op, bool async_op) override;
   bool supports(OpType type, DataType dtype, ReduceKind kind) const override;
   void abort() override;
   void finalize() override;
-  bool accepts_device(const Device& d) const override { return d.is_cpu(); }
 
  private:
-  void execute(const OpDesc& op);
+  void check_open(const OpDesc& op) override;
+  void execute(const OpDesc& op) override;
   void collective(const OpDesc& op);
   void p2p(const OpDesc& op, const std::vector<P2POp>& ops);
   void check(int rc, const OpDesc& op, const char* call);
 
   BackendContext ctx_;
   MPI_Comm comm_ = MPI_COMM_NULL;
-  OrderedExecutor exec_;
   Watchdog watchdog_;
   std::atomic<bool> aborted_{false};
   bool nonblocking_ = false;  // COMMX_MPI_NONBLOCKING=1: I-collectives polled to the deadline

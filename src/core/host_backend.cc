@@ -1,0 +1,21 @@
+// HostBackend (see host_backend.h). Layer: core.
+#include "core/host_backend.h"
+
+#include "commx/error.h"
+
+namespace commx {
+
+Work HostBackend::run(const OpDesc& op, bool async_op) {
+  check_open(op);
+  // A synchronous op runs inline before submit returns: its description need not be copied.
+  if (!async_op) return exec_.submit([this, &op] { execute(op); }, false);
+  return exec_.submit([this, op] { execute(op); }, true);
+}
+
+void HostBackend::fail_queued(const BackendContext& ctx, const std::string& what) {
+  exec_.fail_pending(std::make_exception_ptr(
+      Error(ErrorCode::kAborted,
+            "[comm '" + ctx.comm_name + "' rank " + std::to_string(ctx.rank) + "] " + what)));
+}
+
+}  // namespace commx
