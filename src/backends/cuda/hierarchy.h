@@ -1,0 +1,77 @@
+// The hierarchical (multi-host) path of the cuda backend: all_reduce as a reduce-scatter over the
+// peer memory of the ranks of one host, an all_reduce of this rank's shard across hosts through
+// an NCCL sub-communicator (the ranks with the same local index), and an all-gather over peer
+// memory, all enqueued on the caller's stream (graph-capturable). Layer: backends (cuda).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "commx/backend.h"
+#include "cuda/host_layout.h"
+#include "cuda/kernel_params.h"
+#include "cuda/peer_memory.h"
+#include "cuda/tuning.h"
+
+namespace commx::cuda {
+
+// Collective over the comm: every rank publishes its place (hostname + boot id, GPU bus id)
+// through the store and groups the ranks by host (host_layout; forced by ranks_per_host > 0).
+HostLayout detect_hosts(Store& store, int rank, int world, int device, int ranks_per_host,
+                        const std::string& where);
+
+class Hierarchy {
+ public:
+  // Collective over the comm (layout.hierarchical() on every rank): maps the peer memory of the
+  // local ranks (store prefix "hier/local/<host>") and creates the inter-host NCCL comm eagerly
+  // (store prefix "hier/inter/<local rank>"), so that no NCCL init ever happens inside a graph
+  // capture. `state`/`ctl` are the backend's device state and host-mapped control block.
+  static std::unique_ptr<Hierarchy> create(const BackendContext& ctx, const HostLayout& layout,
+                                           int device, int sms, DevState* state, HostCtl* ctl,
+                                           const std::string& where);
+  ~Hierarchy();
+  Hierarchy(const Hierarchy&) = delete;
+  Hierarchy& operator=(const Hierarchy&) = delete;
+
+  // Empty when the path is usable on every rank; else why not (peer memory within a host, a GPU
+  // shared by an inter-host group): the backend then sends every op through NCCL.
+  const std::string& problem() const { return problem_; }
+  // Enqueues an all_reduce on `s`; false when the op is not one this path covers (other ops,
+  // reductions the kernels lack, algorithm hint "nccl" or DDA disabled): the caller delegates.
+  bool enqueue(const OpDesc& op, cudaStream_t s, const std::string& where);
+  // An error the inter-host NCCL comm reported asynchronously, else null.
+  std::exception_ptr inter_error() const;
+  // The comm rank of local index `local` on this host.
+  int comm_rank(int local) const { return layout_.local_ranks.at(local); }
+  const HostLayout& layout() const { return layout_; }
+  const Tuning& tuning() const { return tuning_; }
+  void abort();
+  // Destroys the inter-host comm and unmaps peer memory; call once no op is running.
+  void finalize();
+
+ private:
+  Hierarchy() = default;
+  PeerSet peers(const OpDesc& op) const;
+  // `count` elements of in -> out across hosts (this rank's inter-host group) on `s`.
+  void inter_all_reduce(const OpDesc& op, const void* in, void* out, int64_t count,
+                        ReduceKind kind, cudaStream_t s);
+  void local_exchange(const OpDesc& op, const PtrList& src, const PtrList& dst, uint64_t nbytes,
+                      bool every_pair, cudaStream_t s, const std::string& where);
+
+  BackendContext ctx_;
+  HostLayout layout_;
+  int device_ = 0;
+  int world_ = 1;  // the whole comm (AVG divides by it once)
+  Tuning tuning_;  // resolved for local_size ranks
+  std::unique_ptr<PeerMemory> pm_;  // null when one rank per host
+  DevState* state_ = nullptr;
+  HostCtl* ctl_ = nullptr;
+  std::unique_ptr<Backend> inter_;
+  Work last_inter_;
+  std::string problem_;
+};
+
+}  // namespace commx::cuda
