@@ -1,0 +1,171 @@
+// GPU tests of the cuda backend's hierarchical (multi-host) all_reduce, on one machine with a
+// forced host boundary (comm hint ranks_per_host, the COMMX_CUDA_RANKS_PER_HOST option): 2 ranks
+// on 2 GPUs as 2 hosts of 1 rank, and 4 ranks on 2 GPUs as 2 hosts of 2 ranks sharing one GPU
+// (rank r on GPU r / 2, so each inter-host NCCL comm spans both GPUs). Every dtype and reduction
+// against a CPU reference, odd sizes, unaligned buffers, chunking, bit-identical results across
+// ranks, graph capture + replay, async ops. Needs 2 GPUs and NCCL, else skips.
+// Layer: tests (label gpu).
+#include <gtest/gtest.h>
+
+#include "cuda/collective_checks.h"
+
+namespace commx::testing {
+namespace {
+
+#define REQUIRE_HIER()                                                                         \
+  do {                                                                                         \
+    if (gpu_count() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << gpu_count();                \
+    if (!nccl_loadable()) GTEST_SKIP() << "libnccl.so.2 not loadable (set COMMX_NCCL_LIBRARY)"; \
+  } while (0)
+
+// Every dtype and reduction the path claims, sizes around the shard and tail boundaries.
+void check_every_dtype_op(Comm& c, RankCtx& ctx, uint64_t& seed) {
+  const DataType types[] = {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16,
+                            DataType::kFloat64, DataType::kInt32,    DataType::kInt64};
+  const ReduceOp ops[] = {ReduceOp::SUM, ReduceOp::PRODUCT, ReduceOp::MIN,
+                          ReduceOp::MAX, ReduceOp::AVG,     ReduceOp::premul_sum(0.5)};
+  for (DataType t : types)
+    for (ReduceOp op : ops) {
+      if (!dtype_is_floating(t) && (op.kind == ReduceKind::kAvg || op.kind == ReduceKind::kPremulSum))
+        continue;
+      for (int64_t n : {0, 1, 7, 8, 33, 1001, 65541}) check_allreduce(c, ctx, t, op, n, seed++);
+    }
+  for (DataType t : {DataType::kFloat32, DataType::kBFloat16})
+    for (ReduceOp op : ops) check_allreduce(c, ctx, t, op, 1000003, seed++);
+  // Unaligned user buffers (element offset 1).
+  for (int64_t n : {7, 1001, 100003}) check_allreduce(c, ctx, DataType::kFloat32, ReduceOp::SUM, n, seed++, {}, 1);
+  // Bit-identical results on every rank.
+  for (int64_t n : {7, 1000003}) {
+    auto bytes = check_allreduce(c, ctx, DataType::kFloat32, ReduceOp::SUM, n, 999 + n);
+    std::string key = "hier_bits_" + std::to_string(n);
+    if (ctx.rank == 0) ctx.store->set(key, bytes);
+    RANK_CHECK(ctx.store->get(key) == bytes, "results differ between ranks, n=" + std::to_string(n));
+  }
+}
+
+// Captures all_reduces (aligned, odd-sized, avg) into a graph and replays it on fresh data.
+void check_graph(Comm& c, RankCtx& ctx) {
+  const Device dev = Device::cuda(ctx.device);
+  const DataType t = DataType::kFloat32;
+  const int W = ctx.world;
+  cudaStream_t s;
+  CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const int64_t n1 = 4096, n2 = 100003, n3 = 5;
+  DevBuf a(n1 * 4), b(n2 * 4), d(n3 * 4);
+  c.all_reduce(Tensor(a.p, n1, t, dev, s), ReduceOp::SUM).wait_blocking();  // warm-up
+  cudaGraph_t graph;
+  CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  c.all_reduce(Tensor(a.p, n1, t, dev, s), ReduceOp::SUM);
+  c.all_reduce(Tensor(b.p, n2, t, dev, s), ReduceOp::AVG);
+  c.all_reduce(Tensor(d.p, n3, t, dev, s), ReduceOp::MAX);
+  CU(cudaStreamEndCapture(s, &graph));
+  cudaGraphExec_t exec;
+  CU(cudaGraphInstantiate(&exec, graph, 0));
+  for (int rep = 0; rep < 3; ++rep) {
+    auto va = gen_all(t, n1, 100 + rep, W, ReduceKind::kSum);
+    auto vb = gen_all(t, n2, 200 + rep, W, ReduceKind::kSum);
+    auto vd = gen_all(t, n3, 300 + rep, W, ReduceKind::kSum);
+    to_dev(a.p, encode(t, va[ctx.rank]));
+    to_dev(b.p, encode(t, vb[ctx.rank]));
+    to_dev(d.p, encode(t, vd[ctx.rank]));
+    CU(cudaGraphLaunch(exec, s));
+    CU(cudaStreamSynchronize(s));
+    auto check = [&](void* p, int64_t n, std::vector<std::vector<double>>& v, ReduceOp op,
+                     const char* what) {
+      std::vector<double> ref(n), sc(n);
+      for (int64_t i = 0; i < n; ++i) {
+        std::vector<double> xs;
+        for (int r = 0; r < W; ++r) {
+          xs.push_back(v[r][i]);
+          sc[i] += std::fabs(v[r][i]);
+        }
+        ref[i] = fold(op, xs, W);
+      }
+      expect_close(t, decode(t, from_dev(p, n * 4)), ref, sc,
+                   std::string(what) + " replay " + std::to_string(rep));
+    };
+    check(a.p, n1, va, ReduceOp::SUM, "graph sum");
+    check(b.p, n2, vb, ReduceOp::AVG, "graph avg (odd size)");
+    check(d.p, n3, vd, ReduceOp::MAX, "graph max (tail only)");
+  }
+  check_allreduce(c, ctx, t, ReduceOp::SUM, 4097, 77);  // eager ops after the replays
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+}
+
+void check_async(Comm& c, RankCtx& ctx) {
+  const Device dev = Device::cuda(ctx.device);
+  const DataType t = DataType::kBFloat16;
+  const int64_t n = 50001;
+  auto v = gen_all(t, n, 3, ctx.world, ReduceKind::kSum);
+  DevBuf a(n * 2);
+  to_dev(a.p, encode(t, v[ctx.rank]));
+  Work w = c.all_reduce(Tensor(a.p, n, t, dev), ReduceOp::SUM, true);
+  w.wait_blocking();
+  RANK_CHECK(w.status() == WorkStatus::kCompleted, "async all_reduce not completed");
+  std::vector<double> ref(n), sc(n);
+  for (int64_t i = 0; i < n; ++i)
+    for (int r = 0; r < ctx.world; ++r) {
+      ref[i] += v[r][i];
+      sc[i] += std::fabs(v[r][i]);
+    }
+  expect_close(t, decode(t, from_dev(a.p, n * 2)), ref, sc, "async hierarchical all_reduce");
+}
+
+TEST(CudaHier, TwoHostsOfOneRank) {
+  REQUIRE_HIER();
+  std::string err = run_ranks(2, 2, [](RankCtx& ctx) {
+    auto c = make_comm(ctx, "cuda", "hier1", {{"ranks_per_host", "1"}});
+    uint64_t seed = 1;
+    check_every_dtype_op(*c, ctx, seed);
+    check_graph(*c, ctx);
+    check_async(*c, ctx);
+    // Other ops go to the full-comm NCCL delegate.
+    check_collectives(*c, ctx, 1001, 700, true);
+  }, std::chrono::seconds(300));
+  EXPECT_EQ(err, "");
+}
+
+TEST(CudaHier, TwoHostsOfTwoRanksSharingAGpu) {
+  REQUIRE_HIER();
+  std::string err = run_ranks(4, 2, [](RankCtx& ctx) {
+    // The option as users set it (the hint is the same option).
+    setenv("COMMX_CUDA_RANKS_PER_HOST", "2", 1);
+    auto c = make_comm(ctx, "cuda", "hier2");
+    uint64_t seed = 1;
+    check_every_dtype_op(*c, ctx, seed);
+    check_graph(*c, ctx);
+    check_async(*c, ctx);
+    // A 1 MiB buffer: the local steps run in chunks.
+    auto small = make_comm(ctx, "cuda", "hier2_small", {{"buffer_bytes", "1M"}});
+    check_allreduce(*small, ctx, DataType::kFloat32, ReduceOp::SUM, (1 << 20) + 7, 5);
+    check_allreduce(*small, ctx, DataType::kBFloat16, ReduceOp::MAX, (1 << 19) + 1, 6);
+    // Two ranks of the comm share a GPU, so no full-comm NCCL delegate exists: other ops (and
+    // the "nccl" algorithm) must fail clearly. This also shows that the hierarchical path ran.
+    for (int k = 0; k < 2; ++k) {
+      bool threw = false;
+      try {
+        DevBuf b(64);
+        Tensor x(b.p, 4, DataType::kFloat32, Device::cuda(ctx.device));
+        if (k == 0)
+          c->broadcast(x, 0).wait_blocking();
+        else
+          c->all_reduce(x, ReduceOp::SUM, false, [] {
+            OpOptions o;
+            o.hints["algorithm"] = "nccl";
+            return o;
+          }()).wait_blocking();
+      } catch (const Error& e) {
+        threw = e.code() == ErrorCode::kUnsupported &&
+                std::string(e.what()).find("share a GPU") != std::string::npos;
+        RANK_CHECK(threw, e.what());
+      }
+      RANK_CHECK(threw, "an op needing the full-comm NCCL delegate did not fail");
+    }
+  }, std::chrono::seconds(400), 2);
+  EXPECT_EQ(err, "");
+}
+
+}  // namespace
+}  // namespace commx::testing
