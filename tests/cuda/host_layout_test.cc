@@ -131,5 +131,22 @@ TEST(HostLayout, RanksPerHostOption) {
   unsetenv("COMMX_CUDA_RANKS_PER_HOST");
 }
 
+TEST(HostLayout, ShardPlanCoversEveryElementOnce) {
+  for (int64_t elem : {1, 2, 4, 8})
+    for (int local = 1; local <= 8; ++local)
+      for (int64_t n : {0, 1, 7, 15, 16, 17, 63, 64, 65, 1000, 1000003, (1 << 20) + 7}) {
+        ShardPlan p = plan_shards(n, elem, local);
+        std::string what = "elem " + std::to_string(elem) + " local " + std::to_string(local) +
+                           " n " + std::to_string(n);
+        EXPECT_EQ(p.shard * elem % 16, 0) << what;  // shards start 16-byte aligned
+        EXPECT_GE(p.tail, 0) << what;
+        EXPECT_LT(p.tail, local * 16 / elem) << what;
+        std::vector<int> seen(n, 0);
+        for (int q = 0; q < local; ++q)
+          for (int64_t i = p.begin(q); i < p.begin(q) + p.owned(q, local); ++i) ++seen[i];
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(seen[i], 1) << what << " element " << i;
+      }
+}
+
 }  // namespace
 }  // namespace commx::cuda

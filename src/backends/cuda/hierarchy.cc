@@ -231,10 +231,10 @@ bool Hierarchy::enqueue(const OpDesc& op, cudaStream_t s, const std::string& whe
     }
     return true;
   }
-  // Shards of s0 elements (whole 16-byte packs, so every shard stays aligned); the r < local *
-  // pack remaining elements are reduced onto the last local rank, which adds them to its shard
-  // across hosts and broadcasts them locally.
-  const int64_t s0 = n / (local * pack) * pack, n0 = s0 * local, r = n - n0;
+  // Shards of whole 16-byte packs (plan_shards); the tail is reduced onto the last local rank,
+  // which adds it to its shard across hosts and broadcasts it locally.
+  const ShardPlan plan = plan_shards(n, es, local);
+  const int64_t s0 = plan.shard, n0 = s0 * local, r = plan.tail;
   if (s0 > 0) {
     PtrList ins{};
     for (int q = 0; q < local; ++q) ins.p[q] = in + q * s0 * es;
@@ -244,7 +244,7 @@ bool Hierarchy::enqueue(const OpDesc& op, cudaStream_t s, const std::string& whe
     launch_allreduce_flat(ps, in + n0 * es, out + n0 * es, r, local - 1, rs, 1, s);
     COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
   }
-  const int64_t shard = s0 + (me == local - 1 ? r : 0);
+  const int64_t shard = plan.owned(me, local);
   if (shard > 0) inter_all_reduce(op, out + me * s0 * es, out + me * s0 * es, shard, across, s);
   if (s0 > 0) {
     PtrList src{}, dst{};

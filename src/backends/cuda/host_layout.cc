@@ -86,4 +86,12 @@ HostLayout host_layout(const std::vector<RankPlace>& places, int rank, int ranks
   return l;
 }
 
+ShardPlan plan_shards(int64_t n, int64_t elem, int local) {
+  const int64_t pack = 16 / elem;
+  ShardPlan p;
+  p.shard = n / (local * pack) * pack;
+  p.tail = n - p.shard * local;
+  return p;
+}
+
 }  // namespace commx::cuda

@@ -4,6 +4,7 @@
 // Layer: backends (cuda).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -41,5 +42,18 @@ int ranks_per_host_option(const Hints& hints, const std::string& where);
 // spans physical hosts.
 HostLayout host_layout(const std::vector<RankPlace>& places, int rank, int ranks_per_host,
                        const std::string& where = {});
+
+// How the hierarchical all_reduce splits `n` elements of `elem` bytes among `local` ranks: local
+// rank q owns [q * shard, (q + 1) * shard) (shard: whole 16-byte packs, so shards stay aligned),
+// and the last local rank also owns the tail [local * shard, n) of fewer than local * 16 / elem
+// elements.
+struct ShardPlan {
+  int64_t shard = 0;
+  int64_t tail = 0;
+  int64_t begin(int q) const { return q * shard; }
+  // Elements local rank q reduces across hosts.
+  int64_t owned(int q, int local) const { return shard + (q == local - 1 ? tail : 0); }
+};
+ShardPlan plan_shards(int64_t n, int64_t elem, int local);
 
 }  // namespace commx::cuda
