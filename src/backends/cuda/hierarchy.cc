@@ -147,7 +147,9 @@ void Hierarchy::inter_all_reduce(const OpDesc& op, const void* in, void* out, in
   d.input = Tensor(const_cast<void*>(in), count, op.input.dtype, op.input.device, s);
   d.output = Tensor(out, count, op.input.dtype, op.input.device, s);
   d.op = ReduceOp(kind);
-  last_inter_ = inter_->run(d, false);
+  Work w = inter_->run(d, false);
+  std::lock_guard<std::mutex> g(mu_);
+  last_inter_ = std::move(w);
 }
 
 void Hierarchy::local_exchange(const OpDesc& op, const PtrList& src, const PtrList& dst,
@@ -264,16 +266,26 @@ bool Hierarchy::enqueue(const OpDesc& op, cudaStream_t s, const std::string& whe
   return true;
 }
 
-std::exception_ptr Hierarchy::inter_error() const { return last_inter_.error(); }
+std::exception_ptr Hierarchy::inter_error() const {
+  Work w;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    w = last_inter_;
+  }
+  return w.error();
+}
 
 void Hierarchy::abort() {
   if (inter_) inter_->abort();
 }
 
 void Hierarchy::finalize() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    last_inter_ = Work();  // its hooks point into inter_
+  }
   if (inter_) inter_->finalize();
   inter_.reset();
-  last_inter_ = Work();
   if (pm_) pm_->close();
 }
 

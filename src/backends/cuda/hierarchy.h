@@ -8,6 +8,7 @@
 
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "commx/backend.h"
@@ -70,6 +71,7 @@ class Hierarchy {
   DevState* state_ = nullptr;
   HostCtl* ctl_ = nullptr;
   std::unique_ptr<Backend> inter_;
+  mutable std::mutex mu_;  // last_inter_ is polled by Work hooks from other threads
   Work last_inter_;
   std::string problem_;
 };
