@@ -1,9 +1,10 @@
-// GPU tests of the cuda backend's hierarchical (multi-host) all_reduce, on one machine with a
+// GPU tests of the cuda backend's hierarchical (multi-host) all_reduce and all_gather, on one machine with a
 // forced host boundary (comm hint ranks_per_host, the COMMX_CUDA_RANKS_PER_HOST option): 2 ranks
 // on 2 GPUs as 2 hosts of 1 rank, and 4 ranks on 2 GPUs as 2 hosts of 2 ranks sharing one GPU
 // (rank r on GPU r / 2, so each inter-host NCCL comm spans both GPUs). Every dtype and reduction
 // against a CPU reference, odd sizes, unaligned buffers, chunking, bit-identical results across
-// ranks, graph capture + replay, async ops. Needs 2 GPUs and NCCL, else skips.
+// ranks, graph capture + replay, async ops; all_gather(_single) also in place. Needs 2 GPUs and
+// NCCL, else skips.
 // Layer: tests (label gpu).
 #include <gtest/gtest.h>
 
@@ -43,6 +44,47 @@ void check_every_dtype_op(Comm& c, RankCtx& ctx, uint64_t& seed) {
   }
 }
 
+// all_gather_single (also in place: the input is this rank's slice of the output) and the list
+// all_gather (some outputs unaligned) against the ranks' inputs.
+void check_all_gather(Comm& c, RankCtx& ctx, uint64_t seed) {
+  const int W = ctx.world, me = ctx.rank;
+  const Device dev = Device::cuda(ctx.device);
+  for (DataType t : {DataType::kFloat32, DataType::kBFloat16})
+    for (int64_t n : {0, 1, 7, 1001, 65541, 300001}) {
+      const size_t es = dtype_size(t);
+      const std::string sz = std::string(" ") + dtype_name(t) + " n=" + std::to_string(n);
+      auto all = gen_all(t, n, seed++, W, ReduceKind::kSum);
+      std::vector<double> ref;
+      for (int r = 0; r < W; ++r) ref.insert(ref.end(), all[r].begin(), all[r].end());
+      DevBuf in(n * es), out(W * n * es);
+      to_dev(in.p, encode(t, all[me]));
+      c.all_gather_single(Tensor(out.p, W * n, t, dev), Tensor(in.p, n, t, dev)).wait_blocking();
+      expect_close(t, decode(t, from_dev(out.p, W * n * es)), ref, {}, "all_gather_single" + sz);
+      CU(cudaMemset(out.p, 0, W * n * es));
+      to_dev(out.c() + me * n * es, encode(t, all[me]));
+      c.all_gather_single(Tensor(out.p, W * n, t, dev), Tensor(out.c() + me * n * es, n, t, dev))
+          .wait_blocking();
+      expect_close(t, decode(t, from_dev(out.p, W * n * es)), ref, {},
+                   "in-place all_gather_single" + sz);
+      std::vector<std::unique_ptr<DevBuf>> outs;
+      std::vector<Tensor> ts;
+      for (int r = 0; r < W; ++r) {
+        outs.push_back(std::make_unique<DevBuf>(n * es + 16));
+        ts.emplace_back(outs.back()->c() + es * (r % 2), n, t, dev);
+      }
+      c.all_gather(ts, Tensor(in.p, n, t, dev)).wait_blocking();
+      for (int r = 0; r < W; ++r)
+        expect_close(t, decode(t, from_dev(ts[r].data, n * es)), all[r], {},
+                     "all_gather[" + std::to_string(r) + "]" + sz);
+    }
+}
+
+double v_max(const std::vector<std::vector<double>>& v, int64_t i) {
+  double m = v[0][i];
+  for (const auto& x : v) m = std::max(m, x[i]);
+  return m;
+}
+
 // Captures all_reduces (aligned, odd-sized, avg) into a graph and replays it on fresh data.
 void check_graph(Comm& c, RankCtx& ctx) {
   const Device dev = Device::cuda(ctx.device);
@@ -51,13 +93,14 @@ void check_graph(Comm& c, RankCtx& ctx) {
   cudaStream_t s;
   CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const int64_t n1 = 4096, n2 = 100003, n3 = 5;
-  DevBuf a(n1 * 4), b(n2 * 4), d(n3 * 4);
+  DevBuf a(n1 * 4), b(n2 * 4), d(n3 * 4), g(W * n3 * 4);
   c.all_reduce(Tensor(a.p, n1, t, dev, s), ReduceOp::SUM).wait_blocking();  // warm-up
   cudaGraph_t graph;
   CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   c.all_reduce(Tensor(a.p, n1, t, dev, s), ReduceOp::SUM);
   c.all_reduce(Tensor(b.p, n2, t, dev, s), ReduceOp::AVG);
   c.all_reduce(Tensor(d.p, n3, t, dev, s), ReduceOp::MAX);
+  c.all_gather_single(Tensor(g.p, W * n3, t, dev, s), Tensor(d.p, n3, t, dev, s));
   CU(cudaStreamEndCapture(s, &graph));
   cudaGraphExec_t exec;
   CU(cudaGraphInstantiate(&exec, graph, 0));
@@ -87,6 +130,14 @@ void check_graph(Comm& c, RankCtx& ctx) {
     check(a.p, n1, va, ReduceOp::SUM, "graph sum");
     check(b.p, n2, vb, ReduceOp::AVG, "graph avg (odd size)");
     check(d.p, n3, vd, ReduceOp::MAX, "graph max (tail only)");
+    // The all_gather captured after the max: every rank's block is the max.
+    std::vector<double> mx(n3), gref;
+    for (int64_t i = 0; i < n3; ++i) {
+      mx[i] = v_max(vd, i);
+    }
+    for (int r = 0; r < W; ++r) gref.insert(gref.end(), mx.begin(), mx.end());
+    expect_close(t, decode(t, from_dev(g.p, W * n3 * 4)), gref, {},
+                 "graph all_gather replay " + std::to_string(rep));
   }
   check_allreduce(c, ctx, t, ReduceOp::SUM, 4097, 77);  // eager ops after the replays
   cudaGraphExecDestroy(exec);
@@ -121,6 +172,7 @@ TEST(CudaHier, TwoHostsOfOneRank) {
     check_every_dtype_op(*c, ctx, seed);
     check_graph(*c, ctx);
     check_async(*c, ctx);
+    check_all_gather(*c, ctx, 800);
     // Other ops go to the full-comm NCCL delegate.
     check_collectives(*c, ctx, 1001, 700, true);
   }, std::chrono::seconds(300));
@@ -141,6 +193,8 @@ TEST(CudaHier, TwoHostsOfTwoRanksSharingAGpu) {
     auto small = make_comm(ctx, "cuda", "hier2_small", {{"buffer_bytes", "1M"}});
     check_allreduce(*small, ctx, DataType::kFloat32, ReduceOp::SUM, (1 << 20) + 7, 5);
     check_allreduce(*small, ctx, DataType::kBFloat16, ReduceOp::MAX, (1 << 19) + 1, 6);
+    check_all_gather(*c, ctx, 800);
+    check_all_gather(*small, ctx, 900);
     // Two ranks of the comm share a GPU, so no full-comm NCCL delegate exists: other ops (and
     // the "nccl" algorithm) must fail clearly. This also shows that the hierarchical path ran.
     for (int k = 0; k < 2; ++k) {

@@ -32,6 +32,7 @@ TEST(HostLayout, DetectedHostsInterleaved) {
     EXPECT_EQ(l.local_ranks, (r % 2 ? std::vector<int>{1, 3, 5} : std::vector<int>{0, 2, 4}));
     std::vector<int> inter{(r / 2) * 2, (r / 2) * 2 + 1};
     EXPECT_EQ(l.inter_ranks, inter) << r;
+    EXPECT_EQ(l.host_ranks, (std::vector<std::vector<int>>{{0, 2, 4}, {1, 3, 5}}));
     EXPECT_FALSE(l.gpu_shared);
     EXPECT_EQ(l.inter_gpu_shared, "");
   }

@@ -180,8 +180,48 @@ void Hierarchy::local_exchange(const OpDesc& op, const PtrList& src, const PtrLi
   COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
 }
 
+bool Hierarchy::enqueue_all_gather(const OpDesc& op, cudaStream_t s, const std::string& where) {
+  const uint64_t nb = op.input.nbytes();
+  if (nb == 0) return true;
+  const int local = layout_.local_size, me = layout_.local_rank, hosts = layout_.hosts;
+  // Where comm rank r's block lands.
+  auto block = [&](int r) {
+    return op.type == OpType::kAllGather ? static_cast<char*>(op.outputs[r].data)
+                                         : static_cast<char*>(op.output.data) + r * nb;
+  };
+  auto rank_of = [&](int host, int q) { return layout_.host_ranks[host][q]; };
+  // 1. Across hosts: the ranks with this local index exchange their inputs (grouped NCCL
+  //    broadcasts straight into the final places).
+  OpDesc d;
+  d.type = OpType::kAllGather;
+  d.seq = op.seq;
+  d.timeout = op.timeout;
+  d.input = Tensor(op.input.data, static_cast<int64_t>(nb), DataType::kUInt8, op.input.device, s);
+  for (int h = 0; h < hosts; ++h)
+    d.outputs.emplace_back(block(rank_of(h, me)), static_cast<int64_t>(nb), DataType::kUInt8,
+                           op.input.device, s);
+  Work w = inter_->run(d, false);
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    last_inter_ = std::move(w);
+  }
+  // 2. Within the host, per source host: every local rank shares what it received.
+  for (int h = 0; h < hosts && local > 1; ++h) {
+    PtrList src{}, dst{};
+    for (int q = 0; q < local; ++q) {
+      src.p[q] = block(rank_of(h, me));
+      dst.p[q] = block(rank_of(h, q));
+    }
+    local_exchange(op, src, dst, nb, true, s, where);
+  }
+  return true;
+}
+
 bool Hierarchy::enqueue(const OpDesc& op, cudaStream_t s, const std::string& where) {
-  if (op.type != OpType::kAllReduce || !inter_) return false;
+  if (!inter_) return false;
+  if (op.type == OpType::kAllGather || op.type == OpType::kAllGatherSingle)
+    return enqueue_all_gather(op, s, where);
+  if (op.type != OpType::kAllReduce) return false;
   const DataType t = op.input.dtype;
   const ReduceKind kind = op.op.kind;
   if (!native_reduce_supported(t, kind)) return false;

@@ -40,8 +40,9 @@ class Hierarchy {
   // Empty when the path is usable on every rank; else why not (peer memory within a host, a GPU
   // shared by an inter-host group): the backend then sends every op through NCCL.
   const std::string& problem() const { return problem_; }
-  // Enqueues an all_reduce on `s`; false when the op is not one this path covers (other ops,
-  // reductions the kernels lack, algorithm hint "nccl" or DDA disabled): the caller delegates.
+  // Enqueues an all_reduce or all_gather(_single) on `s`; false when the op is not one this path
+  // covers (other ops, reductions the kernels lack, algorithm hint "nccl" or DDA disabled): the
+  // caller delegates.
   bool enqueue(const OpDesc& op, cudaStream_t s, const std::string& where);
   // An error the inter-host NCCL comm reported asynchronously, else null.
   std::exception_ptr inter_error() const;
@@ -59,6 +60,8 @@ class Hierarchy {
   // `count` elements of in -> out across hosts (this rank's inter-host group) on `s`.
   void inter_all_reduce(const OpDesc& op, const void* in, void* out, int64_t count,
                         ReduceKind kind, cudaStream_t s);
+  // all_gather(_single): inter-host grouped broadcasts, then one local exchange per host.
+  bool enqueue_all_gather(const OpDesc& op, cudaStream_t s, const std::string& where);
   void local_exchange(const OpDesc& op, const PtrList& src, const PtrList& dst, uint64_t nbytes,
                       bool every_pair, cudaStream_t s, const std::string& where);
 

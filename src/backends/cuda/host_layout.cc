@@ -62,6 +62,7 @@ HostLayout host_layout(const std::vector<RankPlace>& places, int rank, int ranks
   std::vector<std::vector<int>> members(l.hosts);
   for (int r = 0; r < world; ++r) members[host_of[r]].push_back(r);
   l.local_ranks = members[l.host];
+  l.host_ranks = members;
   l.local_size = static_cast<int>(l.local_ranks.size());
   for (int i = 0; i < l.local_size; ++i)
     if (l.local_ranks[i] == rank) l.local_rank = i;

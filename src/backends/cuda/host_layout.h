@@ -25,6 +25,7 @@ struct HostLayout {
   int local_size = 1;
   std::vector<int> local_ranks;  // comm ranks on this rank's host, ascending
   std::vector<int> inter_ranks;  // comm ranks with this local_rank, one per host, by host index
+  std::vector<std::vector<int>> host_ranks;  // comm ranks of every host, by host index
   bool uniform = true;           // every host has the same number of ranks
   bool gpu_shared = false;       // two ranks of the comm share one GPU (NCCL cannot span it)
   std::string inter_gpu_shared;  // non-empty: two ranks of one inter-host group share a GPU
