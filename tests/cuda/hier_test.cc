@@ -1,11 +1,10 @@
-// GPU tests of the cuda backend's hierarchical (multi-host) all_reduce and all_gather, on one machine with a
-// forced host boundary (comm hint ranks_per_host, the COMMX_CUDA_RANKS_PER_HOST option): 2 ranks
-// on 2 GPUs as 2 hosts of 1 rank, and 4 ranks on 2 GPUs as 2 hosts of 2 ranks sharing one GPU
-// (rank r on GPU r / 2, so each inter-host NCCL comm spans both GPUs). Every dtype and reduction
-// against a CPU reference, odd sizes, unaligned buffers, chunking, bit-identical results across
-// ranks, graph capture + replay, async ops; all_gather(_single) also in place. Needs 2 GPUs and
-// NCCL, else skips.
-// Layer: tests (label gpu).
+// GPU tests of the cuda backend's hierarchical (multi-host) all_reduce, all_gather and
+// reduce_scatter on one machine with a forced host boundary (comm hint ranks_per_host, the
+// COMMX_CUDA_RANKS_PER_HOST option): 2 ranks on 2 GPUs as 2 hosts of 1 rank, and 4 ranks on 2
+// GPUs as 2 hosts of 2 ranks sharing one GPU (rank r on GPU r / 2, so each inter-host NCCL comm
+// spans both GPUs). Every dtype and reduction against a CPU reference, odd sizes, unaligned
+// buffers, chunking, bit-identical results across ranks, graph capture + replay, async ops,
+// in-place all_gather. Needs 2 GPUs and NCCL, else skips. Layer: tests (label gpu).
 #include <gtest/gtest.h>
 
 #include "cuda/collective_checks.h"
@@ -77,6 +76,95 @@ void check_all_gather(Comm& c, RankCtx& ctx, uint64_t seed) {
         expect_close(t, decode(t, from_dev(ts[r].data, n * es)), all[r], {},
                      "all_gather[" + std::to_string(r) + "]" + sz);
     }
+}
+
+// reduce_scatter_single and the list form (odd offsets: unaligned inputs) for every dtype and
+// reduction against a CPU reference.
+void check_reduce_scatter(Comm& c, RankCtx& ctx, uint64_t seed) {
+  const int W = ctx.world, me = ctx.rank;
+  const Device dev = Device::cuda(ctx.device);
+  const ReduceOp ops[] = {ReduceOp::SUM, ReduceOp::PRODUCT, ReduceOp::MIN,
+                          ReduceOp::MAX, ReduceOp::AVG,     ReduceOp::premul_sum(0.5)};
+  for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat64, DataType::kInt32})
+    for (ReduceOp op : ops) {
+      if (!dtype_is_floating(t) && (op.kind == ReduceKind::kAvg || op.kind == ReduceKind::kPremulSum))
+        continue;
+      for (int64_t n : {0, 1, 7, 1001, 65541}) {
+        const size_t es = dtype_size(t);
+        const std::string what = std::string(dtype_name(t)) + " " + reduce_kind_name(op.kind) +
+                                 " n=" + std::to_string(n);
+        auto all = gen_all(t, W * n, seed++, W, op.kind);
+        std::vector<double> ref(n), sc(n);
+        for (int64_t i = 0; i < n; ++i) {
+          std::vector<double> xs;
+          for (int r = 0; r < W; ++r) {
+            xs.push_back(all[r][me * n + i]);
+            sc[i] += std::fabs(all[r][me * n + i]) *
+                     (op.kind == ReduceKind::kPremulSum ? std::fabs(op.factor) : 1);
+          }
+          ref[i] = fold(op, xs, W);
+          if (op.kind == ReduceKind::kProduct || op.kind == ReduceKind::kMin ||
+              op.kind == ReduceKind::kMax)
+            sc[i] = std::fabs(ref[i]);
+        }
+        DevBuf in(W * n * es), out(n * es + 16);
+        to_dev(in.p, encode(t, all[me]));
+        c.reduce_scatter_single(Tensor(out.p, n, t, dev), Tensor(in.p, W * n, t, dev), op)
+            .wait_blocking();
+        expect_close(t, decode(t, from_dev(out.p, n * es)), ref, sc, "reduce_scatter_single " + what);
+        std::vector<std::unique_ptr<DevBuf>> ins;
+        std::vector<Tensor> ts;
+        for (int r = 0; r < W; ++r) {
+          ins.push_back(std::make_unique<DevBuf>(n * es + 16));
+          char* p = ins.back()->c() + es * (r % 2);
+          std::vector<double> part(all[me].begin() + r * n, all[me].begin() + (r + 1) * n);
+          to_dev(p, encode(t, part));
+          ts.emplace_back(p, n, t, dev);
+        }
+        CU(cudaMemset(out.p, 0, n * es + 16));
+        c.reduce_scatter(Tensor(out.c() + es, n, t, dev), ts, op).wait_blocking();
+        expect_close(t, decode(t, from_dev(out.c() + es, n * es)), ref, sc,
+                     "reduce_scatter (list, unaligned) " + what);
+      }
+    }
+}
+
+// reduce_scatter_single captured into a graph (the first one of the comm: its scratch buffer is
+// a graph allocation) and replayed; then eager again.
+void check_graph_reduce_scatter(Comm& c, RankCtx& ctx) {
+  const Device dev = Device::cuda(ctx.device);
+  const DataType t = DataType::kFloat32;
+  const int W = ctx.world, me = ctx.rank;
+  cudaStream_t s;
+  CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (int64_t n : {5, 4099}) {
+    DevBuf in(W * n * 4), out(n * 4);
+    cudaGraph_t graph;
+    CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    c.reduce_scatter_single(Tensor(out.p, n, t, dev, s), Tensor(in.p, W * n, t, dev, s),
+                            ReduceOp::AVG);
+    CU(cudaStreamEndCapture(s, &graph));
+    cudaGraphExec_t exec;
+    CU(cudaGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 3; ++rep) {
+      auto all = gen_all(t, W * n, 400 + rep, W, ReduceKind::kSum);
+      to_dev(in.p, encode(t, all[me]));
+      CU(cudaGraphLaunch(exec, s));
+      CU(cudaStreamSynchronize(s));
+      std::vector<double> ref(n), sc(n);
+      for (int64_t i = 0; i < n; ++i)
+        for (int r = 0; r < W; ++r) {
+          ref[i] += all[r][me * n + i] / W;
+          sc[i] += std::fabs(all[r][me * n + i]);
+        }
+      expect_close(t, decode(t, from_dev(out.p, n * 4)), ref, sc,
+                   "graph reduce_scatter avg n=" + std::to_string(n) + " replay " +
+                       std::to_string(rep));
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  cudaStreamDestroy(s);
 }
 
 double v_max(const std::vector<std::vector<double>>& v, int64_t i) {
@@ -164,6 +252,25 @@ void check_async(Comm& c, RankCtx& ctx) {
   expect_close(t, decode(t, from_dev(a.p, n * 2)), ref, sc, "async hierarchical all_reduce");
 }
 
+TEST(CudaHier, ReduceScatter) {
+  REQUIRE_HIER();
+  std::string err = run_ranks(2, 2, [](RankCtx& ctx) {
+    auto c = make_comm(ctx, "cuda", "hier_rs1", {{"ranks_per_host", "1"}});
+    check_graph_reduce_scatter(*c, ctx);
+    check_reduce_scatter(*c, ctx, 1000);
+  }, std::chrono::seconds(120));
+  EXPECT_EQ(err, "") << "2 hosts x 1 rank";
+  err = run_ranks(4, 2, [](RankCtx& ctx) {
+    auto c = make_comm(ctx, "cuda", "hier_rs2", {{"ranks_per_host", "2"}});
+    check_graph_reduce_scatter(*c, ctx);
+    check_reduce_scatter(*c, ctx, 2000);
+    auto small = make_comm(ctx, "cuda", "hier_rs2_small",
+                           {{"ranks_per_host", "2"}, {"buffer_bytes", "1M"}});
+    check_reduce_scatter(*small, ctx, 3000);
+  }, std::chrono::seconds(180), 2);
+  EXPECT_EQ(err, "") << "2 hosts x 2 ranks";
+}
+
 TEST(CudaHier, TwoHostsOfOneRank) {
   REQUIRE_HIER();
   std::string err = run_ranks(2, 2, [](RankCtx& ctx) {
@@ -175,7 +282,7 @@ TEST(CudaHier, TwoHostsOfOneRank) {
     check_all_gather(*c, ctx, 800);
     // Other ops go to the full-comm NCCL delegate.
     check_collectives(*c, ctx, 1001, 700, true);
-  }, std::chrono::seconds(300));
+  }, std::chrono::seconds(180));
   EXPECT_EQ(err, "");
 }
 
@@ -217,7 +324,7 @@ TEST(CudaHier, TwoHostsOfTwoRanksSharingAGpu) {
       }
       RANK_CHECK(threw, "an op needing the full-comm NCCL delegate did not fail");
     }
-  }, std::chrono::seconds(400), 2);
+  }, std::chrono::seconds(240), 2);
   EXPECT_EQ(err, "");
 }
 

@@ -142,8 +142,10 @@ Backend& CudaBackend::nccl(const OpDesc* op) {
 bool CudaBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
   if (type == OpType::kAllToAllVDynamic) return false;
   if (!is_reduction(type)) return true;
-  // The hierarchical path reduces natively in all_reduce only.
-  if (native_reduce_supported(dtype, kind) && (!hier_ || type == OpType::kAllReduce)) return true;
+  // The hierarchical path reduces natively in all_reduce and reduce_scatter(_single) only.
+  bool hier_native = type == OpType::kAllReduce || type == OpType::kReduceScatter ||
+                     type == OpType::kReduceScatterSingle;
+  if (native_reduce_supported(dtype, kind) && (!hier_ || hier_native)) return true;
   // Reductions NCCL has (taken through the nccl backend when it loads).
   bool nccl_op = kind == ReduceKind::kSum || kind == ReduceKind::kProduct ||
                  kind == ReduceKind::kMin || kind == ReduceKind::kMax ||

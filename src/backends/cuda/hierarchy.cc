@@ -180,6 +180,106 @@ void Hierarchy::local_exchange(const OpDesc& op, const PtrList& src, const PtrLi
   COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
 }
 
+void Hierarchy::local_reduce_scatter(const OpDesc& op, const ReduceSpec& rs, const PtrList& ins,
+                                     char* dst, int64_t len, cudaStream_t s,
+                                     const std::string& where) {
+  const int local = layout_.local_size;
+  const int64_t es = static_cast<int64_t>(dtype_size(rs.dtype)), pack = 16 / es;
+  const uint64_t half = tuning_.buffer_bytes;
+  PeerSet ps = peers(op);
+  if (len * es <= static_cast<int64_t>(tuning_.ll_max_bytes) &&
+      ll_bytes_needed(len, es, local) <= half) {
+    launch_reduce_scatter_ll(ps, ins, dst, len, rs, ll_blocks(len * es, tuning_.max_blocks), s);
+  } else {
+    int64_t cap = static_cast<int64_t>(((half / local) & ~uint64_t(255)) / es) / pack * pack;
+    for (int64_t off = 0; off < len; off += cap) {
+      const int64_t m = std::min(cap, len - off);
+      PtrList part{};
+      for (int q = 0; q < local; ++q) part.p[q] = at(ins.p[q], off * es);
+      launch_reduce_scatter(ps, part, dst + off * es, m, rs,
+                            blocks_for(m * es, tuning_.max_blocks_large), s);
+    }
+  }
+  COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
+}
+
+char* Hierarchy::scratch(uint64_t bytes, bool capturing, cudaStream_t s, bool* async,
+                         const std::string& where) {
+  *async = false;
+  if (bytes <= scratch_bytes_) return scratch_;
+  if (capturing) {
+    // No cudaMalloc inside a capture: a graph allocation, freed by the same graph.
+    void* p = nullptr;
+    COMMX_CUDA_CHECK_CTX(cudaMallocAsync(&p, bytes, s), where + "scratch: ");
+    *async = true;
+    return static_cast<char*>(p);
+  }
+  // Earlier ops may still use the old buffer: keep it until finalize.
+  void* p = nullptr;
+  COMMX_CUDA_CHECK_CTX(cudaMalloc(&p, bytes), where + "scratch: ");
+  if (scratch_) old_scratch_.push_back(scratch_);
+  scratch_ = static_cast<char*>(p);
+  scratch_bytes_ = bytes;
+  return scratch_;
+}
+
+bool Hierarchy::enqueue_reduce_scatter(const OpDesc& op, cudaStream_t s,
+                                       const std::string& where) {
+  const DataType t = op.output.dtype;
+  const ReduceKind kind = op.op.kind;
+  if (!native_reduce_supported(t, kind)) return false;
+  const int64_t n = op.output.count;
+  if (n == 0) return true;
+  const int64_t es = static_cast<int64_t>(dtype_size(t));
+  const int local = layout_.local_size, hosts = layout_.hosts;
+  // Comm rank r's input block (the part reduced into rank r's output).
+  auto block = [&](int r) {
+    return op.type == OpType::kReduceScatter ? static_cast<char*>(op.inputs[r].data)
+                                             : static_cast<char*>(op.input.data) + r * n * es;
+  };
+  auto rank_of = [&](int host, int q) { return layout_.host_ranks[host][q]; };
+  const ReduceKind across = kind == ReduceKind::kMin || kind == ReduceKind::kMax ||
+                                    kind == ReduceKind::kProduct
+                                ? kind
+                                : ReduceKind::kSum;
+  auto across_hosts = [&](void* in) {
+    // Chunk h of `in` goes to host h (NCCL rank order).
+    OpDesc d;
+    d.type = OpType::kReduceScatterSingle;
+    d.seq = op.seq;
+    d.timeout = op.timeout;
+    d.input = Tensor(in, hosts * n, t, op.output.device, s);
+    d.output = Tensor(op.output.data, n, t, op.output.device, s);
+    d.op = ReduceOp(across);
+    Work w = inter_->run(d, false);
+    std::lock_guard<std::mutex> g(mu_);
+    last_inter_ = std::move(w);
+  };
+  // One rank per host (host h = rank h): plain NCCL unless a scale is due.
+  if (local == 1 && op.type == OpType::kReduceScatterSingle &&
+      make_reduce_spec(t, op.op, world_, false).scale == 1.0) {
+    across_hosts(op.input.data);
+    return true;
+  }
+  // 1. Within the host, per destination host h: local rank q gets the host's partial result of
+  //    rank (h, q)'s block, at tmp + h * n (scaled once for AVG / PREMUL_SUM).
+  const bool capturing = is_capturing(s);
+  bool async = false;
+  char* tmp = scratch(static_cast<uint64_t>(hosts * n * es), capturing, s, &async, where);
+  bool al = aligned16(tmp) && (n * es) % 16 == 0;
+  for (int r = 0; r < world_; ++r) al = al && aligned16(block(r));
+  ReduceSpec rs = make_reduce_spec(t, op.op, world_, al);
+  for (int h = 0; h < hosts; ++h) {
+    PtrList ins{};
+    for (int q = 0; q < local; ++q) ins.p[q] = block(rank_of(h, q));
+    local_reduce_scatter(op, rs, ins, tmp + h * n * es, n, s, where);
+  }
+  // 2. Across hosts: reduce-scatter of the partials.
+  across_hosts(tmp);
+  if (async) COMMX_CUDA_CHECK_CTX(cudaFreeAsync(tmp, s), where + "scratch: ");
+  return true;
+}
+
 bool Hierarchy::enqueue_all_gather(const OpDesc& op, cudaStream_t s, const std::string& where) {
   const uint64_t nb = op.input.nbytes();
   if (nb == 0) return true;
@@ -221,6 +321,8 @@ bool Hierarchy::enqueue(const OpDesc& op, cudaStream_t s, const std::string& whe
   if (!inter_) return false;
   if (op.type == OpType::kAllGather || op.type == OpType::kAllGatherSingle)
     return enqueue_all_gather(op, s, where);
+  if (op.type == OpType::kReduceScatter || op.type == OpType::kReduceScatterSingle)
+    return enqueue_reduce_scatter(op, s, where);
   if (op.type != OpType::kAllReduce) return false;
   const DataType t = op.input.dtype;
   const ReduceKind kind = op.op.kind;
@@ -231,7 +333,6 @@ bool Hierarchy::enqueue(const OpDesc& op, cudaStream_t s, const std::string& whe
   if (n == 0) return true;
   const int64_t es = static_cast<int64_t>(dtype_size(t));
   const int local = layout_.local_size, me = layout_.local_rank;
-  const uint64_t half = tuning_.buffer_bytes;
   char* in = static_cast<char*>(op.input.data);
   char* out = static_cast<char*>(op.output.data);
   // AVG and PREMUL_SUM scale once, in the local step (by 1/world resp. the factor); the hosts
@@ -242,24 +343,8 @@ bool Hierarchy::enqueue(const OpDesc& op, cudaStream_t s, const std::string& whe
                                 ? kind
                                 : ReduceKind::kSum;
   PeerSet ps = peers(op);
-  const int64_t pack = 16 / es;
-  // Local reduce-scatter of ins.p[q] (q = 0..local-1, `len` elements each) into `dst`, in chunks
-  // that fit one buffer half.
   auto reduce_scatter = [&](const PtrList& ins, char* dst, int64_t len) {
-    if (len * es <= static_cast<int64_t>(tuning_.ll_max_bytes) &&
-        ll_bytes_needed(len, es, local) <= half) {
-      launch_reduce_scatter_ll(ps, ins, dst, len, rs, ll_blocks(len * es, tuning_.max_blocks), s);
-    } else {
-      int64_t cap = static_cast<int64_t>(((half / local) & ~uint64_t(255)) / es) / pack * pack;
-      for (int64_t off = 0; off < len; off += cap) {
-        const int64_t m = std::min(cap, len - off);
-        PtrList part{};
-        for (int q = 0; q < local; ++q) part.p[q] = at(ins.p[q], off * es);
-        launch_reduce_scatter(ps, part, dst + off * es, m, rs,
-                              blocks_for(m * es, tuning_.max_blocks_large), s);
-      }
-    }
-    COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
+    local_reduce_scatter(op, rs, ins, dst, len, s, where);
   };
   if (local == 1) {
     // Only the scale needs a kernel (one rank: the reduce-scatter is a scaled copy).
@@ -327,6 +412,12 @@ void Hierarchy::finalize() {
   if (inter_) inter_->finalize();
   inter_.reset();
   if (pm_) pm_->close();
+  DeviceGuard g(device_);
+  for (char* p : old_scratch_) cudaFree(p);
+  old_scratch_.clear();
+  if (scratch_) cudaFree(scratch_);
+  scratch_ = nullptr;
+  scratch_bytes_ = 0;
 }
 
 }  // namespace commx::cuda

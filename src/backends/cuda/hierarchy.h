@@ -10,9 +10,11 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "commx/backend.h"
 #include "cuda/host_layout.h"
+#include "cuda/kernels.h"
 #include "cuda/kernel_params.h"
 #include "cuda/peer_memory.h"
 #include "cuda/tuning.h"
@@ -40,7 +42,7 @@ class Hierarchy {
   // Empty when the path is usable on every rank; else why not (peer memory within a host, a GPU
   // shared by an inter-host group): the backend then sends every op through NCCL.
   const std::string& problem() const { return problem_; }
-  // Enqueues an all_reduce or all_gather(_single) on `s`; false when the op is not one this path
+  // Enqueues an all_reduce, all_gather(_single) or reduce_scatter(_single) on `s`; false when the op is not one this path
   // covers (other ops, reductions the kernels lack, algorithm hint "nccl" or DDA disabled): the
   // caller delegates.
   bool enqueue(const OpDesc& op, cudaStream_t s, const std::string& where);
@@ -60,6 +62,16 @@ class Hierarchy {
   // `count` elements of in -> out across hosts (this rank's inter-host group) on `s`.
   void inter_all_reduce(const OpDesc& op, const void* in, void* out, int64_t count,
                         ReduceKind kind, cudaStream_t s);
+  // reduce_scatter(_single): a local reduce-scatter per destination host into a scratch buffer,
+  // then an inter-host NCCL reduce-scatter of the partials into the output.
+  bool enqueue_reduce_scatter(const OpDesc& op, cudaStream_t s, const std::string& where);
+  // Local reduce-scatter of ins.p[q] (`len` elements each) into dst, in chunks of the buffer.
+  void local_reduce_scatter(const OpDesc& op, const ReduceSpec& rs, const PtrList& ins, char* dst,
+                            int64_t len, cudaStream_t s, const std::string& where);
+  // A device buffer of `bytes`: the comm's scratch (grown outside captures), else, inside a
+  // capture, a stream-ordered allocation (*async = true: free it with cudaFreeAsync on s).
+  char* scratch(uint64_t bytes, bool capturing, cudaStream_t s, bool* async,
+                const std::string& where);
   // all_gather(_single): inter-host grouped broadcasts, then one local exchange per host.
   bool enqueue_all_gather(const OpDesc& op, cudaStream_t s, const std::string& where);
   void local_exchange(const OpDesc& op, const PtrList& src, const PtrList& dst, uint64_t nbytes,
@@ -77,6 +89,9 @@ class Hierarchy {
   mutable std::mutex mu_;  // last_inter_ is polled by Work hooks from other threads
   Work last_inter_;
   std::string problem_;
+  char* scratch_ = nullptr;  // reduce_scatter partials
+  uint64_t scratch_bytes_ = 0;
+  std::vector<char*> old_scratch_;  // outgrown scratch buffers, freed at finalize
 };
 
 }  // namespace commx::cuda
