@@ -36,13 +36,21 @@ fi
 BUILD=${BUILD_DIR:-build-gpu}
 cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCOMMX_WITH_CUDA=ON \
   ${PREFIX_PATH:+-DCMAKE_PREFIX_PATH=$PREFIX_PATH} > "$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }
-TARGETS=${GPU_CI_TARGETS:-commx_backend_cuda commx_backend_nccl cuda_backend_test commx-gpu-bench}
+GPU_TESTS=${GPU_CI_TESTLIST:-lowp_gpu_codec_test lowp_cuda_test cuda_backend_test}
+TARGETS=${GPU_CI_TARGETS:-commx_backend_cuda commx_backend_nccl commx-gpu-bench $GPU_TESTS}
 ninja -C "$BUILD" -j"$JOBS" $TARGETS >> "$LOGS/build.log" 2>&1 || { tail -40 "$LOGS/build.log"; exit 1; }
 echo "build ok"
 rc=0
 if [ "${GPU_CI_TESTS:-1}" = 1 ]; then
-  timeout 400 "$BUILD/bin/cuda_backend_test" --gtest_output=json:"$LOGS/gpu_tests.json" > "$OUT/gpu_tests.log" 2>&1 || rc=1
-  grep -E "^\[( +OK|  FAILED|  SKIPPED|  PASSED) |rank [0-9]+ failed|Failure" "$OUT/gpu_tests.log" | head -40
+  : > "$OUT/gpu_tests.log"
+  for t in $GPU_TESTS; do
+    echo "=== $t" >> "$OUT/gpu_tests.log"
+    timeout "${GPU_CI_TEST_TIMEOUT:-400}" "$BUILD/bin/$t" ${GPU_CI_FILTER:+--gtest_filter=$GPU_CI_FILTER} \
+      >> "$OUT/gpu_tests.log" 2>&1
+    r=$?
+    if [ $r -ne 0 ]; then rc=1; echo "=== $t FAILED (rc $r)" >> "$OUT/gpu_tests.log"; fi
+  done
+  grep -E "^=== |^\[( +OK|  FAILED|  SKIPPED|  PASSED) |rank [0-9]+ failed|Failure" "$OUT/gpu_tests.log" | head -60
 fi
 if [ "${GPU_CI_BENCH:-1}" = 1 ]; then
   NR=$(nvidia-smi -L | wc -l)
@@ -55,6 +63,13 @@ if [ "${GPU_CI_BENCH:-1}" = 1 ]; then
     timeout 200 "$BUILD/bin/commx-gpu-bench" --ranks "$NR" --backend cuda,nccl --dtypes bf16 \
       --ops all_gather,reduce_scatter,all_to_all --modes graph,eager --min 1K --max 256M --factor 4 --reps 5 \
       --json "$OUT/collectives.json" --md "$LOGS/collectives.md" >> "$LOGS/bench.log" 2>&1 || rc=1
+  fi
+  if [ "${GPU_CI_LOWP:-1}" = 1 ]; then
+    # Issue 5: commx FP8 (one- and two-term gather) vs commx bf16 vs NCCL bf16 vs NCCL native FP8.
+    timeout 300 "$BUILD/bin/commx-gpu-bench" --ranks "$NR" --backend nccl,cuda,cuda+fp8,cuda+fp8x2,nccl+fp8 \
+      --dtypes bf16 --ops all_reduce --modes eager --min 1M --max "${GPU_CI_LOWP_MAX:-1G}" --factor 4 --reps 5 \
+      --error 16M --json "$OUT/lowp.json" --md "$OUT/lowp.md" > "$LOGS/lowp.log" 2>&1 || rc=1
+    grep -E "error|skipping|rank" "$LOGS/lowp.log" | grep -v "^nccl  all_reduce bf16 eager" | head -40
   fi
   if [ "${GPU_CI_SYMM:-1}" = 1 ]; then
     timeout 200 python3 tools/gpu_bench/symm_mem_bench.py --ranks "$NR" --dtypes bf16 --max 64M --factor 4 \

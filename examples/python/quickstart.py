@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # example.py -- torchcomms' quick start (README) with only the import and the backend name changed
-# (torchcomms -> commx, "nccl" -> "cuda"). Run on GPUs: torchrun --nproc_per_node=2 quickstart.py
+# (torchcomms -> commx, "nccl" -> "cuda"), plus asserts and the README's asynchronous variant at the
+# end. Run on GPUs: torchrun --nproc_per_node=2 quickstart.py
 import torch
 from commx import new_comm, ReduceOp
 
@@ -35,6 +36,12 @@ def main():
 
     print(f"Rank {rank}: After AllReduce: {tensor[0].item()}")
     assert tensor[0].item() == world_size * (world_size + 1) / 2
+
+    # The README's asynchronous variant: wait() orders the current stream after the op.
+    work = torchcomm.all_reduce(tensor, ReduceOp.SUM, async_op=True)
+    print(f"Rank {rank}: Doing other work while AllReduce is in progress...")
+    work.wait()
+    assert tensor[0].item() == world_size * (world_size * (world_size + 1) / 2)
     print("quickstart ok", rank)
 
     # Cleanup

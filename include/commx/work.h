@@ -22,6 +22,12 @@ class WorkState {
   virtual void wait_blocking() = 0;
   // GPU: makes the caller's current stream wait for the op; CPU: same as wait_blocking.
   virtual void wait() { wait_blocking(); }
+  // GPU: makes `stream` (a cudaStream_t; null: the legacy default stream) wait for the op, for
+  // callers whose current stream is not the default one (PyTorch side streams); CPU: wait().
+  virtual void wait_stream(void* stream) {
+    (void)stream;
+    wait();
+  }
   // The error of a failed op, else null.
   virtual std::exception_ptr error() = 0;
 };
@@ -33,6 +39,7 @@ class Work {
 
   void wait() const { if (state_) state_->wait(); }
   void wait_blocking() const { if (state_) state_->wait_blocking(); }
+  void wait_stream(void* stream) const { if (state_) state_->wait_stream(stream); }
   bool is_completed() const { return !state_ || state_->is_completed(); }
   WorkStatus status() const { return state_ ? state_->status() : WorkStatus::kCompleted; }
   std::exception_ptr error() const { return state_ ? state_->error() : nullptr; }

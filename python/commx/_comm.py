@@ -1,10 +1,43 @@
 """new_comm and the Python conveniences of Comm (torch.device, aliases, unsafe_get_backend)."""
 
+import os
 import sys
 
 from . import _C
 from ._backends import BackendHandle, load_backend
 from ._stores import as_commx_store
+
+
+# Where the C++ core looks for the rank, in its order (src/core/env.cc): (rank, size) variables.
+_RANK_VARS = [("COMMX_RANK", "COMMX_WORLD_SIZE"), ("RANK", "WORLD_SIZE"),
+              ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE")]
+
+
+def _env_rank():
+    for rank, size in _RANK_VARS:
+        if os.environ.get(rank) and os.environ.get(size):
+            return int(os.environ[rank])
+    return 0
+
+
+def _resolve_device(device, rank):
+    """torchcomms' rule for GPUs: a CUDA device without an index is cuda:(rank % device count),
+    and the comm's device becomes the current one (torch.cuda.set_device), so torch's current
+    stream and new tensors are on it. Without torch the backend uses the current device."""
+    dev = str(device)
+    if not dev.startswith("cuda"):
+        return dev
+    try:
+        import torch
+    except ImportError:
+        return dev
+    if not torch.cuda.is_available():
+        return dev  # the backend reports the missing GPU
+    if dev == "cuda":
+        n = torch.cuda.device_count()
+        dev = f"cuda:{(rank if rank is not None else _env_rank()) % n}"
+    torch.cuda.set_device(torch.device(dev))
+    return dev
 
 
 def new_comm(
@@ -24,7 +57,9 @@ def new_comm(
     """Creates a communicator (collective over all ranks), as torchcomms.new_comm does.
 
     backend: "cpu", "cuda", "nccl", "gloo", ... or one registered from Python/entry points.
-    device: a torch.device or a string ("cpu", "cuda", "cuda:1").
+    device: a torch.device or a string ("cpu", "cuda", "cuda:1"); "cuda" without an index is
+    cuda:(rank % number of GPUs), and a CUDA device becomes torch's current device (as in
+    torchcomms).
     timeout: datetime.timedelta or seconds (default 600 s, env COMMX_TIMEOUT_SECONDS).
     store: a commx store or a torch.distributed store (default: from the environment: torchrun's
     MASTER_ADDR/MASTER_PORT, COMMX_STORE_FILE, ...). rank/size: explicit, else from the
@@ -36,7 +71,7 @@ def new_comm(
     cstore, owner = as_commx_store(store)
     return _C.new_comm(
         backend,
-        str(device),
+        _resolve_device(device, rank),
         name,
         abort_process_on_timeout_or_error=abort_process_on_timeout_or_error,
         timeout=timeout,

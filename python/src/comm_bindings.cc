@@ -10,16 +10,19 @@ namespace {
 
 using WorkPtr = std::shared_ptr<PyWork>;
 
-// Runs `f` (which calls the C++ API) without the GIL and wraps its Work with what it uses.
+// Runs `f` (which calls the C++ API of `comm`) without the GIL and wraps its Work with what it
+// uses and the comm's CUDA device (for Work.wait on torch's current stream).
 template <typename F>
-WorkPtr issue(KeepAlive keep, F&& f) {
+WorkPtr issue(const commx::Comm& comm, KeepAlive keep, F&& f) {
   prune_orphans();
+  commx::Device dev = comm.device();
   commx::Work w;
   {
     py::gil_scoped_release nogil;
     w = f();
   }
-  return std::make_shared<PyWork>(std::move(w), std::move(keep));
+  return std::make_shared<PyWork>(std::move(w), std::move(keep),
+                                  dev.is_cuda() ? dev.index : PyWork::kNotCuda);
 }
 
 commx::Comm& get(PyComm& c) {
@@ -86,7 +89,7 @@ void bind_comm(py::module_& m) {
             b.keep.clear();
             auto o = to_op_options(to, h);
             auto comm = b.comm;
-            return issue(std::move(keep), [&] { return comm->batch_p2p(ops, async, o); });
+            return issue(*comm, std::move(keep), [&] { return comm->batch_p2p(ops, async, o); });
           },
           async_op, hints, timeout)
       .def_property_readonly("num_ops", [](const PyBatchOp& b) { return b.ops.size(); });
@@ -130,7 +133,7 @@ void bind_comm(py::module_& m) {
             KeepAlive keep;
             auto tt = to_tensor(t, keep, "all_reduce tensor");
             auto o = to_op_options(to, h);
-            return issue(std::move(keep), [&] { return get(p).all_reduce(tt, op, async, o); });
+            return issue(get(p), std::move(keep), [&] { return get(p).all_reduce(tt, op, async, o); });
           },
           py::arg("tensor"), py::arg("op"), async_op, hints, timeout)
       .def(
@@ -140,7 +143,7 @@ void bind_comm(py::module_& m) {
             KeepAlive keep;
             auto tt = to_tensor(t, keep, "reduce tensor");
             auto o = to_op_options(to, h);
-            return issue(std::move(keep), [&] { return get(p).reduce(tt, root, op, async, o); });
+            return issue(get(p), std::move(keep), [&] { return get(p).reduce(tt, root, op, async, o); });
           },
           py::arg("tensor"), py::arg("root"), py::arg("op"), async_op, hints, timeout)
       .def(
@@ -149,7 +152,7 @@ void bind_comm(py::module_& m) {
             KeepAlive keep;
             auto tt = to_tensor(t, keep, "broadcast tensor");
             auto o = to_op_options(to, h);
-            return issue(std::move(keep), [&] { return get(p).broadcast(tt, root, async, o); });
+            return issue(get(p), std::move(keep), [&] { return get(p).broadcast(tt, root, async, o); });
           },
           py::arg("tensor"), py::arg("root"), async_op, hints, timeout)
       .def(
@@ -159,7 +162,7 @@ void bind_comm(py::module_& m) {
             auto o_t = to_tensors(outs, keep, "all_gather tensor_list");
             auto i_t = to_tensor(in, keep, "all_gather tensor");
             auto o = to_op_options(to, h);
-            return issue(std::move(keep), [&] { return get(p).all_gather(o_t, i_t, async, o); });
+            return issue(get(p), std::move(keep), [&] { return get(p).all_gather(o_t, i_t, async, o); });
           },
           py::arg("tensor_list"), py::arg("tensor"), async_op, hints, timeout)
       .def(
@@ -169,7 +172,7 @@ void bind_comm(py::module_& m) {
             auto o_t = to_tensors(outs, keep, "all_gather_v tensor_list");
             auto i_t = to_tensor(in, keep, "all_gather_v tensor");
             auto o = to_op_options(to, h);
-            return issue(std::move(keep), [&] { return get(p).all_gather_v(o_t, i_t, async, o); });
+            return issue(get(p), std::move(keep), [&] { return get(p).all_gather_v(o_t, i_t, async, o); });
           },
           py::arg("tensor_list"), py::arg("tensor"), async_op, hints, timeout)
       .def(
@@ -179,7 +182,7 @@ void bind_comm(py::module_& m) {
             auto o_t = to_tensor(out, keep, "all_gather_single output");
             auto i_t = to_tensor(in, keep, "all_gather_single input");
             auto o = to_op_options(to, h);
-            return issue(std::move(keep),
+            return issue(get(p), std::move(keep),
                          [&] { return get(p).all_gather_single(o_t, i_t, async, o); });
           },
           py::arg("output"), py::arg("input"), async_op, hints, timeout)
@@ -191,7 +194,7 @@ void bind_comm(py::module_& m) {
             auto o_t = to_tensor(out, keep, "reduce_scatter output");
             auto i_t = to_tensors(ins, keep, "reduce_scatter input_list");
             auto o = to_op_options(to, h);
-            return issue(std::move(keep),
+            return issue(get(p), std::move(keep),
                          [&] { return get(p).reduce_scatter(o_t, i_t, op, async, o); });
           },
           py::arg("output"), py::arg("input_list"), py::arg("op"), async_op, hints, timeout)
@@ -203,7 +206,7 @@ void bind_comm(py::module_& m) {
             auto o_t = to_tensor(out, keep, "reduce_scatter_v output");
             auto i_t = to_tensors(ins, keep, "reduce_scatter_v input_list");
             auto o = to_op_options(to, h);
-            return issue(std::move(keep),
+            return issue(get(p), std::move(keep),
                          [&] { return get(p).reduce_scatter_v(o_t, i_t, op, async, o); });
           },
           py::arg("output"), py::arg("input_list"), py::arg("op"), async_op, hints, timeout)
@@ -215,7 +218,7 @@ void bind_comm(py::module_& m) {
             auto o_t = to_tensor(out, keep, "reduce_scatter_single output");
             auto i_t = to_tensor(in, keep, "reduce_scatter_single input");
             auto o = to_op_options(to, h);
-            return issue(std::move(keep),
+            return issue(get(p), std::move(keep),
                          [&] { return get(p).reduce_scatter_single(o_t, i_t, op, async, o); });
           },
           py::arg("output"), py::arg("input"), py::arg("op"), async_op, hints, timeout)
@@ -226,7 +229,7 @@ void bind_comm(py::module_& m) {
             auto o_t = to_tensors(outs, keep, "all_to_all output_tensor_list");
             auto i_t = to_tensors(ins, keep, "all_to_all input_tensor_list");
             auto o = to_op_options(to, h);
-            return issue(std::move(keep), [&] { return get(p).all_to_all(o_t, i_t, async, o); });
+            return issue(get(p), std::move(keep), [&] { return get(p).all_to_all(o_t, i_t, async, o); });
           },
           py::arg("output_tensor_list"), py::arg("input_tensor_list"), async_op, hints, timeout)
       .def(
@@ -236,7 +239,7 @@ void bind_comm(py::module_& m) {
             auto o_t = to_tensor(out, keep, "all_to_all_single output");
             auto i_t = to_tensor(in, keep, "all_to_all_single input");
             auto o = to_op_options(to, h);
-            return issue(std::move(keep),
+            return issue(get(p), std::move(keep),
                          [&] { return get(p).all_to_all_single(o_t, i_t, async, o); });
           },
           py::arg("output"), py::arg("input"), async_op, hints, timeout)
@@ -250,7 +253,7 @@ void bind_comm(py::module_& m) {
             auto os = to_splits(out_splits, "all_to_all_v_single output_split_sizes");
             auto is = to_splits(in_splits, "all_to_all_v_single input_split_sizes");
             auto o = to_op_options(to, h);
-            return issue(std::move(keep),
+            return issue(get(p), std::move(keep),
                          [&] { return get(p).all_to_all_v_single(o_t, i_t, os, is, async, o); });
           },
           py::arg("output"), py::arg("input"), py::arg("output_split_sizes"),
@@ -263,7 +266,7 @@ void bind_comm(py::module_& m) {
             auto o_t = to_tensors(outs, keep, "gather output_tensor_list");
             auto i_t = to_tensor(in, keep, "gather input_tensor");
             auto o = to_op_options(to, h);
-            return issue(std::move(keep), [&] { return get(p).gather(o_t, i_t, root, async, o); });
+            return issue(get(p), std::move(keep), [&] { return get(p).gather(o_t, i_t, root, async, o); });
           },
           py::arg("output_tensor_list"), py::arg("input_tensor"), py::arg("root"), async_op, hints,
           timeout)
@@ -275,7 +278,7 @@ void bind_comm(py::module_& m) {
             auto o_t = to_tensor(out, keep, "gather_single output");
             auto i_t = to_tensor(in, keep, "gather_single input");
             auto o = to_op_options(to, h);
-            return issue(std::move(keep),
+            return issue(get(p), std::move(keep),
                          [&] { return get(p).gather_single(o_t, i_t, root, async, o); });
           },
           py::arg("output"), py::arg("input"), py::arg("root"), async_op, hints, timeout)
@@ -287,7 +290,7 @@ void bind_comm(py::module_& m) {
             auto o_t = to_tensor(out, keep, "scatter output_tensor");
             auto i_t = to_tensors(ins, keep, "scatter input_tensor_list");
             auto o = to_op_options(to, h);
-            return issue(std::move(keep), [&] { return get(p).scatter(o_t, i_t, root, async, o); });
+            return issue(get(p), std::move(keep), [&] { return get(p).scatter(o_t, i_t, root, async, o); });
           },
           py::arg("output_tensor"), py::arg("input_tensor_list"), py::arg("root"), async_op, hints,
           timeout)
@@ -295,7 +298,7 @@ void bind_comm(py::module_& m) {
           "barrier",
           [](PyComm& p, bool async, py::object h, py::object to) {
             auto o = to_op_options(to, h);
-            return issue({}, [&] { return get(p).barrier(async, o); });
+            return issue(get(p), {}, [&] { return get(p).barrier(async, o); });
           },
           async_op, hints, timeout)
       .def(
@@ -304,7 +307,7 @@ void bind_comm(py::module_& m) {
             KeepAlive keep;
             auto tt = to_tensor(t, keep, "send tensor");
             auto o = to_op_options(to, h);
-            return issue(std::move(keep), [&] { return get(p).send(tt, dst, async, o); });
+            return issue(get(p), std::move(keep), [&] { return get(p).send(tt, dst, async, o); });
           },
           py::arg("tensor"), py::arg("dst"), async_op, hints, timeout)
       .def(
@@ -313,7 +316,7 @@ void bind_comm(py::module_& m) {
             KeepAlive keep;
             auto tt = to_tensor(t, keep, "recv tensor");
             auto o = to_op_options(to, h);
-            return issue(std::move(keep), [&] { return get(p).recv(tt, src, async, o); });
+            return issue(get(p), std::move(keep), [&] { return get(p).recv(tt, src, async, o); });
           },
           py::arg("tensor"), py::arg("src"), async_op, hints, timeout)
       .def("batch_op_create",

@@ -23,6 +23,10 @@ using KeepAlive = std::vector<py::object>;
 commx::Tensor to_tensor(py::handle obj, KeepAlive& keep, const char* what);
 std::vector<commx::Tensor> to_tensors(py::handle seq, KeepAlive& keep, const char* what);
 
+// torch.cuda.current_stream(device_index).cuda_stream when torch is imported (-1: the current
+// device), else null; null also stands for torch's default stream (the legacy default stream).
+void* torch_current_stream(int device_index);
+
 // None -> unset; datetime.timedelta or a number of seconds -> milliseconds.
 std::optional<commx::Timeout> to_timeout(py::handle obj);
 commx::Hints to_hints(py::handle obj);

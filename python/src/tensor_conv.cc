@@ -9,8 +9,9 @@ namespace {
 
 constexpr int32_t kDLCudaDevice = 2;  // DLDeviceType kDLCUDA
 
-// torch.cuda.current_stream(index).cuda_stream when torch is already imported, else null (the
-// backend then uses the device's current stream).
+}  // namespace
+
+// The backend takes null as the legacy default stream, which is torch's default stream too.
 void* torch_current_stream(int device_index) {
   py::module_ sys = py::module_::import("sys");
   py::dict modules = sys.attr("modules");
@@ -21,8 +22,6 @@ void* torch_current_stream(int device_index) {
   return reinterpret_cast<void*>(stream.attr("cuda_stream").cast<uintptr_t>());
 }
 
-}  // namespace
-
 commx::Tensor to_tensor(py::handle obj, KeepAlive& keep, const char* what) {
   if (!py::hasattr(obj, "__dlpack__")) {
     std::string type = py::str(py::type::handle_of(obj).attr("__name__"));
@@ -32,6 +31,11 @@ commx::Tensor to_tensor(py::handle obj, KeepAlive& keep, const char* what) {
             "' is not a tensor (it has no __dlpack__); pass a numpy array or a torch "
             "tensor");
   }
+  // torch refuses to export tensors that require grad; the op only needs their storage.
+  py::object src = py::reinterpret_borrow<py::object>(obj);
+  if (py::hasattr(obj, "requires_grad") && py::hasattr(obj, "detach") &&
+      py::bool_(obj.attr("requires_grad")))
+    src = obj.attr("detach")();
   bool cuda = false;
   if (py::hasattr(obj, "__dlpack_device__")) {
     py::tuple dev = obj.attr("__dlpack_device__")();
@@ -41,7 +45,7 @@ commx::Tensor to_tensor(py::handle obj, KeepAlive& keep, const char* what) {
   // producer needs no extra synchronisation (-1 per the DLPack protocol).
   py::object capsule;
   try {
-    capsule = cuda ? obj.attr("__dlpack__")(py::arg("stream") = -1) : obj.attr("__dlpack__")();
+    capsule = cuda ? src.attr("__dlpack__")(py::arg("stream") = -1) : src.attr("__dlpack__")();
   } catch (py::error_already_set& e) {
     // e.g. numpy refuses read-only arrays: report it as bad input with the producer's reason.
     throw commx::Error(
@@ -64,6 +68,7 @@ commx::Tensor to_tensor(py::handle obj, KeepAlive& keep, const char* what) {
   // The capsule keeps its name "dltensor", so its destructor calls the producer's deleter when
   // the op no longer needs it; the producer is kept too for producers that free eagerly.
   keep.push_back(py::reinterpret_borrow<py::object>(obj));
+  if (!src.is(obj)) keep.push_back(std::move(src));
   keep.push_back(std::move(capsule));
   return t;
 }

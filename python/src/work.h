@@ -8,7 +8,11 @@ namespace commx_py {
 
 class PyWork {
  public:
-  PyWork(commx::Work w, KeepAlive keep) : work_(std::move(w)), keep_(std::move(keep)) {}
+  // `cuda_device`: the comm's CUDA device index (-1: the current one) for a GPU comm, else
+  // kNotCuda; wait() then orders torch's current stream of that device after the op.
+  static constexpr int kNotCuda = -2;
+  PyWork(commx::Work w, KeepAlive keep, int cuda_device = kNotCuda)
+      : work_(std::move(w)), keep_(std::move(keep)), cuda_device_(cuda_device) {}
   ~PyWork();
   PyWork(const PyWork&) = delete;
   PyWork& operator=(const PyWork&) = delete;
@@ -23,6 +27,7 @@ class PyWork {
   void release_if_done();
   commx::Work work_;
   KeepAlive keep_;
+  int cuda_device_;
 };
 
 // Drops the kept objects of orphaned Works (a Work dropped by Python before its op ended keeps

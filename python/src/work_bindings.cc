@@ -29,9 +29,15 @@ void PyWork::release_if_done() {
 }
 
 void PyWork::wait() {
+  // GPU: the stream to order after the op is torch's current one (the backend alone would use
+  // the legacy default stream, which does not order torch's non-blocking side streams).
+  void* stream = cuda_device_ != kNotCuda ? torch_current_stream(cuda_device_) : nullptr;
   {
     py::gil_scoped_release nogil;
-    work_.wait();
+    if (cuda_device_ != kNotCuda)
+      work_.wait_stream(stream);
+    else
+      work_.wait();
   }
   // On a GPU, wait() only orders the current stream after the op: the tensors stay held.
   release_if_done();
@@ -73,8 +79,8 @@ void bind_work(py::module_& m) {
 
   py::class_<PyWork, std::shared_ptr<PyWork>>(m, "Work", "The handle of an issued op.")
       .def("wait", &PyWork::wait,
-           "CPU: blocks until the op ends. GPU: makes the current stream wait for it. Raises the "
-           "op's error if it failed.")
+           "CPU: blocks until the op ends. GPU: makes the current stream (torch's current "
+           "stream when torch is imported) wait for it. Raises the op's error if it failed.")
       .def("wait_blocking", &PyWork::wait_blocking, "Blocks the calling thread until the op ends.")
       .def("is_completed", &PyWork::is_completed)
       .def("status", &PyWork::status)

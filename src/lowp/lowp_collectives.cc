@@ -43,7 +43,7 @@ void check_tag(const LowpContext& c, const uint8_t* p, int peer) {
 
 // Phases of an op draw distinct stochastic-rounding streams.
 uint64_t stream_of(const LowpContext& c, int phase) {
-  return (c.sr_stream * 8 + static_cast<uint64_t>(phase)) * 65536 + static_cast<uint64_t>(c.rank);
+  return sr_stream_of(c.sr_stream, phase, c.rank);
 }
 
 [[noreturn]] void fail(const LowpContext& c, const std::string& what) {
@@ -94,19 +94,6 @@ T* grow(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
   return v.data();
 }
-
-// Slices of n elements, block-aligned, as even as whole blocks allow.
-struct Slices {
-  std::vector<int64_t> off, len;
-  Slices(int64_t n, int64_t block, int size) : off(size), len(size) {
-    const int64_t nb = num_blocks(n, block);
-    for (int r = 0; r < size; ++r) {
-      int64_t b0 = nb * r / size, b1 = nb * (r + 1) / size;
-      off[r] = std::min(n, b0 * block);
-      len[r] = std::min(n, b1 * block) - off[r];
-    }
-  }
-};
 
 const void* at(const Tensor& t, int64_t elem) {
   return static_cast<const char*>(t.data) + elem * static_cast<int64_t>(dtype_size(t.dtype));
@@ -166,6 +153,15 @@ float* reduce_to_owner(const LowpContext& c, Scratch& sc, SrcFn slice_src, LenFn
 
 }  // namespace
 
+LowpSlices::LowpSlices(int64_t n, int64_t block, int size) : off(size), len(size) {
+  const int64_t nb = num_blocks(n, block);
+  for (int r = 0; r < size; ++r) {
+    int64_t b0 = nb * r / size, b1 = nb * (r + 1) / size;
+    off[r] = std::min(n, b0 * block);
+    len[r] = std::min(n, b1 * block) - off[r];
+  }
+}
+
 void lowp_all_reduce(const LowpContext& c, const Tensor& in, const Tensor& out, ReduceKind kind) {
   check_tensor(c, in, "input");
   check_tensor(c, out, "output");
@@ -178,7 +174,7 @@ void lowp_all_reduce(const LowpContext& c, const Tensor& in, const Tensor& out, 
   const int64_t n = in.count;
   if (n == 0) return;
   const Fp8Codec& codec = c.codec;
-  Slices sl(n, codec.config().block, c.size);
+  LowpSlices sl(n, codec.config().block, c.size);
 
   Scratch sc(c);
   float* acc = reduce_to_owner(

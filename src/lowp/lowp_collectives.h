@@ -50,6 +50,19 @@ struct LowpContext {
   LowpScratch* scratch = nullptr;  // null: buffers for this op only
 };
 
+// The owners' slices of an all_reduce of n elements: block-aligned, as even as whole blocks allow.
+struct LowpSlices {
+  std::vector<int64_t> off, len;
+  LowpSlices(int64_t n, int64_t block, int size);
+};
+
+// The stochastic-rounding stream of a phase of an op (0: reduce-scatter sends, 1: re-encode of the
+// reduced slice, 2: all_gather, 3: all_to_all, 4: the residual of the two-term gather), so that
+// every implementation of these collectives draws the same random bits.
+inline uint64_t sr_stream_of(uint64_t op_stream, int phase, int rank) {
+  return (op_stream * 8 + static_cast<uint64_t>(phase)) * 65536 + static_cast<uint64_t>(rank);
+}
+
 // `in` and `out` have the same count and dtype (f32/bf16/f16); in == out (in place) is allowed.
 void lowp_all_reduce(const LowpContext& c, const Tensor& in, const Tensor& out, ReduceKind kind);
 // outs: size() tensors with in's count and dtype.

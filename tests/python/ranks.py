@@ -55,6 +55,24 @@ def make_store(rank, size, port, timeout=60):
     return dist.TCPStore(HOST, port, size, rank == 0, timedelta(seconds=timeout))
 
 
+def gpu_env():
+    """Environment for GPU ranks (inherited by spawned ranks and torchrun): NCCL for the nccl
+    backend and the cuda backend's delegated ops (COMMX_NCCL_LIBRARY, else the `nvidia.nccl` pip
+    package torch uses), and never NVLink multicast."""
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    if os.environ.get("COMMX_NCCL_LIBRARY"):
+        return
+    try:
+        import nvidia.nccl as m
+    except ImportError:
+        return  # the library path may still have libnccl.so.2
+    for d in m.__path__:
+        lib = os.path.join(d, "lib", "libnccl.so.2")
+        if os.path.exists(lib):
+            os.environ["COMMX_NCCL_LIBRARY"] = lib
+            return
+
+
 def init_agent_store_env(rank, size, port):
     """torchrun's variables for a store hosted by the parent: init_process_group("env://")."""
     os.environ.update(MASTER_ADDR=HOST, MASTER_PORT=str(port), RANK=str(rank),

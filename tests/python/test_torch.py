@@ -1,7 +1,9 @@
 """The PyTorch side: torch CPU tensors through the bindings, and the "commx" torch.distributed
-backend (process-group collectives, DeviceMesh/DTensor, an FSDP2 loop matching gloo, torchrun).
-Skipped where torch is absent. Layer: tests (Python)."""
+backend (process-group collectives, DeviceMesh/DTensor, an FSDP2 loop matching gloo, torchrun);
+with 2 GPUs the same on CUDA tensors (ranks spawned), FSDP2 matching NCCL under torchrun and the
+CUDA quick start. Skipped where torch is absent. Layer: tests (Python)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -12,8 +14,9 @@ torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 
 import commx  # noqa: E402
+import fsdp2_worker  # noqa: E402
 import store_backend  # noqa: E402
-from ranks import run_ranks  # noqa: E402
+from ranks import gpu_env, run_ranks  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -62,11 +65,46 @@ def test_torch_tensors_through_bindings():
     run_ranks(2, _bindings_with_torch)
 
 
+def test_cuda_device_without_index_is_rank_modulo_gpus(monkeypatch):
+    # torchcomms' rule, checked without GPUs: "cuda" -> cuda:(rank % GPUs), made current.
+    from commx import _comm
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: calls.append(str(d)))
+    for var in ("COMMX_RANK", "COMMX_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    assert _comm._resolve_device("cuda", 3) == "cuda:1"
+    assert _comm._resolve_device(torch.device("cuda"), 2) == "cuda:0"
+    assert _comm._resolve_device("cuda:1", 0) == "cuda:1"  # an explicit index is kept
+    monkeypatch.setenv("RANK", "5")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    assert _comm._resolve_device("cuda", None) == "cuda:1"  # rank from torchrun's variables
+    assert _comm._resolve_device("cpu", 1) == "cpu"
+    assert calls == ["cuda:1", "cuda:0", "cuda:1", "cuda:1"]
+
+
 # -- the torch.distributed backend ------------------------------------------------------------
 
-def _init_pg(rank, size, port, backend="commx"):
+def _cuda_gpus():
+    # NVML-based where torch can: does not initialise CUDA in this (forking) parent.
+    try:
+        return torch.cuda.device_count()
+    except Exception:  # noqa: BLE001 - no driver
+        return 0
+
+
+needs_2_gpus = pytest.mark.skipif(_cuda_gpus() < 2, reason="needs 2 GPUs")
+# CUDA ranks are spawned (a forked child cannot use CUDA once a parent has) and import torch.
+CUDA_RANKS = dict(with_store=False, method="spawn", timeout=300)
+
+
+def _init_pg(rank, size, port, backend="commx", device="cpu"):
     if backend == "commx":
         _use_commx_backend()
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+        torch.set_default_device(torch.device("cuda", rank))  # the tests' tensors go there
     from ranks import init_agent_store_env, native_tcp_store
     if native_tcp_store():  # the parent hosts a commx TCPStore: torch joins it as a client
         init_agent_store_env(rank, size, port)
@@ -76,8 +114,8 @@ def _init_pg(rank, size, port, backend="commx"):
                                 world_size=size)
 
 
-def _pg_collectives(rank, size, port):
-    _init_pg(rank, size, port)
+def _pg_collectives(rank, size, port, device="cpu"):
+    _init_pg(rank, size, port, device=device)
     assert dist.get_backend() == "commx"
     r, n = rank, size
     t = torch.tensor([r + 1.0, 2.0 * r])
@@ -166,24 +204,31 @@ def test_process_group_collectives(size):
     run_ranks(size, _pg_collectives, with_store=False)
 
 
-def _device_mesh(rank, size, port):
+@needs_2_gpus
+def test_process_group_collectives_cuda():
+    gpu_env()
+    run_ranks(2, _pg_collectives, "cuda", **CUDA_RANKS)
+
+
+def _device_mesh(rank, size, port, device="cpu"):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
-    _init_pg(rank, size, port)
-    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    _init_pg(rank, size, port, device=device)
+    dp_size = size // 2  # a (size/2, 2) mesh: 2x2 on 4 CPU ranks, 1x2 on 2 GPUs
+    mesh = init_device_mesh(device, (dp_size, 2), mesh_dim_names=("dp", "tp"))
     dp, tp = mesh["dp"].get_group(), mesh["tp"].get_group()
-    assert dist.get_world_size(dp) == 2 and dist.get_world_size(tp) == 2
+    assert dist.get_world_size(dp) == dp_size and dist.get_world_size(tp) == 2
     t = torch.tensor([float(rank)])
     dist.all_reduce(t, group=tp)  # tp groups: {0,1}, {2,3}
-    assert t.item() == (1.0 if rank < 2 else 5.0)
+    assert t.item() == 4 * (rank // 2) + 1.0
     t = torch.tensor([float(rank)])
-    dist.all_reduce(t, group=dp)  # dp groups: {0,2}, {1,3}
-    assert t.item() == (2.0 if rank % 2 == 0 else 4.0)
+    dist.all_reduce(t, group=dp)  # dp groups: {0,2}, {1,3} (one rank each on 2 GPUs)
+    assert t.item() == sum(rank % 2 + 2 * j for j in range(dp_size))
     # DTensor: shard a matrix over the 2-D mesh, redistribute, gather it back.
     torch.manual_seed(0)
-    full = torch.randn(8, 6)
+    full = torch.randn(8, 6, device="cpu").to(torch.get_default_device())
     d = distribute_tensor(full, mesh, [Shard(0), Shard(1)])
-    assert d.to_local().shape == (4, 3)
+    assert d.to_local().shape == (8 // dp_size, 3)
     torch.testing.assert_close(d.redistribute(mesh, [Replicate(), Replicate()]).to_local(), full)
     torch.testing.assert_close((d * 2).sum().full_tensor(), full.sum() * 2)
     dist.destroy_process_group()
@@ -194,41 +239,36 @@ def test_device_mesh_and_dtensor():
     run_ranks(4, _device_mesh, with_store=False, timeout=150)
 
 
+@needs_2_gpus
+def test_device_mesh_and_dtensor_cuda():
+    gpu_env()
+    run_ranks(2, _device_mesh, "cuda", **CUDA_RANKS)
+
+
 def _fsdp2_losses(rank, size, port, backend):
-    from torch.distributed.fsdp import fully_shard
     _init_pg(rank, size, port, backend)
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
-    for layer in model:
-        if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer)
-    fully_shard(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    gen = torch.Generator().manual_seed(100 + rank)
-    losses = []
-    for _ in range(5):
-        x, y = torch.randn(8, 16, generator=gen), torch.randn(8, 4, generator=gen)
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
+    losses = fsdp2_worker.train(torch.device("cpu"))
     dist.destroy_process_group()
     return losses
+
+
+def _assert_same_losses(ours, theirs, name):
+    for r in range(2):
+        assert len(ours[r]) == fsdp2_worker.STEPS, ours
+        for a, b in zip(ours[r], theirs[r]):
+            assert abs(a - b) <= 1e-5, (r, "commx", ours[r], name, theirs[r])
+    assert ours[0][-1] < ours[0][0]  # it trains
 
 
 def test_fsdp2_loss_matches_gloo():
     ours = run_ranks(2, _fsdp2_losses, "commx", with_store=False, timeout=150)
     gloo = run_ranks(2, _fsdp2_losses, "gloo", with_store=False, timeout=150)
-    for r in range(2):
-        assert len(ours[r]) == 5
-        for a, b in zip(ours[r], gloo[r]):
-            assert abs(a - b) <= 1e-5, (r, ours[r], gloo[r])
-    assert ours[0][-1] < ours[0][0]  # it trains
+    _assert_same_losses(ours, gloo, "gloo")
 
 
 def _run_torchrun(script, *args, timeout=180):
     env = dict(os.environ)
+    env.setdefault("NCCL_NVLS_ENABLE", "0")  # never NVLink multicast (shared machines)
     env["PYTHONPATH"] = os.pathsep.join(
         [os.path.join(ROOT, "python"), HERE, env.get("PYTHONPATH", "")])
     env["COMMX_TEST_CPU_BACKEND"] = CPU_BACKEND
@@ -250,14 +290,30 @@ def test_quickstart_cpu_under_torchrun():
     assert out.count("quickstart ok") == 2, out
 
 
-def _cuda_gpus():
-    try:
-        return torch.cuda.device_count()
-    except Exception:  # noqa: BLE001 - no driver
-        return 0
-
-
-@pytest.mark.skipif(_cuda_gpus() < 2, reason="needs 2 GPUs")
+@needs_2_gpus
 def test_quickstart_cuda_under_torchrun():
+    gpu_env()
     out = _run_torchrun(os.path.join(ROOT, "examples", "python", "quickstart.py"))
+    print(out)
     assert out.count("quickstart ok") == 2, out
+    # Each rank on its own GPU: "cuda" without an index is cuda:(rank % GPUs), as in torchcomms.
+    assert "Rank 0/2: Running on device 0" in out and "Rank 1/2: Running on device 1" in out, out
+
+
+def _torchrun_losses(backend):
+    out = _run_torchrun(os.path.join(HERE, "fsdp2_worker.py"), "--backend", backend,
+                        "--device", "cuda", timeout=300)
+    losses = {}
+    for line in out.splitlines():
+        if line.startswith("fsdp2 losses "):
+            _, _, rank, values = line.split(" ", 3)
+            losses[int(rank)] = json.loads(values)
+    assert sorted(losses) == [0, 1], out
+    print(f"fsdp2 {backend} losses: {losses}")
+    return losses
+
+
+@needs_2_gpus
+def test_fsdp2_cuda_loss_matches_nccl_under_torchrun():
+    gpu_env()
+    _assert_same_losses(_torchrun_losses("commx"), _torchrun_losses("nccl"), "nccl")

@@ -55,17 +55,19 @@ def _done(result=None):
 
 class _CommxWork(dist.Work):
     """A torch Work over commx Works issued with async_op=True: wait() waits for them (on CUDA:
-    makes the current stream wait), then copies results out of contiguous stand-ins."""
+    makes torch's current stream wait, as ProcessGroupNCCL does; `blocking`: blocks the host, for
+    barrier), then copies results out of contiguous stand-ins (on the current stream)."""
 
-    def __init__(self, works, finish, result):
+    def __init__(self, works, finish, result, blocking=False):
         super().__init__()
         self._works, self._finish, self._result = works, finish, result
+        self._blocking = blocking
         self._waited = False
 
     def wait(self, timeout=None):
         if not self._waited:
             for w in self._works:
-                w.wait()
+                w.wait_blocking() if self._blocking else w.wait()
             self._finish()
             self._waited = True
         return True
@@ -107,8 +109,9 @@ class _Contiguous:
         return u
 
     def finish(self):
-        for t, u in self.copy_back:
-            t.copy_(torch.view_as_complex(u) if t.is_complex() else u)
+        with torch.no_grad():  # outputs may be leaves that require grad
+            for t, u in self.copy_back:
+                t.copy_(torch.view_as_complex(u) if t.is_complex() else u)
 
 
 class _AsyncComm:
@@ -262,8 +265,9 @@ class CommxProcessGroup(_C10dBackend):
         return self._run(outputs, go)
 
     def barrier(self, opts=None):
+        # Blocks the host when waited, on GPUs too (as torch's barrier does).
         comm = next(iter(self._comms.values()), None) or self.comm_for(torch.device("cpu"))
-        return _CommxWork([comm.barrier(async_op=True)], lambda: None, None)
+        return _CommxWork([comm.barrier(async_op=True)], lambda: None, None, blocking=True)
 
     def send(self, tensors, dst, tag=0):
         return self._run(tensors, lambda c, f: [c.send(f(t), dst) for t in tensors])

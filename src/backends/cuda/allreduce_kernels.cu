@@ -33,10 +33,11 @@ __global__ void __launch_bounds__(kThreads) flat_kernel(PeerSet ps, const T* in,
   const unsigned long long epoch = begin_op(ps);
   const uint64_t region = align256(n * sizeof(T));
   const int me = ps.rank, world = ps.world;
-  // 1. Push this rank's input into region `me` of every peer's buffer.
-  for (int q = 0; q < world; ++q)
-    if (q != me)
-      copy_block(in, reinterpret_cast<T*>(half_of(ps, q, epoch) + me * region), n, aligned, true);
+  // 1. Push this rank's input into region `me` of every peer's buffer, starting with the next
+  // rank (every rank writing to rank 0 first would make rank 0's links the bottleneck).
+  for (int k = 1; k < world; ++k)
+    copy_block(in, reinterpret_cast<T*>(half_of(ps, (me + k) % world, epoch) + me * region), n,
+               aligned, true);
   if (!block_barrier(ps, flag_value(epoch, 0))) return finish_op(ps, epoch);
   // 2. Reduce every rank's input in rank order (own input straight from `in`).
   if (out_rank < 0 || out_rank == me) {
@@ -151,9 +152,9 @@ __global__ void __launch_bounds__(kThreads) tree_kernel(PeerSet ps, const T* in,
     return l < 0 ? int64_t(0) : (l > s ? s : l);
   };
   char* mine = half_of(ps, me, epoch);
-  // 1. Reduce-scatter: push slice q of the input into region `me` of owner q.
-  for (int q = 0; q < world; ++q) {
-    if (q == me) continue;
+  // 1. Reduce-scatter: push slice q of the input into region `me` of owner q (next rank first).
+  for (int k = 1; k < world; ++k) {
+    const int q = (me + k) % world;
     copy_block(in + q * s, reinterpret_cast<T*>(half_of(ps, q, epoch) + me * sreg), len(q), aligned,
                true);
   }
@@ -218,8 +219,8 @@ __global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(PeerSet ps, Pt
   const unsigned long long epoch = begin_op(ps);
   const int me = ps.rank, world = ps.world;
   const uint64_t region = align256(n * sizeof(T));
-  for (int q = 0; q < world; ++q) {
-    if (q == me) continue;
+  for (int k = 1; k < world; ++k) {  // next rank first (see flat_kernel)
+    const int q = (me + k) % world;
     copy_block(reinterpret_cast<const T*>(ins.p[q]),
                reinterpret_cast<T*>(half_of(ps, q, epoch) + me * region), n, aligned, true);
   }

@@ -20,7 +20,8 @@ __global__ void __launch_bounds__(kThreads) exchange_kernel(PeerSet ps, PtrList 
   auto copy = [&](const Byte* from, Byte* to, bool from_aligned, bool to_aligned) {
     copy_block(from, to, n, from_aligned, to_aligned);
   };
-  for (int q = 0; q < world; ++q) {
+  for (int k = 0; k < world; ++k) {  // next rank first: no rank's links take every push at once
+    const int q = (me + k) % world;
     if (!src.p[q]) continue;
     if (q == me) {
       if (dst.p[me] && dst.p[me] != src.p[me])

@@ -57,6 +57,7 @@ void CudaBackend::init(const BackendContext& ctx) {
   int sms = 0;
   COMMX_CUDA_CHECK_CTX(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_), where);
   tuning_ = Tuning::resolve(ctx.size, sms, ctx.options.hints);
+  lowp_.init(ctx.options.hints, where);
 
   COMMX_CUDA_CHECK_CTX(cudaHostAlloc(reinterpret_cast<void**>(&ctl_host_), sizeof(HostCtl),
                                      cudaHostAllocMapped),
@@ -273,6 +274,7 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s, const std::st
     }
   }
   if (!native_) return false;
+  if (lowp_.maybe_enqueue(op, peers(op), s, where)) return true;
   const uint64_t half = tuning_.buffer_bytes;
   // Per-pair byte exchange in chunks of at most one region of the buffer. `every_pair`: every rank
   // receives from every peer (all-gather, all-to-all), which the barrier-free LL variant needs.
@@ -499,6 +501,7 @@ void CudaBackend::finalize() {
   if (hier_) hier_->finalize();
   if (nccl_ && nccl_ready_) nccl_->finalize();
   nccl_.reset();
+  lowp_.close();
   if (pm_) pm_->close();
   if (last_event_) cudaEventDestroy(last_event_);
   last_event_ = nullptr;

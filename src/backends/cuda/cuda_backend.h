@@ -15,6 +15,7 @@
 #include "commx/backend.h"
 #include "cuda/hierarchy.h"
 #include "cuda/kernel_params.h"
+#include "cuda/lowp_cuda.h"
 #include "cuda/peer_memory.h"
 #include "cuda/tuning.h"
 #include "cuda_common/event_work.h"
@@ -51,6 +52,7 @@ class CudaBackend : public Backend {
   BackendContext ctx_;
   int device_ = 0;
   Tuning tuning_;
+  LowpCuda lowp_;  // FP8 collectives (when hints or COMMX_LOW_PRECISION_* ask for them)
   bool native_ = false;
   std::string native_problem_;
   std::unique_ptr<PeerMemory> pm_;

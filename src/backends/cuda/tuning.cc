@@ -46,11 +46,13 @@ const char* algo_name(AllReduceAlgo a) {
 
 Tuning Tuning::resolve(int world, int sms, const Hints& h) {
   Tuning t;
-  // Measured on 2 H200 (bench/results/cuda_h200x2_run2, bf16, graph): LL beats flat up to
-  // 256 KiB, flat beats tree up to 4 MiB (tie at 8 MiB). One-shot moves (world-1) full copies per
-  // rank, so beyond 2 ranks the crossovers come earlier (not yet measured: vLLM-like guesses).
-  t.ll_max_bytes = world <= 2 ? (256u << 10) : (64u << 10);
-  t.flat_max_bytes = world <= 2 ? (4u << 20) : (256u << 10);
+  // Measured on H200s (graph, bf16; bench/results/cuda_h200x2_run2 and scaling_h200x4_s2):
+  // 2 ranks: LL beats flat up to 256 KiB, flat beats tree up to 4 MiB (tie at 8 MiB).
+  // 4 ranks: LL up to 128 KiB (6.1 vs 6.9 us), flat at 256-512 KiB, tree from 1 MiB (14.4 vs 15.0).
+  // One-shot moves (world-1) full copies per rank, so the crossovers fall with world size; 8 ranks
+  // were not measured (no 8-GPU machine): halved again.
+  t.ll_max_bytes = world <= 2 ? (256u << 10) : world <= 4 ? (128u << 10) : (64u << 10);
+  t.flat_max_bytes = world <= 2 ? (4u << 20) : world <= 4 ? (512u << 10) : (256u << 10);
   t.tree_max_bytes = UINT64_MAX;
   // Larger buffers mean fewer kernel boundaries for large messages (256 MiB all-reduce: 804 us with
   // 256 MiB halves, 817 us with 128 MiB); two halves cost 512 MiB of GPU memory per rank and comm

@@ -154,11 +154,11 @@ void EventWork::wait_blocking() {
   }
 }
 
-void EventWork::wait() {
+void EventWork::wait_stream(void* stream) {
   std::exception_ptr e = error();
   if (e) std::rethrow_exception(e);
   DeviceGuard g(device_);
-  COMMX_CUDA_CHECK_CTX(cudaStreamWaitEvent(cudaStreamLegacy, event_, 0), context_);
+  COMMX_CUDA_CHECK_CTX(cudaStreamWaitEvent(caller_stream(stream), event_, 0), context_);
 }
 
 }  // namespace commx::cuda

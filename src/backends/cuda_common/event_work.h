@@ -1,6 +1,7 @@
 // Work of a GPU op: completion is a CUDA event recorded after the op on its stream.
 // Layer: backends (GPU), shared by the cuda and nccl backends.
-// is_completed() polls the event; wait() makes the caller's stream wait for it (no host block);
+// is_completed() polls the event; wait() makes the legacy default stream wait for it and
+// wait_stream(s) the stream s (no host block);
 // wait_blocking() polls until the event fires or the op's deadline passes, then calls the
 // backend's on_timeout (ncclCommAbort, or the cuda backend's abort) and throws kTimeout.
 #pragma once
@@ -36,7 +37,8 @@ class EventWork : public WorkState {
   bool is_completed() override;
   WorkStatus status() override;
   void wait_blocking() override;
-  void wait() override;
+  void wait() override { wait_stream(nullptr); }
+  void wait_stream(void* stream) override;
   std::exception_ptr error() override;
   // The completion event (recorded at construction); valid while this Work lives.
   cudaEvent_t event() const { return event_; }
@@ -63,6 +65,7 @@ class DoneWork : public WorkState {
   WorkStatus status() override { return WorkStatus::kCompleted; }
   void wait_blocking() override {}
   void wait() override {}
+  void wait_stream(void*) override {}
   std::exception_ptr error() override { return nullptr; }
 };
 
