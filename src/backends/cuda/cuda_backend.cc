@@ -76,6 +76,9 @@ void CudaBackend::init(const BackendContext& ctx) {
   if (ctx.size > 1)
     layout = detect_hosts(*ctx.store, ctx.rank, ctx.size, device_,
                           ranks_per_host_option(ctx.options.hints, where), where);
+  // NCCL refuses two ranks of one comm on a GPU: say so instead of trying.
+  if (layout.gpu_shared)
+    nccl_problem_ = "two ranks of this comm share a GPU, so no NCCL comm can span it";
   if (layout.hosts > 1) {
     if (!layout.uniform) {
       native_problem_ = "the hosts run different numbers of ranks (the hierarchical path needs "
@@ -98,14 +101,9 @@ void CudaBackend::init(const BackendContext& ctx) {
   }
   // One rank needs no peer memory: its ops are local copies (the rest go to NCCL lazily).
   native_ = native_problem_.empty() && ctx.size > 1 && !hier_;
-  if (hier_) {
-    // The ops the hierarchical path leaves to NCCL: create the delegate now, never lazily inside
-    // a graph capture. One NCCL comm cannot hold two ranks of one GPU (forced hosts in tests).
-    if (layout.gpu_shared)
-      nccl_problem_ = "two ranks of this comm share a GPU, so no NCCL comm can span it";
-    else
-      nccl(nullptr);
-  }
+  // The ops the hierarchical path leaves to NCCL: create the delegate now, never lazily inside a
+  // graph capture (unless it cannot exist: forced hosts sharing GPUs in tests).
+  if (hier_ && nccl_problem_.empty()) nccl(nullptr);
   if (!native_problem_.empty()) {
     try {
       nccl(nullptr);
