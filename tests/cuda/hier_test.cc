@@ -345,5 +345,44 @@ TEST(CudaHier, TwoHostsOfTwoRanksSharingAGpu) {
   EXPECT_EQ(err, "");
 }
 
+TEST(CudaHier, PeerThatNeverArrivesEndsWithinTheTimeout) {
+  REQUIRE_HIER();
+  // 2 hosts x 2 ranks; rank 3 joins no op. Rank 2 waits for it in the local step (a device-side
+  // timeout that must name comm rank 3, not its local index 1); rank 1 waits for it in the
+  // inter-host NCCL step (the host-side bound aborts the comm and its NCCL comms); rank 0 may
+  // finish or fail, but nobody hangs.
+  std::string err = run_ranks(4, 2, [](RankCtx& ctx) {
+    auto c = make_comm(ctx, "cuda", "hier_late", {{"ranks_per_host", "2"}},
+                       std::chrono::milliseconds(500));
+    if (ctx.rank == 3) {
+      for (int r = 0; r < 3; ++r) ctx.store->get("hier_late_done_" + std::to_string(r));
+      return;
+    }
+    DevBuf a(4096 * 4);
+    auto t0 = std::chrono::steady_clock::now();
+    std::string msg;
+    ErrorCode code = ErrorCode::kInternal;
+    bool threw = false;
+    try {
+      c->all_reduce(Tensor(a.p, 4096, DataType::kFloat32, Device::cuda(ctx.device)), ReduceOp::SUM)
+          .wait_blocking();
+    } catch (const Error& e) {
+      threw = true;
+      msg = e.what();
+      code = e.code();
+    }
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ctx.store->set_str("hier_late_done_" + std::to_string(ctx.rank), "1");
+    RANK_CHECK(secs < 10, "took " + std::to_string(secs) + " s: " + msg);
+    if (ctx.rank == 2) {
+      RANK_CHECK(threw && code == ErrorCode::kTimeout, msg);
+      RANK_CHECK(msg.find("waiting for rank 3") != std::string::npos, msg);
+    }
+    if (ctx.rank == 1)
+      RANK_CHECK(threw && (code == ErrorCode::kTimeout || code == ErrorCode::kAborted), msg);
+  }, std::chrono::seconds(120), 2);
+  EXPECT_EQ(err, "");
+}
+
 }  // namespace
 }  // namespace commx::testing
