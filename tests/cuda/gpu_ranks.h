@@ -59,10 +59,12 @@ struct CheckFailed : std::runtime_error {
                                           ": " + #COND + ": " + (MSG));                        \
   } while (0)
 
-// Runs body(ctx) in `world` processes, rank r on GPU r % gpus. Returns "" when all ranks exit 0,
-// else a description of the failures. Ranks still running after `limit` are killed (a failure).
+// Runs body(ctx) in `world` processes, rank r on GPU (r / ranks_per_gpu) % gpus (default: r %
+// gpus). Returns "" when all ranks exit 0, else a description of the failures. Ranks still running
+// after `limit` are killed (a failure).
 inline std::string run_ranks(int world, int gpus, const std::function<void(RankCtx&)>& body,
-                             std::chrono::seconds limit = std::chrono::seconds(120)) {
+                             std::chrono::seconds limit = std::chrono::seconds(120),
+                             int ranks_per_gpu = 1) {
   static int counter = 0;
   std::string dir = "/tmp/commx_gpu_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
   auto server = start_tcp_store_server("127.0.0.1", 0);
@@ -80,7 +82,7 @@ inline std::string run_ranks(int world, int gpus, const std::function<void(RankC
         TCPStoreOptions so;
         so.port = port;
         so.timeout = std::chrono::seconds(60);
-        RankCtx ctx{r, world, r % gpus, make_tcp_store("127.0.0.1", so)};
+        RankCtx ctx{r, world, (r / ranks_per_gpu) % gpus, make_tcp_store("127.0.0.1", so)};
         body(ctx);
       } catch (const std::exception& e) {
         if (f) std::fprintf(f, "rank %d: %s\n", r, e.what());

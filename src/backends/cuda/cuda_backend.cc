@@ -71,7 +71,24 @@ void CudaBackend::init(const BackendContext& ctx) {
   COMMX_CUDA_CHECK_CTX(cudaEventCreateWithFlags(&last_event_, cudaEventDisableTiming), where);
   COMMX_CUDA_CHECK_CTX(cudaEventCreateWithFlags(&ready_event_, cudaEventDisableTiming), where);
 
-  if (ctx.size > kMaxRanks) {
+  // Ranks on several hosts (or a forced host boundary): the hierarchical path (hierarchy.h).
+  HostLayout layout;
+  if (ctx.size > 1)
+    layout = detect_hosts(*ctx.store, ctx.rank, ctx.size, device_,
+                          ranks_per_host_option(ctx.options.hints, where), where);
+  // NCCL refuses two ranks of one comm on a GPU: say so instead of trying.
+  if (layout.gpu_shared)
+    nccl_problem_ = "two ranks of this comm share a GPU, so no NCCL comm can span it";
+  if (layout.hosts > 1) {
+    if (!layout.uniform) {
+      native_problem_ = "the hosts run different numbers of ranks (the hierarchical path needs "
+                        "equal ones)";
+    } else {
+      hier_ = Hierarchy::create(ctx, layout, device_, sms, state_, ctl_dev_, where);
+      native_problem_ = hier_->problem();
+      if (!native_problem_.empty()) hier_.reset();
+    }
+  } else if (ctx.size > kMaxRanks) {
     native_problem_ = "the native path supports at most " + std::to_string(kMaxRanks) + " ranks";
   } else if (ctx.size > 1) {
     pm_ = PeerMemory::create(*ctx.store, ctx.rank, ctx.size, device_,
@@ -83,7 +100,10 @@ void CudaBackend::init(const BackendContext& ctx) {
     if (pm_->shares_gpu() && !env_str("COMMX_CUDA_MAX_BLOCKS")) tuning_.max_blocks = 1;
   }
   // One rank needs no peer memory: its ops are local copies (the rest go to NCCL lazily).
-  native_ = native_problem_.empty() && ctx.size > 1;
+  native_ = native_problem_.empty() && ctx.size > 1 && !hier_;
+  // The ops the hierarchical path leaves to NCCL: create the delegate now, never lazily inside a
+  // graph capture (unless it cannot exist: forced hosts sharing GPUs in tests).
+  if (hier_ && nccl_problem_.empty()) nccl(nullptr);
   if (!native_problem_.empty()) {
     try {
       nccl(nullptr);
@@ -99,6 +119,10 @@ void CudaBackend::init(const BackendContext& ctx) {
 
 Backend& CudaBackend::nccl(const OpDesc* op) {
   if (nccl_ready_) return *nccl_;
+  if (!nccl_problem_.empty())
+    throw Error(ErrorCode::kUnsupported,
+                (op ? op_context(ctx_, *op) + op->name() + " needs NCCL, but " : std::string()) +
+                    nccl_problem_);
   try {
     if (!nccl_) nccl_ = create_backend("nccl");
     BackendContext c = ctx_;
@@ -117,7 +141,10 @@ Backend& CudaBackend::nccl(const OpDesc* op) {
 bool CudaBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
   if (type == OpType::kAllToAllVDynamic) return false;
   if (!is_reduction(type)) return true;
-  if (native_reduce_supported(dtype, kind)) return true;
+  // The hierarchical path reduces natively in all_reduce and reduce_scatter(_single) only.
+  bool hier_native = type == OpType::kAllReduce || type == OpType::kReduceScatter ||
+                     type == OpType::kReduceScatterSingle;
+  if (native_reduce_supported(dtype, kind) && (!hier_ || hier_native)) return true;
   // Reductions NCCL has (taken through the nccl backend when it loads).
   bool nccl_op = kind == ReduceKind::kSum || kind == ReduceKind::kProduct ||
                  kind == ReduceKind::kMin || kind == ReduceKind::kMax ||
@@ -152,15 +179,17 @@ std::exception_ptr CudaBackend::device_error(const std::string& where) const {
   int code = c->error_code;
   if (code == kDevOk) return nullptr;
   std::string op = op_type_name(static_cast<OpType>(c->error_op));
+  int peer = c->error_peer;  // a local index on the hierarchical path
+  if (hier_ && peer >= 0 && peer < hier_->layout().local_size) peer = hier_->comm_rank(peer);
   std::string msg = where + op + " #" + std::to_string(c->error_seq) + " on rank " +
                     std::to_string(ctx_.rank);
   if (code == kDevTimeout) {
-    msg += " timed out on the GPU waiting for rank " + std::to_string(c->error_peer) +
+    msg += " timed out on the GPU waiting for rank " + std::to_string(peer) +
            " (block " + std::to_string(c->error_block) +
            "): that rank never joined the op within its timeout; the comm is unusable, abort it";
     return std::make_exception_ptr(Error(ErrorCode::kTimeout, msg));
   }
-  msg += " was aborted while waiting for rank " + std::to_string(c->error_peer);
+  msg += " was aborted while waiting for rank " + std::to_string(peer);
   return std::make_exception_ptr(Error(ErrorCode::kAborted, msg));
 }
 
@@ -411,12 +440,15 @@ Work CudaBackend::run(const OpDesc& op, bool async_op) {
     COMMX_CUDA_CHECK_CTX(cudaStreamWaitEvent(s, last_done(), 0), where);
   }
   Work w;
-  if (enqueue_native(op, s, where)) {
+  if ((hier_ && hier_->enqueue(op, s, where)) || enqueue_native(op, s, where)) {
     if (capturing) {
       w = Work(std::make_shared<DoneWork>());
     } else {
       EventWorkHooks hooks;
-      hooks.poll_error = [this, where] { return device_error(where); };
+      hooks.poll_error = [this, where] {
+        std::exception_ptr e = device_error(where);
+        return e || !hier_ ? e : hier_->inter_error();
+      };
       hooks.on_timeout = [this] { abort(); };
       // The device-side bound fires first and names the missing peer; the host bound is a backstop.
       Timeout host_bound = op.timeout + op.timeout / 10 + std::chrono::milliseconds(200);
@@ -444,6 +476,7 @@ void CudaBackend::abort() {
   aborted_ = true;
   if (ctl_host_) ctl_host_->abort = 1;
   if (nccl_ && nccl_ready_) nccl_->abort();
+  if (hier_) hier_->abort();
 }
 
 void CudaBackend::finalize() {
@@ -463,6 +496,7 @@ void CudaBackend::finalize() {
     cudaGetLastError();
   }
   last_work_.reset();
+  if (hier_) hier_->finalize();
   if (nccl_ && nccl_ready_) nccl_->finalize();
   nccl_.reset();
   lowp_.close();

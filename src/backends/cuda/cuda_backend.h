@@ -13,6 +13,7 @@
 #include <string>
 
 #include "commx/backend.h"
+#include "cuda/hierarchy.h"
 #include "cuda/kernel_params.h"
 #include "cuda/lowp_cuda.h"
 #include "cuda/peer_memory.h"
@@ -36,6 +37,8 @@ class CudaBackend : public Backend {
   // For tests and the benchmark: which all-reduce algorithm an op of `bytes` would use.
   AllReduceAlgo allreduce_algo(uint64_t bytes, const Hints& hints) const;
   bool native() const { return native_; }
+  // The hierarchical (multi-host) path, when the ranks span several hosts; else null.
+  const Hierarchy* hierarchy() const { return hier_.get(); }
 
  private:
   // Enqueues `op` on `s` through the peer-memory kernels; false when the op is not covered.
@@ -53,6 +56,7 @@ class CudaBackend : public Backend {
   bool native_ = false;
   std::string native_problem_;
   std::unique_ptr<PeerMemory> pm_;
+  std::unique_ptr<Hierarchy> hier_;  // several hosts: all_reduce here, other ops through NCCL
   HostCtl* ctl_host_ = nullptr;
   HostCtl* ctl_dev_ = nullptr;
   DevState* state_ = nullptr;
@@ -66,6 +70,7 @@ class CudaBackend : public Backend {
   bool have_last_ = false;
   std::unique_ptr<Backend> nccl_;
   bool nccl_ready_ = false;
+  std::string nccl_problem_;  // why no NCCL delegate can exist (e.g. ranks sharing a GPU)
   std::atomic<bool> aborted_{false};
   bool finalized_ = false;
 };
