@@ -3,6 +3,7 @@
 // group after that, identically on every rank, so a per-block barrier orders exactly the units it
 // needs. Built with --fmad=false: every float step rounds like the host path.
 // Layer: backends (cuda).
+#include "core/env.h"
 #include "cuda/launch.cuh"
 #include "cuda/lowp_kernels.h"
 #include "cuda/sync_device.cuh"
@@ -85,6 +86,26 @@ __device__ __forceinline__ void reduce_store_units(const g::ReduceSrc& rs, int64
   }
 }
 
+// Stores 8 values at p (16-byte aligned when `vec`, p being 8 elements into an aligned run).
+template <typename T>
+__device__ __forceinline__ void store8(T* p, const float v[8], bool vec) {
+  if constexpr (sizeof(T) == 4) {
+    if (vec) {
+      reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+      reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+      return;
+    }
+  } else {
+    if (vec) {
+      T h[8];
+      for (int k = 0; k < 8; ++k) g::store_f<T>(h, k, v[k]);
+      *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(h);
+      return;
+    }
+  }
+  for (int k = 0; k < 8; ++k) g::store_f<T>(p, k, v[k]);
+}
+
 // P3: decodes the n elements encoded at `enc` (two-term: Q1 then Q2) into `out`.
 template <typename T, bool kE5>
 __device__ __forceinline__ void decode_units(const uint8_t* enc, int64_t n, int64_t block, T* out,
@@ -96,10 +117,23 @@ __device__ __forceinline__ void decode_units(const uint8_t* enc, int64_t n, int6
   const bool vec = (reinterpret_cast<uintptr_t>(codes) % 4) == 0 &&
                    (!two_term || (reinterpret_cast<uintptr_t>(codes2) % 4) == 0);
   const int lane = threadIdx.x & 31;
+  const bool vec_out = (reinterpret_cast<uintptr_t>(out) % 16) == 0;
   FOR_UNITS(j, nb) {
     const int64_t off = j * block, m = min(block, n - off);
     const uint32_t sb = g::load_scale(enc, j);
     const uint32_t sb2 = two_term ? g::load_scale(enc2, j) : 0u;
+    if (block == 256 && m == 256 && vec) {  // common case: 8 values per lane, wide accesses
+      const int64_t i0 = off + 8 * lane;
+      const uint32_t* cw = reinterpret_cast<const uint32_t*>(codes + i0);
+      const uint32_t* cw2 = reinterpret_cast<const uint32_t*>(codes2 + i0);
+      float v[8];
+      for (int k = 0; k < 8; ++k) {
+        v[k] = g::decode_one<kE5>((cw[k / 4] >> (8 * (k % 4))) & 0xff, sb);
+        if (two_term) v[k] = __fadd_rn(v[k], g::decode_one<kE5>((cw2[k / 4] >> (8 * (k % 4))) & 0xff, sb2));
+      }
+      store8<T>(out + i0, v, vec_out);
+      continue;
+    }
     for (int64_t i = 4 * lane; i < m; i += 128) {
       uint8_t c[4] = {0, 0, 0, 0}, c2[4] = {0, 0, 0, 0};
       if (vec && i + 4 <= m) {
@@ -121,9 +155,12 @@ __device__ __forceinline__ void decode_units(const uint8_t* enc, int64_t n, int6
   }
 }
 
-template <typename T, bool kE5>
-__global__ void __launch_bounds__(kThreads) lowp_round_kernel(PeerSet ps, LowpRound r,
-                                                               int64_t block, bool sr) {
+// kMinBlocks: resident blocks per SM the compiler must allow (2: 64 registers, a few spills, twice
+// the warps to hide latency; 1: 114 registers, no spills). COMMX_CUDA_LOWP_BLOCKS_PER_SM picks.
+template <typename T, bool kE5, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    lowp_round_kernel(const __grid_constant__ PeerSet ps, const __grid_constant__ LowpRound r,
+                      int64_t block, bool sr) {
   const unsigned long long epoch = begin_op(ps);
   const int me = ps.rank, world = ps.world;
   // The first round's barrier: every peer's previous kernels have ended (a block can only arrive
@@ -186,15 +223,25 @@ __global__ void __launch_bounds__(kThreads) lowp_round_kernel(PeerSet ps, LowpRo
   finish_op(ps, epoch);
 }
 
+template <typename T, int kMinBlocks>
+void launch_occupancy(const PeerSet& ps, const LowpRound& r, const lowp::CodecConfig& cfg,
+                      int blocks, cudaStream_t s) {
+  if (cfg.format == lowp::Fp8Format::kE5M2)
+    launch_kernel(lowp_round_kernel<T, true, kMinBlocks>, blocks, kThreads, s, ps, r, cfg.block,
+                  cfg.stochastic);
+  else
+    launch_kernel(lowp_round_kernel<T, false, kMinBlocks>, blocks, kThreads, s, ps, r, cfg.block,
+                  cfg.stochastic);
+}
+
 template <typename T>
 cudaError_t launch_typed(const PeerSet& ps, const LowpRound& r, const lowp::CodecConfig& cfg,
                          int blocks, cudaStream_t s) {
-  if (cfg.format == lowp::Fp8Format::kE5M2)
-    launch_kernel(lowp_round_kernel<T, true>, blocks, kThreads, s, ps, r, cfg.block,
-                  cfg.stochastic);
+  static const bool one = env_int("COMMX_CUDA_LOWP_BLOCKS_PER_SM", 2) == 1;
+  if (one)
+    launch_occupancy<T, 1>(ps, r, cfg, blocks, s);
   else
-    launch_kernel(lowp_round_kernel<T, false>, blocks, kThreads, s, ps, r, cfg.block,
-                  cfg.stochastic);
+    launch_occupancy<T, 2>(ps, r, cfg, blocks, s);
   return cudaGetLastError();
 }
 

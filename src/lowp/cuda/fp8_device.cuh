@@ -131,12 +131,75 @@ struct EncDsts {
   int count;
 };
 
+
 // The scale of an encoded block, as encode_block_warp chose it.
 struct BlockCode {
   float inv;       // values are multiplied by this before the FP8 conversion
   bool flagged;    // the block holds NaN/Inf
   uint32_t sb;     // the scale word written (sign bit = flagged)
 };
+
+// The common case of encode_block_warp: a full block of 256 values, 8 consecutive ones per lane
+// kept in registers, so the source is read (or the sum computed) once. Same bits.
+template <bool kE5, bool kSR, typename Src>
+__device__ __forceinline__ BlockCode encode_full256(const Src& src, int64_t blk, int64_t nb,
+                                                    const EncDsts& dsts, unsigned long long* stats,
+                                                    uint64_t seed, uint64_t stream, uint64_t idx0) {
+  constexpr Fp8Traits t = kE5 ? e5m2_traits() : e4m3_traits();
+  const int lane = threadIdx.x & 31;
+  const int64_t i0 = 8 * lane;
+  float v[8];
+  src.load4(i0, true, v);
+  src.load4(i0 + 4, true, v + 4);
+  uint32_t amax = 0, amax_finite = 0;
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t a = f2u(v[j]) & kAbsMask;
+    amax = max(amax, a);
+    if (a < kInfBits) amax_finite = max(amax_finite, a);
+  }
+  amax = __reduce_max_sync(0xffffffffu, amax);
+  const bool flagged = amax >= kInfBits;
+  if (flagged) amax = __reduce_max_sync(0xffffffffu, amax_finite);
+  const BlockScale bs = block_scale(u2f(amax), flagged ? t.flagged_target : t.max);
+  const uint32_t sb = flagged ? (f2u(bs.scale) | 0x80000000u) : f2u(bs.scale);
+  if (lane < dsts.count) {
+    uint8_t* sp = dsts.p[lane] + blk * 4;
+    sp[0] = sb & 0xff, sp[1] = (sb >> 8) & 0xff, sp[2] = (sb >> 16) & 0xff, sp[3] = sb >> 24;
+  }
+  uint32_t w[2] = {0, 0};
+  uint32_t under = 0, sat = 0, nonfinite = 0;
+  for (int j = 0; j < 8; ++j) {
+    const uint8_t c = encode_one<kE5, kSR>(v[j], bs.inv, flagged, seed, stream, idx0 + i0 + j);
+    w[j / 4] |= static_cast<uint32_t>(c) << (8 * (j % 4));
+    if (stats) {
+      const uint32_t a = f2u(v[j]) & kAbsMask;
+      const uint32_t qa = f2u(__fmul_rn(v[j], bs.inv)) & kAbsMask;
+      under += (a != 0) & (a < kInfBits) & ((c & 0x7fu) == 0);
+      sat += (a < kInfBits) & (qa > f2u(t.sat_mid));
+      nonfinite += a >= kInfBits;
+    }
+  }
+  for (int d = 0; d < dsts.count; ++d) {
+    uint32_t* codes = reinterpret_cast<uint32_t*>(dsts.p[d] + nb * 4 + blk * 256 + i0);
+    codes[0] = w[0];
+    codes[1] = w[1];
+  }
+  if (stats) {
+    under = __reduce_add_sync(0xffffffffu, under);
+    sat = __reduce_add_sync(0xffffffffu, sat);
+    nonfinite = __reduce_add_sync(0xffffffffu, nonfinite);
+    if (lane == 0) {
+      atomicAdd(&stats[kStatElements], 256ull);
+      if (sat) atomicAdd(&stats[kStatSaturated], static_cast<unsigned long long>(sat));
+      if (under) atomicAdd(&stats[kStatUnderflow], static_cast<unsigned long long>(under));
+      if (nonfinite) {
+        atomicAdd(&stats[kStatNonfiniteValues], static_cast<unsigned long long>(nonfinite));
+        atomicAdd(&stats[kStatNonfiniteBlocks], 1ull);
+      }
+    }
+  }
+  return BlockCode{bs.inv, flagged, sb};
+}
 
 // One warp encodes block `blk` (m <= block elements) of a chunk of nb blocks. `src` gives the
 // values: src.load4(i, full, v) fills v[0..3] with elements i..i+3 of the block (when !full only
@@ -153,6 +216,8 @@ __device__ __forceinline__ BlockCode encode_block_warp(const Src& src, int64_t m
   bool vec_out = true;
   for (int d = 0; d < dsts.count; ++d)
     vec_out = vec_out && (reinterpret_cast<uintptr_t>(dsts.p[d] + nb * 4 + off) % 4) == 0;
+  if (block == 256 && m == 256 && vec_out) return encode_full256<kE5, kSR>(src, blk, nb, dsts,
+                                                                          stats, seed, stream, idx0);
 
   // Pass 1: amax over |x| as bits (integer order equals float order for non-negative floats).
   uint32_t amax = 0;
@@ -309,16 +374,16 @@ struct ResidualSrc {
   ReducedSrc<T, kE5> a;
   BlockCode c1;
   uint64_t seed, stream, idx0;
-  __device__ __forceinline__ float load1(int64_t i) const {
-    const float x = a.load1(i);
-    const float d = decode_one<kE5>(encode_one<kE5, kSR>(x, c1.inv, c1.flagged, seed, stream,
-                                                          idx0 + i),
-                                    c1.sb);
+  __device__ __forceinline__ float residual(float x, int64_t i) const {
+    const float d = decode_one<kE5>(
+        encode_one<kE5, kSR>(x, c1.inv, c1.flagged, seed, stream, idx0 + i), c1.sb);
     return (f2u(d) & kInfBits) != kInfBits ? __fsub_rn(x, d) : 0.0f;
   }
-  __device__ __forceinline__ void load4(int64_t i, bool, float v[4]) const {
-    for (int j = 0; j < 4; ++j) v[j] = i + j < a.m ? load1(i + j) : 0.0f;
+  __device__ __forceinline__ void load4(int64_t i, bool full, float v[4]) const {
+    a.load4(i, full, v);
+    for (int j = 0; j < 4; ++j) v[j] = i + j < a.m ? residual(v[j], i + j) : 0.0f;
   }
+  __device__ __forceinline__ float load1(int64_t i) const { return residual(a.load1(i), i); }
 };
 
 }  // namespace commx::lowp::gpu
