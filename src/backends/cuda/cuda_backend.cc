@@ -486,9 +486,19 @@ void CudaBackend::finalize() {
   // Kernels may still touch peer memory: let them end (they are bounded) before unmapping.
   if (have_last_) {
     auto deadline = std::chrono::steady_clock::now() + ctx_.options.timeout.value_or(kDefaultTimeout);
+    bool aborted = false;
     while (cudaEventQuery(last_done()) == cudaErrorNotReady) {
       if (std::chrono::steady_clock::now() > deadline) {
+        if (aborted) {
+          // Only a kernel that is not ours (an NCCL step waiting for a dead peer) gets here; its
+          // memory stays mapped rather than pulled from under it.
+          std::cerr << "commx cuda: comm '" << ctx_.comm_name << "' rank " << ctx_.rank
+                    << ": work still running at finalize; its buffers are left mapped\n";
+          return;
+        }
         ctl_host_->abort = 1;
+        if (hier_) hier_->abort();
+        aborted = true;
         deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(100));

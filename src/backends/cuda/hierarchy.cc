@@ -110,7 +110,28 @@ std::unique_ptr<Hierarchy> Hierarchy::create(const BackendContext& ctx, const Ho
     throw Error(ErrorCode::kUnsupported,
                 ctx_where + "the inter-host step needs the nccl backend: " + e.what());
   }
+  h->connect_inter(ctx_where);
   return h;
+}
+
+void Hierarchy::connect_inter(const std::string& where) {
+  // NCCL connects its peers during the first collective: a host-side handshake that would block
+  // an op's enqueue, outside every timeout, if a peer never came. Connect now, while all are here.
+  float* one = nullptr;
+  COMMX_CUDA_CHECK_CTX(cudaMalloc(reinterpret_cast<void**>(&one), sizeof(float)), where);
+  COMMX_CUDA_CHECK_CTX(cudaMemset(one, 0, sizeof(float)), where);
+  OpDesc d;
+  d.type = OpType::kAllReduce;
+  d.timeout = ctx_.options.timeout.value_or(kDefaultTimeout);
+  d.input = d.output = Tensor(one, 1, DataType::kFloat32, Device::cuda(device_));
+  d.op = ReduceOp::SUM;
+  try {
+    inter_->run(d, false).wait_blocking();
+  } catch (...) {
+    cudaFree(one);
+    throw;
+  }
+  cudaFree(one);
 }
 
 Hierarchy::~Hierarchy() {

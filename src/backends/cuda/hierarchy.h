@@ -79,6 +79,8 @@ class Hierarchy {
 
   BackendContext ctx_;
   HostLayout layout_;
+  // One tiny inter-host all_reduce at creation (see hierarchy.cc).
+  void connect_inter(const std::string& where);
   int device_ = 0;
   int world_ = 1;  // the whole comm (AVG divides by it once)
   Tuning tuning_;  // resolved for local_size ranks

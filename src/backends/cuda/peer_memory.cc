@@ -72,10 +72,7 @@ std::unique_ptr<PeerMemory> PeerMemory::create(Store& store, int rank, int world
       problem = pair + ": peer access disabled by COMMX_CUDA_FORCE_NO_P2P";
       continue;
     }
-    if (std::strcmp(p.bus_id, mine.bus_id) == 0) {  // same GPU
-      pm->shares_gpu_ = true;
-      continue;
-    }
+    if (std::strcmp(p.bus_id, mine.bus_id) == 0) continue;  // same GPU: no peer mapping needed
     int peer_dev = -1;
     if (cudaDeviceGetByPCIBusId(&peer_dev, p.bus_id) != cudaSuccess) {
       cudaGetLastError();
@@ -86,6 +83,11 @@ std::unique_ptr<PeerMemory> PeerMemory::create(Store& store, int rank, int world
     COMMX_CUDA_CHECK_CTX(cudaDeviceCanAccessPeer(&can, device, peer_dev), ctx);
     if (!can) problem = pair + ": cudaDeviceCanAccessPeer says no peer-to-peer path";
   }
+  // Whether any two ranks share a GPU: the same answer on every rank (kernel grids depend on it,
+  // and per-block flags need the same grid everywhere).
+  for (int a = 0; a < world && !pm->shares_gpu_; ++a)
+    for (int b = a + 1; b < world; ++b)
+      if (std::strcmp(infos[a].bus_id, infos[b].bus_id) == 0) pm->shares_gpu_ = true;
   // Every rank must take the same decision: share the verdicts.
   store.set("cuda_ipc/p2p/" + std::to_string(rank), Bytes(problem.begin(), problem.end()));
   for (int r = 0; r < world && problem.empty(); ++r) {

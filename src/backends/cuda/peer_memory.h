@@ -29,7 +29,7 @@ class PeerMemory {
   // Rank r's buffer as mapped in this process (own buffer for r == rank).
   char* base(int r) const { return bases_[r]; }
   uint64_t bytes() const { return bytes_; }
-  // Whether another rank of this comm runs on this rank's GPU.
+  // Whether two ranks of this comm run on one GPU (the same answer on every rank).
   bool shares_gpu() const { return shares_gpu_; }
   // Unmaps peers and frees the own buffer; idempotent.
   void close();
