@@ -11,6 +11,7 @@
 #include "commx/error.h"
 #include "core/env.h"
 #include "cuda/kernels.h"
+#include "cuda/peer_set.h"
 #include "cuda_common/cuda_util.h"
 #include "cuda_common/event_work.h"
 
@@ -157,21 +158,7 @@ AllReduceAlgo CudaBackend::allreduce_algo(uint64_t bytes, const Hints& hints) co
 }
 
 PeerSet CudaBackend::peers(const OpDesc& op) const {
-  PeerSet ps{};
-  for (int r = 0; r < ctx_.size; ++r) {
-    ps.data[r] = pm_->base(r) + kSignalBytes;
-    ps.sig[r] = reinterpret_cast<unsigned long long*>(pm_->base(r));
-  }
-  ps.rank = ctx_.rank;
-  ps.world = ctx_.size;
-  ps.half_bytes = tuning_.buffer_bytes;
-  ps.state = state_;
-  ps.ctl = ctl_dev_;
-  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(op.timeout).count();
-  ps.timeout_ns = ns > 0 ? static_cast<unsigned long long>(ns) : ~0ull;
-  ps.seq = op.seq;
-  ps.op = static_cast<int>(op.type);
-  return ps;
+  return make_peer_set(pm_.get(), ctx_.rank, ctx_.size, tuning_.buffer_bytes, state_, ctl_dev_, op);
 }
 
 std::exception_ptr CudaBackend::device_error(const std::string& where) const {

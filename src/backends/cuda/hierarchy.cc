@@ -11,6 +11,7 @@
 #include "commx/error.h"
 #include "core/env.h"
 #include "cuda/kernels.h"
+#include "cuda/peer_set.h"
 #include "cuda_common/cuda_util.h"
 
 namespace commx::cuda {
@@ -142,21 +143,8 @@ Hierarchy::~Hierarchy() {
 }
 
 PeerSet Hierarchy::peers(const OpDesc& op) const {
-  PeerSet ps{};
-  for (int q = 0; q < layout_.local_size && pm_; ++q) {
-    ps.data[q] = pm_->base(q) + kSignalBytes;
-    ps.sig[q] = reinterpret_cast<unsigned long long*>(pm_->base(q));
-  }
-  ps.rank = layout_.local_rank;
-  ps.world = layout_.local_size;
-  ps.half_bytes = tuning_.buffer_bytes;
-  ps.state = state_;
-  ps.ctl = ctl_;
-  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(op.timeout).count();
-  ps.timeout_ns = ns > 0 ? static_cast<unsigned long long>(ns) : ~0ull;
-  ps.seq = op.seq;
-  ps.op = static_cast<int>(op.type);
-  return ps;
+  return make_peer_set(pm_.get(), layout_.local_rank, layout_.local_size, tuning_.buffer_bytes,
+                       state_, ctl_, op);
 }
 
 void Hierarchy::inter_all_reduce(const OpDesc& op, const void* in, void* out, int64_t count,

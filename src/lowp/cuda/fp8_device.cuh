@@ -132,6 +132,22 @@ struct EncDsts {
 };
 
 
+// Adds one block's counters (each lane's share) to the device counters; whole warp.
+__device__ __forceinline__ void add_block_stats(unsigned long long* stats, int64_t m,
+                                                uint32_t under, uint32_t sat, uint32_t nonfinite) {
+  under = __reduce_add_sync(0xffffffffu, under);
+  sat = __reduce_add_sync(0xffffffffu, sat);
+  nonfinite = __reduce_add_sync(0xffffffffu, nonfinite);
+  if ((threadIdx.x & 31) != 0) return;
+  atomicAdd(&stats[kStatElements], static_cast<unsigned long long>(m));
+  if (sat) atomicAdd(&stats[kStatSaturated], static_cast<unsigned long long>(sat));
+  if (under) atomicAdd(&stats[kStatUnderflow], static_cast<unsigned long long>(under));
+  if (nonfinite) {
+    atomicAdd(&stats[kStatNonfiniteValues], static_cast<unsigned long long>(nonfinite));
+    atomicAdd(&stats[kStatNonfiniteBlocks], 1ull);
+  }
+}
+
 // The scale of an encoded block, as encode_block_warp chose it.
 struct BlockCode {
   float inv;       // values are multiplied by this before the FP8 conversion
@@ -184,20 +200,7 @@ __device__ __forceinline__ BlockCode encode_full256(const Src& src, int64_t blk,
     codes[0] = w[0];
     codes[1] = w[1];
   }
-  if (stats) {
-    under = __reduce_add_sync(0xffffffffu, under);
-    sat = __reduce_add_sync(0xffffffffu, sat);
-    nonfinite = __reduce_add_sync(0xffffffffu, nonfinite);
-    if (lane == 0) {
-      atomicAdd(&stats[kStatElements], 256ull);
-      if (sat) atomicAdd(&stats[kStatSaturated], static_cast<unsigned long long>(sat));
-      if (under) atomicAdd(&stats[kStatUnderflow], static_cast<unsigned long long>(under));
-      if (nonfinite) {
-        atomicAdd(&stats[kStatNonfiniteValues], static_cast<unsigned long long>(nonfinite));
-        atomicAdd(&stats[kStatNonfiniteBlocks], 1ull);
-      }
-    }
-  }
+  if (stats) add_block_stats(stats, 256, under, sat, nonfinite);
   return BlockCode{bs.inv, flagged, sb};
 }
 
@@ -272,20 +275,7 @@ __device__ __forceinline__ BlockCode encode_block_warp(const Src& src, int64_t m
       }
     }
   }
-  if (stats) {
-    under = __reduce_add_sync(0xffffffffu, under);
-    sat = __reduce_add_sync(0xffffffffu, sat);
-    nonfinite = __reduce_add_sync(0xffffffffu, nonfinite);
-    if (lane == 0) {
-      atomicAdd(&stats[kStatElements], static_cast<unsigned long long>(m));
-      if (sat) atomicAdd(&stats[kStatSaturated], static_cast<unsigned long long>(sat));
-      if (under) atomicAdd(&stats[kStatUnderflow], static_cast<unsigned long long>(under));
-      if (nonfinite) {
-        atomicAdd(&stats[kStatNonfiniteValues], static_cast<unsigned long long>(nonfinite));
-        atomicAdd(&stats[kStatNonfiniteBlocks], 1ull);
-      }
-    }
-  }
+  if (stats) add_block_stats(stats, m, under, sat, nonfinite);
   return BlockCode{bs.inv, flagged, sb};
 }
 
