@@ -134,8 +134,12 @@ void NcclBackend::enqueue(const OpDesc& op, cudaStream_t s) {
                          op.type == OpType::kReduceScatterSingle
                      ? op.output.dtype
                      : op.input.dtype;
-    data_type_of(t, &dt);
-    red_op_of(op.op.kind, &ro);
+    // Never let an unsupported type or reduction fall through as a plain sum (PREMUL_SUM would
+    // silently lose its factor): the cuda backend delegates ops here without asking supports().
+    if (!data_type_of(t, &dt) || !red_op_of(op.op.kind, &ro))
+      throw Error(ErrorCode::kUnsupported, op_context(ctx_, op) + "NCCL cannot reduce " +
+                                               dtype_name(t) + " with " +
+                                               reduce_kind_name(op.op.kind));
   }
   auto group = [&](auto&& body) {
     check(api_->GroupStart(), "ncclGroupStart", op);
