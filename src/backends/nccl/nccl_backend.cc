@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <iostream>
+#include <thread>
 
 #include "commx/error.h"
 #include "cuda_common/cuda_util.h"
@@ -332,8 +333,14 @@ void NcclBackend::abort_comm() {
   std::lock_guard<std::mutex> lk(abort_mu_);
   aborted_ = true;
   if (comm_ && !comm_gone_) {
-    api_->CommAbort(comm_);
     comm_gone_ = true;
+    // ncclCommAbort may wait for the comm's other ranks (NCCL frees resources shared within a node
+    // only once every rank aborted): a peer that died or never joined would hold the caller
+    // forever. Abort on a thread of its own, as PyTorch's watchdog does; the comm is gone for us.
+    std::thread([api = api_, c = comm_, dev = device_] {
+      cudaSetDevice(dev);
+      api->CommAbort(c);
+    }).detach();
   }
 }
 
