@@ -10,6 +10,7 @@
 
 #include "commx/error.h"
 #include "core/env.h"
+#include "cuda/exchange.h"
 #include "cuda/kernels.h"
 #include "cuda/peer_set.h"
 #include "cuda_common/cuda_util.h"
@@ -29,10 +30,6 @@ const void* op_stream(const OpDesc& op) {
     if (p.tensor.stream) return p.tensor.stream;
   return nullptr;
 }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
-char* at(void* p, uint64_t off) { return p ? static_cast<char*>(p) + off : nullptr; }
 
 bool is_reduction(OpType t) {
   return t == OpType::kAllReduce || t == OpType::kReduce || t == OpType::kReduceScatter ||
@@ -268,27 +265,7 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s, const std::st
       launch_barrier(peers(op), s);
       return;
     }
-    if (every_pair && nbytes <= tuning_.ll_max_bytes &&
-        world * region_bytes((nbytes + 7) / 8 * 16) <= half) {
-      launch_exchange_ll(peers(op), src, dst, static_cast<int64_t>(nbytes),
-                         ll_blocks(nbytes, tuning_.max_blocks), s);
-      COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
-      return;
-    }
-    bool al = true;
-    for (int q = 0; q < world; ++q) al = al && aligned16(src.p[q]) && aligned16(dst.p[q]);
-    const uint64_t cap = (half / world) & ~uint64_t(255);
-    PeerSet ps = peers(op);
-    for (uint64_t off = 0; off < nbytes; off += cap) {
-      uint64_t len = std::min(cap, nbytes - off);
-      PtrList a{}, b{};
-      for (int q = 0; q < world; ++q) {
-        a.p[q] = at(src.p[q], off);
-        b.p[q] = at(dst.p[q], off);
-      }
-      launch_exchange(ps, a, b, static_cast<int64_t>(len), al,
-                      blocks_for(len, tuning_.max_blocks_large), s);
-    }
+    enqueue_exchange(peers(op), tuning_, src, dst, nbytes, every_pair, s);
     COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
   };
   PtrList src{}, dst{};

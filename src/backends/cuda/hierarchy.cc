@@ -10,16 +10,13 @@
 
 #include "commx/error.h"
 #include "core/env.h"
+#include "cuda/exchange.h"
 #include "cuda/kernels.h"
 #include "cuda/peer_set.h"
 #include "cuda_common/cuda_util.h"
 
 namespace commx::cuda {
 namespace {
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
-char* at(void* p, uint64_t off) { return p ? static_cast<char*>(p) + off : nullptr; }
 
 // hostname + boot id: two machines with one hostname (containers) still differ.
 std::string host_key() {
@@ -164,28 +161,7 @@ void Hierarchy::inter_all_reduce(const OpDesc& op, const void* in, void* out, in
 void Hierarchy::local_exchange(const OpDesc& op, const PtrList& src, const PtrList& dst,
                                uint64_t nbytes, bool every_pair, cudaStream_t s,
                                const std::string& where) {
-  const int local = layout_.local_size;
-  const uint64_t half = tuning_.buffer_bytes;
-  PeerSet ps = peers(op);
-  if (every_pair && nbytes <= tuning_.ll_max_bytes &&
-      local * region_bytes((nbytes + 7) / 8 * 16) <= half) {
-    launch_exchange_ll(ps, src, dst, static_cast<int64_t>(nbytes),
-                       ll_blocks(nbytes, tuning_.max_blocks), s);
-  } else {
-    bool al = true;
-    for (int q = 0; q < local; ++q) al = al && aligned16(src.p[q]) && aligned16(dst.p[q]);
-    const uint64_t cap = (half / local) & ~uint64_t(255);
-    for (uint64_t off = 0; off < nbytes; off += cap) {
-      uint64_t len = std::min(cap, nbytes - off);
-      PtrList a{}, b{};
-      for (int q = 0; q < local; ++q) {
-        a.p[q] = at(src.p[q], off);
-        b.p[q] = at(dst.p[q], off);
-      }
-      launch_exchange(ps, a, b, static_cast<int64_t>(len), al,
-                      blocks_for(len, tuning_.max_blocks_large), s);
-    }
-  }
+  enqueue_exchange(peers(op), tuning_, src, dst, nbytes, every_pair, s);
   COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
 }
 
