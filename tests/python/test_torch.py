@@ -96,7 +96,8 @@ def _cuda_gpus():
 
 needs_2_gpus = pytest.mark.skipif(_cuda_gpus() < 2, reason="needs 2 GPUs")
 # CUDA ranks are spawned (a forked child cannot use CUDA once a parent has) and import torch.
-CUDA_RANKS = dict(with_store=False, method="spawn", timeout=300)
+# Spawned ranks import torch (slow) and init CUDA; a hang must still end well inside a GPU call.
+CUDA_RANKS = dict(with_store=False, method="spawn", timeout=150)
 
 
 def _init_pg(rank, size, port, backend="commx", device="cpu"):
