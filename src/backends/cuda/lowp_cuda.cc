@@ -87,12 +87,13 @@ struct Rounds {
     const int64_t g = (units + kThreads / 32 - 1) / (kThreads / 32);
     return static_cast<int>(std::clamp<int64_t>(g, 1, max_blocks));
   }
-  void launch(const LowpRound& r, int64_t c0, int64_t total, int64_t longest) const {
+  // Round at element c0 of `total` (the longest per-rank length; the same on every rank).
+  void launch(const LowpRound& r, int64_t c0, int64_t total) const {
     LowpRound x = r;
     x.leading = c0 == 0;
     x.trailing = c0 + chunk >= total;
     COMMX_CUDA_CHECK_CTX(
-        launch_lowp_round(ps, x, dtype, plan.codec, grid(std::min(chunk, longest)), s), where);
+        launch_lowp_round(ps, x, dtype, plan.codec, grid(std::min(chunk, total)), s), where);
   }
 };
 
@@ -124,7 +125,7 @@ void all_reduce(Rounds& rd, const Tensor& in, const Tensor& out, bool avg) {
     r.n_own = clamp_len(sl.len[me], c0, rd.chunk);
     r.sr_off1 = c0;
     r.sr_off2 = sl.off[me] + c0;
-    rd.launch(r, c0, longest, longest);
+    rd.launch(r, c0, longest);
   }
 }
 
@@ -144,7 +145,7 @@ void reduce_scatter(Rounds& rd, const std::vector<Part>& ins, const Tensor& out,
     r.n_own = m;
     r.out[me] = static_cast<char*>(out.data) + c0 * rd.es;
     r.sr_off1 = c0;
-    rd.launch(r, c0, out.count, out.count);
+    rd.launch(r, c0, out.count);
   }
 }
 
@@ -162,7 +163,7 @@ void all_gather(Rounds& rd, const Tensor& in, const std::vector<Part>& outs) {
       r.n_out[q] = m;
     }
     r.sr_off1 = c0;
-    rd.launch(r, c0, in.count, in.count);
+    rd.launch(r, c0, in.count);
   }
 }
 
@@ -190,7 +191,7 @@ void all_to_all(Rounds& rd, const std::vector<Part>& ins, const std::vector<Part
       r.n_out[q] = q == me ? 0 : m;
     }
     r.sr_off1 = c0;
-    rd.launch(r, c0, n, n);
+    rd.launch(r, c0, n);
   }
 }
 
