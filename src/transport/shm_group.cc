@@ -144,9 +144,8 @@ void ShmGroup::wait_all(uint64_t step, const WaitScope& ws) {
 
 void ShmGroup::prepare_write(uint64_t step, const WaitScope& ws) { wait_all(step - 1, ws); }
 
-void ShmGroup::probe_cma(size_t min_bytes, size_t all_reduce_min_bytes) {
-  header(rank_).cma_min[0] = min_bytes;
-  header(rank_).cma_min[1] = all_reduce_min_bytes;
+void ShmGroup::probe_cma(const CmaLimits& want) {
+  CmaLimits mine = want;
   bool ok = true;
   for (int r = 0; r < size_ && ok; ++r) {
     if (r == rank_) continue;
@@ -155,27 +154,47 @@ void ShmGroup::probe_cma(size_t min_bytes, size_t all_reduce_min_bytes) {
     iovec local{&nonce, sizeof(nonce)};
     iovec remote{reinterpret_cast<void*>(h.self_addr + offsetof(ShmHeader, nonce)), sizeof(nonce)};
     ok = process_vm_readv(h.pid, &local, 1, &remote, 1, 0) == sizeof(nonce) && nonce == h.nonce;
+    // Writing back the value just read changes nothing the peer could see.
+    if (ok && mine.no_root_writes == 0 &&
+        process_vm_writev(h.pid, &local, 1, &remote, 1, 0) != sizeof(nonce))
+      mine.no_root_writes = 1;
   }
+  static_assert(sizeof(CmaLimits) == sizeof(ShmHeader::cma_min));
+  std::memcpy(header(rank_).cma_min, &mine, sizeof(mine));
   header(rank_).cma_ok.store(ok ? 1 : 0, std::memory_order_release);
 }
 
 void ShmGroup::agree_cma() {
   cma_all_ = size_ > 1;
-  cma_min_[0] = cma_min_[1] = 0;
+  CmaLimits a{0, 0, 0, 0};
   for (int r = 0; r < size_; ++r) {
     if (header(r).cma_ok.load(std::memory_order_acquire) != 1) cma_all_ = false;
-    for (int i = 0; i < 2; ++i) cma_min_[i] = std::max<size_t>(cma_min_[i], header(r).cma_min[i]);
+    CmaLimits h;
+    std::memcpy(&h, header(r).cma_min, sizeof(h));
+    a.min_bytes = std::max(a.min_bytes, h.min_bytes);
+    a.all_reduce_min_bytes = std::max(a.all_reduce_min_bytes, h.all_reduce_min_bytes);
+    a.broadcast_min_bytes = std::max(a.broadcast_min_bytes, h.broadcast_min_bytes);
+    a.no_root_writes = std::max(a.no_root_writes, h.no_root_writes);
   }
-  if (!cma_all_) cma_min_[0] = cma_min_[1] = ~size_t{0};
+  cma_ = cma_all_ ? a : CmaLimits{};
 }
 
 void ShmGroup::cma_read(int peer, void* dst, uint64_t remote, size_t len) {
-  char* d = static_cast<char*>(dst);
+  cma_copy(peer, dst, remote, len, false);
+}
+
+void ShmGroup::cma_write(int peer, const void* src, uint64_t remote, size_t len) {
+  cma_copy(peer, const_cast<void*>(src), remote, len, true);
+}
+
+void ShmGroup::cma_copy(int peer, void* local, uint64_t remote, size_t len, bool write) {
+  char* d = static_cast<char*>(local);
   size_t done = 0;
   while (done < len) {
     iovec l{d + done, len - done};
     iovec r{reinterpret_cast<void*>(remote + done), len - done};
-    ssize_t got = process_vm_readv(header(peer).pid, &l, 1, &r, 1, 0);
+    ssize_t got = write ? process_vm_writev(header(peer).pid, &l, 1, &r, 1, 0)
+                        : process_vm_readv(header(peer).pid, &l, 1, &r, 1, 0);
     if (got > 0) {
       done += static_cast<size_t>(got);
       continue;
@@ -188,12 +207,13 @@ void ShmGroup::cma_read(int peer, void* dst, uint64_t remote, size_t len) {
     std::string dead;
     for (int r = 0; r < size_; ++r)
       if (r != rank_ && ((r == peer && e == ESRCH) || !alive(r))) dead += (dead.empty() ? "rank " : ", rank ") + std::to_string(r);
+    const char* verb = write ? "wrote into" : "read";
     if (!dead.empty())
-      throw Error(ErrorCode::kPeerFailure, dead + " of comm '" + comm_name_ +
-                                               "' died while this rank read the buffer of " + who);
-    throw Error(ErrorCode::kSystem, "process_vm_readv from " + who + " failed after " +
-                                          std::to_string(done) + " of " + std::to_string(len) +
-                                          " bytes: " + std::strerror(e));
+      throw Error(ErrorCode::kPeerFailure, dead + " of comm '" + comm_name_ + "' died while this rank " +
+                                               verb + " the buffer of " + who);
+    throw Error(ErrorCode::kSystem, std::string(write ? "process_vm_writev to " : "process_vm_readv from ") +
+                                        who + " failed after " + std::to_string(done) + " of " +
+                                        std::to_string(len) + " bytes: " + std::strerror(e));
   }
 }
 

@@ -25,6 +25,17 @@ struct ShmSizes {
   size_t slot_bytes = size_t{4} << 20;  // per parity
 };
 
+// What single copy (process_vm_readv/writev) a rank would use. Every rank publishes its own; the
+// comm uses, field by field, the largest over its ranks, so all ranks take the same paths.
+struct CmaLimits {
+  uint64_t min_bytes = ~uint64_t{0};             // data ops, per rank piece
+  uint64_t all_reduce_min_bytes = ~uint64_t{0};  // all_reduce above the DDA size
+  uint64_t broadcast_min_bytes = ~uint64_t{0};
+  // 1: broadcast's root only publishes its buffer; 0: it also writes a share of every peer's
+  // buffer (process_vm_writev) while the peers read the rest.
+  uint64_t no_root_writes = 1;
+};
+
 struct RingCtl {
   alignas(64) std::atomic<uint64_t> head;  // bytes written by the owner (sender)
   alignas(64) std::atomic<uint64_t> tail;  // bytes consumed by the receiver
@@ -45,7 +56,7 @@ struct ShmHeader {
   // process_vm_readv at init) and whether the owner could read every peer that way.
   uint64_t self_addr;
   std::atomic<int32_t> cma_ok;
-  uint64_t cma_min[2];  // the owner's single-copy thresholds (the comm uses the largest)
+  uint64_t cma_min[4];  // the owner's CmaLimits, in field order (the comm uses the largest)
 };
 
 class ShmGroup : public PeerWatch {
@@ -80,18 +91,22 @@ class ShmGroup : public PeerWatch {
   void wait_all(uint64_t step, const WaitScope& ws);
 
   // --- cross-memory attach (process_vm_readv) ---------------------------------------------
-  // Init, after map_all(): tries to read every peer's header with process_vm_readv and
-  // publishes the outcome in this rank's header (ptrace rules or seccomp may forbid it).
-  // `min_bytes`: this rank's thresholds, published so that all ranks use the same (the largest).
-  void probe_cma(size_t min_bytes, size_t all_reduce_min_bytes);
+  // Init, after map_all(): tries to read every peer's header with process_vm_readv (and, when
+  // `want.no_root_writes` is 0, to write it with process_vm_writev) and publishes the outcome in
+  // this rank's header (ptrace rules or seccomp may forbid it), with this rank's limits.
+  void probe_cma(const CmaLimits& want);
   // Init, once every rank probed (after the store meeting): true when all ranks can read all.
   void agree_cma();
   bool cma() const { return cma_all_; }
-  size_t cma_min_bytes() const { return cma_min_[0]; }
-  size_t cma_all_reduce_min_bytes() const { return cma_min_[1]; }
+  size_t cma_min_bytes() const { return cma_.min_bytes; }
+  size_t cma_all_reduce_min_bytes() const { return cma_.all_reduce_min_bytes; }
+  size_t cma_broadcast_min_bytes() const { return cma_.broadcast_min_bytes; }
+  bool cma_root_writes() const { return cma_.no_root_writes == 0; }
   // Copies `len` bytes at `remote` in peer's address space to `dst` (PeerFailure if it died,
   // an internal error otherwise).
   void cma_read(int peer, void* dst, uint64_t remote, size_t len);
+  // Copies `len` bytes from src to `remote` in peer's address space (process_vm_writev).
+  void cma_write(int peer, const void* src, uint64_t remote, size_t len);
 
   void close();
 
@@ -101,6 +116,7 @@ class ShmGroup : public PeerWatch {
     return b ? b : map_peer(r);
   }
   char* map_peer(int r);
+  void cma_copy(int peer, void* local, uint64_t remote, size_t len, bool write);
 
   std::string comm_name_;
   int rank_;
@@ -116,7 +132,7 @@ class ShmGroup : public PeerWatch {
   std::vector<uint64_t> seen_;  // lower bounds of peers' arrive counters
   uint64_t step_ = 0;
   bool cma_all_ = false;
-  size_t cma_min_[2] = {~size_t{0}, ~size_t{0}};
+  CmaLimits cma_;  // agreed; all off until agree_cma()
 };
 
 }  // namespace commx

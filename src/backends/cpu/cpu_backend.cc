@@ -248,7 +248,10 @@ void CpuBackend::init(const BackendContext& ctx) {
     // Map every peer now, then wait until all ranks did: after that a rank may finish ops and
     // finalize (unmapping its segment) without pulling memory from under a slower peer.
     group_->map_all();
-    if (tuning_.cma) group_->probe_cma(tuning_.cma_min_bytes, tuning_.cma_all_reduce_min_bytes);
+    if (tuning_.cma)
+      group_->probe_cma(CmaLimits{tuning_.cma_min_bytes, tuning_.cma_all_reduce_min_bytes,
+                                  tuning_.broadcast_cma_min_bytes,
+                                  tuning_.broadcast_root_writes ? 0u : 1u});
     if (ctx.size > 1) {
       if (ctx.store->add("cpu/mapped", 1) == ctx.size) ctx.store->set_str("cpu/mapped_all", "1");
       ctx.store->wait({"cpu/mapped_all"}, ctx.options.timeout.value_or(kDefaultTimeout));
@@ -356,6 +359,10 @@ void CpuBackend::dispatch(const OpDesc& op, Deadline deadline) {
   ShmColl c{*group_, WaitScope{deadline, &aborted_, group_.get(), &tuning_.wait, &sleeping_on_},
             sig, tuning_.chunk_bytes, group_->cma_min_bytes()};
   c.ws.whole_group = true;
+  if (op.type == OpType::kBroadcast) {
+    c.cma_min_bytes = group_->cma_broadcast_min_bytes();
+    c.cma_root_writes = group_->cma_root_writes();
+  }
   if (ctx_.size > 1) group_->map_all();
   run_shm(op, c, algo);
 }

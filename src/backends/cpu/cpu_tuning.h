@@ -35,6 +35,13 @@ struct CpuTuning {
   // VM the pipelined slot reduce-scatter + all-gather was 1.5-2.5x faster from 512 KiB to 32 MiB
   // (process_vm_readv pins pages on every call); hint "cma" still selects it.
   size_t cma_all_reduce_min_bytes = ~size_t{0};
+  // broadcast: single copy from this size on (COMMX_CPU_BROADCAST_CMA_MIN_BYTES), the root
+  // writing a share of each peer's buffer (COMMX_CPU_BROADCAST_ROOT_WRITES=0: it does not). On
+  // the 2-core VM the slot path's copies cost 5x more whenever the host puts the two vCPUs on
+  // distant cores (dirty cache lines cross the host's fabric; docs/cpu_backend.md), while single
+  // copy with root writes is ~2x faster than Open MPI from 16 KiB on in either placement.
+  size_t broadcast_cma_min_bytes = size_t{16} << 10;
+  bool broadcast_root_writes = true;
   WaitTuning wait;
   bool spin_from_env = false;  // COMMX_CPU_SPIN_NS given: keep it even when oversubscribed
 
