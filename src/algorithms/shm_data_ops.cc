@@ -40,8 +40,9 @@ void shm_broadcast(ShmColl& c, void* buf, size_t bytes, int root) {
     // peers publish theirs too and the root writes the head (1/n, whole pages) of every peer's
     // buffer while the peers read the rest: both copies run at once on different CPUs (2 ranks:
     // half the time; the one copy no longer waits for the root's CPU to idle).
-    const size_t head =
-        c.cma_root_writes ? bytes / static_cast<size_t>(st.n()) / 4096 * 4096 : 0;
+    const size_t head = bytes >= c.root_writes_min_bytes
+                            ? bytes / static_cast<size_t>(st.n()) / 4096 * 4096
+                            : 0;
     uint64_t s = st.begin(is_root || head > 0);
     if (is_root || head > 0) {
       st.write_sig(s);

@@ -44,6 +44,9 @@ ShmGroup::ShmGroup(const std::string& comm_name, int rank, int size, ShmSizes si
   h->cpu.store(-1);
   h->self_addr = reinterpret_cast<uintptr_t>(own_.base());
   h->cma_ok.store(0);
+  cpu_set_t set;
+  static_assert(sizeof(set) == sizeof(h->affinity));
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) std::memcpy(h->affinity, &set, sizeof(set));
   for (int d = 0; d < size; ++d) new (own_.base() + ring_ctl_off_ + sizeof(RingCtl) * d) RingCtl{};
   bases_.assign(size, nullptr);
   bases_[rank] = own_.base();
@@ -113,6 +116,16 @@ void ShmGroup::map_all() {
   for (int r = 0; r < size_; ++r) base(r);
 }
 
+int ShmGroup::cpus_of_all() {
+  int n = 0;
+  for (int w = 0; w < 16; ++w) {
+    uint64_t bits = 0;
+    for (int r = 0; r < size_; ++r) bits |= header(r).affinity[w];
+    n += __builtin_popcountll(bits);
+  }
+  return n > 0 ? n : 1;
+}
+
 RingCtl& ShmGroup::ring_ctl(int owner, int dst) {
   return *reinterpret_cast<RingCtl*>(base(owner) + ring_ctl_off_ + sizeof(RingCtl) * dst);
 }
@@ -155,9 +168,9 @@ void ShmGroup::probe_cma(const CmaLimits& want) {
     iovec remote{reinterpret_cast<void*>(h.self_addr + offsetof(ShmHeader, nonce)), sizeof(nonce)};
     ok = process_vm_readv(h.pid, &local, 1, &remote, 1, 0) == sizeof(nonce) && nonce == h.nonce;
     // Writing back the value just read changes nothing the peer could see.
-    if (ok && mine.no_root_writes == 0 &&
+    if (ok && mine.root_writes_min_bytes != ~uint64_t{0} &&
         process_vm_writev(h.pid, &local, 1, &remote, 1, 0) != sizeof(nonce))
-      mine.no_root_writes = 1;
+      mine.root_writes_min_bytes = ~uint64_t{0};
   }
   static_assert(sizeof(CmaLimits) == sizeof(ShmHeader::cma_min));
   std::memcpy(header(rank_).cma_min, &mine, sizeof(mine));
@@ -174,7 +187,7 @@ void ShmGroup::agree_cma() {
     a.min_bytes = std::max(a.min_bytes, h.min_bytes);
     a.all_reduce_min_bytes = std::max(a.all_reduce_min_bytes, h.all_reduce_min_bytes);
     a.broadcast_min_bytes = std::max(a.broadcast_min_bytes, h.broadcast_min_bytes);
-    a.no_root_writes = std::max(a.no_root_writes, h.no_root_writes);
+    a.root_writes_min_bytes = std::max(a.root_writes_min_bytes, h.root_writes_min_bytes);
   }
   cma_ = cma_all_ ? a : CmaLimits{};
 }

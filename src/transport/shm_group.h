@@ -31,9 +31,9 @@ struct CmaLimits {
   uint64_t min_bytes = ~uint64_t{0};             // data ops, per rank piece
   uint64_t all_reduce_min_bytes = ~uint64_t{0};  // all_reduce above the DDA size
   uint64_t broadcast_min_bytes = ~uint64_t{0};
-  // 1: broadcast's root only publishes its buffer; 0: it also writes a share of every peer's
-  // buffer (process_vm_writev) while the peers read the rest.
-  uint64_t no_root_writes = 1;
+  // broadcast from this size on: the root also writes a share of every peer's buffer
+  // (process_vm_writev) while the peers read the rest.
+  uint64_t root_writes_min_bytes = ~uint64_t{0};
 };
 
 struct RingCtl {
@@ -57,6 +57,8 @@ struct ShmHeader {
   uint64_t self_addr;
   std::atomic<int32_t> cma_ok;
   uint64_t cma_min[4];  // the owner's CmaLimits, in field order (the comm uses the largest)
+  // The CPUs the owner may run on (sched_getaffinity; CPU i is bit i % 64 of word i / 64).
+  uint64_t affinity[16];
 };
 
 class ShmGroup : public PeerWatch {
@@ -77,6 +79,9 @@ class ShmGroup : public PeerWatch {
   int any_dead() override;
   // Maps every peer now (a collective op needs them all).
   void map_all();
+  // After map_all(): how many CPUs the ranks may run on together (the union of their affinity
+  // masks; ranks bound one per core by mpirun are not oversubscribed).
+  int cpus_of_all();
   ShmHeader& header(int r) { return *reinterpret_cast<ShmHeader*>(base(r)); }
   RingCtl& ring_ctl(int owner, int dst);
   char* ring(int owner, int dst);
@@ -91,9 +96,9 @@ class ShmGroup : public PeerWatch {
   void wait_all(uint64_t step, const WaitScope& ws);
 
   // --- cross-memory attach (process_vm_readv) ---------------------------------------------
-  // Init, after map_all(): tries to read every peer's header with process_vm_readv (and, when
-  // `want.no_root_writes` is 0, to write it with process_vm_writev) and publishes the outcome in
-  // this rank's header (ptrace rules or seccomp may forbid it), with this rank's limits.
+  // Init, after map_all(): tries to read every peer's header with process_vm_readv (and to write
+  // it with process_vm_writev where root writes are wanted) and publishes the outcome in this
+  // rank's header (ptrace rules or seccomp may forbid it), with this rank's limits.
   void probe_cma(const CmaLimits& want);
   // Init, once every rank probed (after the store meeting): true when all ranks can read all.
   void agree_cma();
@@ -101,7 +106,7 @@ class ShmGroup : public PeerWatch {
   size_t cma_min_bytes() const { return cma_.min_bytes; }
   size_t cma_all_reduce_min_bytes() const { return cma_.all_reduce_min_bytes; }
   size_t cma_broadcast_min_bytes() const { return cma_.broadcast_min_bytes; }
-  bool cma_root_writes() const { return cma_.no_root_writes == 0; }
+  size_t cma_root_writes_min_bytes() const { return cma_.root_writes_min_bytes; }
   // Copies `len` bytes at `remote` in peer's address space to `dst` (PeerFailure if it died,
   // an internal error otherwise).
   void cma_read(int peer, void* dst, uint64_t remote, size_t len);
