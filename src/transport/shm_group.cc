@@ -5,14 +5,14 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
-
-#include <algorithm>
 #include <new>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "commx/error.h"
 
@@ -155,6 +155,14 @@ void ShmGroup::wait_all(uint64_t step, const WaitScope& ws) {
   for (int i = 1; i < size_; ++i) wait_peer((rank_ + i) % size_, step, ws);
 }
 
+void ShmGroup::await_arrival(int peer, uint64_t step, std::chrono::milliseconds grace) {
+  const auto end = std::chrono::steady_clock::now() + grace;
+  ShmWord& w = header(peer).arrive;
+  while (w.value.load(std::memory_order_acquire) < step && alive(peer) &&
+         std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
+
 void ShmGroup::prepare_write(uint64_t step, const WaitScope& ws) { wait_all(step - 1, ws); }
 
 void ShmGroup::probe_cma(const CmaLimits& want) {
@@ -219,14 +227,17 @@ void ShmGroup::cma_copy(int peer, void* local, uint64_t remote, size_t len, bool
     // left the op and freed its buffer because the op failed for it: name every rank gone.
     std::string dead;
     for (int r = 0; r < size_; ++r)
-      if (r != rank_ && ((r == peer && e == ESRCH) || !alive(r))) dead += (dead.empty() ? "rank " : ", rank ") + std::to_string(r);
+      if (r != rank_ && ((r == peer && e == ESRCH) || !alive(r)))
+        dead += (dead.empty() ? "rank " : ", rank ") + std::to_string(r);
     const char* verb = write ? "wrote into" : "read";
     if (!dead.empty())
-      throw Error(ErrorCode::kPeerFailure, dead + " of comm '" + comm_name_ + "' died while this rank " +
-                                               verb + " the buffer of " + who);
-    throw Error(ErrorCode::kSystem, std::string(write ? "process_vm_writev to " : "process_vm_readv from ") +
-                                        who + " failed after " + std::to_string(done) + " of " +
-                                        std::to_string(len) + " bytes: " + std::strerror(e));
+      throw Error(ErrorCode::kPeerFailure, dead + " of comm '" + comm_name_ +
+                                               "' died while this rank " + verb +
+                                               " the buffer of " + who);
+    throw Error(ErrorCode::kSystem,
+                std::string(write ? "process_vm_writev to " : "process_vm_readv from ") + who +
+                    " failed after " + std::to_string(done) + " of " + std::to_string(len) +
+                    " bytes: " + std::strerror(e));
   }
 }
 

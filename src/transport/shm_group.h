@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -94,6 +95,8 @@ class ShmGroup : public PeerWatch {
   void arrive(uint64_t step) { publish(header(rank_).arrive, step); }
   void wait_peer(int peer, uint64_t step, const WaitScope& ws);
   void wait_all(uint64_t step, const WaitScope& ws);
+  // Best effort, for error paths: until `peer` arrived at `step`, exited, or `grace` passed.
+  void await_arrival(int peer, uint64_t step, std::chrono::milliseconds grace);
 
   // --- cross-memory attach (process_vm_readv) ---------------------------------------------
   // Init, after map_all(): tries to read every peer's header with process_vm_readv (and to write

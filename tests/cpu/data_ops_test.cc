@@ -281,9 +281,9 @@ TEST(DataOpsSingleCopy, AroundThreshold) {
       EXPECT_TRUE(res.all_ok()) << n << " ranks, COMMX_CPU_CMA=" << cma << ": " << res.describe();
     }
   // Ranks configured differently still agree (on the largest threshold, or on no single copy).
-  for (const char* var : {"COMMX_CPU_CMA_MIN_BYTES", "COMMX_CPU_CMA",
-                          "COMMX_CPU_BROADCAST_CMA_MIN_BYTES",
-                          "COMMX_CPU_BROADCAST_ROOT_WRITES_MIN_BYTES"}) {
+  for (const char* var :
+       {"COMMX_CPU_CMA_MIN_BYTES", "COMMX_CPU_CMA", "COMMX_CPU_BROADCAST_CMA_MIN_BYTES",
+        "COMMX_CPU_BROADCAST_ROOT_WRITES_MIN_BYTES"}) {
     auto res = run_forked(3, [var](RankEnv& env) {
       std::string v = var;
       if (env.rank == 1)

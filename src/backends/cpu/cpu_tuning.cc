@@ -1,7 +1,6 @@
 // CpuTuning: defaults, COMMX_CPU_* overrides and algorithm hints. Layer: backends/cpu.
 #include "backends/cpu/cpu_tuning.h"
 
-
 #include "commx/error.h"
 #include "core/env.h"
 
