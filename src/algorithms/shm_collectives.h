@@ -36,6 +36,10 @@ struct ShmColl {
   // straight into their outputs with process_vm_readv (one copy instead of two through the
   // slots); kNoCma where cross-memory attach is unavailable or off. Same on every rank.
   size_t cma_min_bytes = kNoCma;
+  // Single-copy broadcast from this size on: the root writes a share of every peer's buffer
+  // (process_vm_writev) while the peers read the rest, so the root's CPU copies too. Same on
+  // every rank.
+  size_t root_writes_min_bytes = kNoCma;
 };
 
 void shm_all_reduce_dda(ShmColl& c, const void* in, void* out, size_t count, const HostReducer& r);

@@ -36,19 +36,41 @@ void shm_broadcast(ShmColl& c, void* buf, size_t bytes, int root) {
   Steps st(c);
   const bool is_root = st.me() == root;
   if (st.use_cma(bytes)) {
-    // Root publishes its buffer's address; the others copy from it once.
-    uint64_t s = st.begin(is_root);
-    if (is_root) {
+    // Root publishes its buffer's address; the others copy from it once. With root writes, the
+    // peers publish theirs too and the root writes the head (1/n, whole pages) of every peer's
+    // buffer while the peers read the rest: both copies run at once on different CPUs (2 ranks:
+    // half the time; the one copy no longer waits for the root's CPU to idle).
+    const size_t head =
+        bytes >= c.root_writes_min_bytes ? bytes / static_cast<size_t>(st.n()) / 4096 * 4096 : 0;
+    uint64_t s = st.begin(is_root || head > 0);
+    if (is_root || head > 0) {
       st.write_sig(s);
-      st.table(root, s)[0] = Steps::addr(buf);
-      st.arrive(s);
-    } else {
-      st.arrive(s);
+      st.table(st.me(), s)[0] = Steps::addr(buf);
+    }
+    st.arrive(s);
+    if (is_root) {
+      for (int i = 1; i < st.n() && head > 0; ++i) {
+        int p = (root + i) % st.n();
+        st.wait(p, s);
+        st.check_sig(p, s);
+        st.write_peer(p, st.table(p, s)[0], buf, head);
+      }
+      return st.finish_reads();
+    }
+    try {
       st.wait(root, s);
       st.check_sig(root, s);
-      st.read_peer(root, buf, st.table(root, s)[0], bytes);
+      st.read_peer(root, static_cast<char*>(buf) + head,
+                   st.table(root, s)[0] + static_cast<int64_t>(head), bytes - head);
+      st.finish_reads();
+    } catch (...) {
+      // Leaving early (abort, timeout, a dead rank): the root may still be writing into buf. Do
+      // not hand it back to the caller before the root is done (it arrives at the next step
+      // after its writes) or gone.
+      if (head > 0) st.await_writer(root, s + 1);
+      throw;
     }
-    return st.finish_reads();
+    return;
   }
   const size_t rounds = rounds_for(bytes, st.cap());
   for (size_t k = 0; k < rounds; ++k) {

@@ -40,6 +40,15 @@ class Steps {
   void read_peer(int p, void* dst, int64_t remote, size_t len) {
     if (len) c_.g.cma_read(p, dst, static_cast<uint64_t>(remote), len);
   }
+  // Writes `len` bytes of src to address `remote` of peer p.
+  void write_peer(int p, int64_t remote, const void* src, size_t len) {
+    if (len) c_.g.cma_write(p, src, static_cast<uint64_t>(remote), len);
+  }
+  // After an error on a path where peer p writes into this rank's buffer: waits until p arrived
+  // at `step` (its writes are done) or exited, past the deadline and abort, for at most 250 ms.
+  void await_writer(int p, uint64_t step) {
+    c_.g.await_arrival(p, step, std::chrono::milliseconds(250));
+  }
   // Ends a single-copy op: a step that every rank reaches after its reads, awaited by all, so no
   // rank returns (and lets its caller reuse its buffers) while a peer still reads them.
   void finish_reads() {

@@ -5,14 +5,14 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
-
-#include <algorithm>
 #include <new>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "commx/error.h"
 
@@ -44,6 +44,9 @@ ShmGroup::ShmGroup(const std::string& comm_name, int rank, int size, ShmSizes si
   h->cpu.store(-1);
   h->self_addr = reinterpret_cast<uintptr_t>(own_.base());
   h->cma_ok.store(0);
+  cpu_set_t set;
+  static_assert(sizeof(set) == sizeof(h->affinity));
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) std::memcpy(h->affinity, &set, sizeof(set));
   for (int d = 0; d < size; ++d) new (own_.base() + ring_ctl_off_ + sizeof(RingCtl) * d) RingCtl{};
   bases_.assign(size, nullptr);
   bases_[rank] = own_.base();
@@ -113,6 +116,16 @@ void ShmGroup::map_all() {
   for (int r = 0; r < size_; ++r) base(r);
 }
 
+int ShmGroup::cpus_of_all() {
+  int n = 0;
+  for (int w = 0; w < 16; ++w) {
+    uint64_t bits = 0;
+    for (int r = 0; r < size_; ++r) bits |= header(r).affinity[w];
+    n += __builtin_popcountll(bits);
+  }
+  return n > 0 ? n : 1;
+}
+
 RingCtl& ShmGroup::ring_ctl(int owner, int dst) {
   return *reinterpret_cast<RingCtl*>(base(owner) + ring_ctl_off_ + sizeof(RingCtl) * dst);
 }
@@ -142,11 +155,18 @@ void ShmGroup::wait_all(uint64_t step, const WaitScope& ws) {
   for (int i = 1; i < size_; ++i) wait_peer((rank_ + i) % size_, step, ws);
 }
 
+void ShmGroup::await_arrival(int peer, uint64_t step, std::chrono::milliseconds grace) {
+  const auto end = std::chrono::steady_clock::now() + grace;
+  ShmWord& w = header(peer).arrive;
+  while (w.value.load(std::memory_order_acquire) < step && alive(peer) &&
+         std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
+
 void ShmGroup::prepare_write(uint64_t step, const WaitScope& ws) { wait_all(step - 1, ws); }
 
-void ShmGroup::probe_cma(size_t min_bytes, size_t all_reduce_min_bytes) {
-  header(rank_).cma_min[0] = min_bytes;
-  header(rank_).cma_min[1] = all_reduce_min_bytes;
+void ShmGroup::probe_cma(const CmaLimits& want) {
+  CmaLimits mine = want;
   bool ok = true;
   for (int r = 0; r < size_ && ok; ++r) {
     if (r == rank_) continue;
@@ -155,27 +175,47 @@ void ShmGroup::probe_cma(size_t min_bytes, size_t all_reduce_min_bytes) {
     iovec local{&nonce, sizeof(nonce)};
     iovec remote{reinterpret_cast<void*>(h.self_addr + offsetof(ShmHeader, nonce)), sizeof(nonce)};
     ok = process_vm_readv(h.pid, &local, 1, &remote, 1, 0) == sizeof(nonce) && nonce == h.nonce;
+    // Writing back the value just read changes nothing the peer could see.
+    if (ok && mine.root_writes_min_bytes != ~uint64_t{0} &&
+        process_vm_writev(h.pid, &local, 1, &remote, 1, 0) != sizeof(nonce))
+      mine.root_writes_min_bytes = ~uint64_t{0};
   }
+  static_assert(sizeof(CmaLimits) == sizeof(ShmHeader::cma_min));
+  std::memcpy(header(rank_).cma_min, &mine, sizeof(mine));
   header(rank_).cma_ok.store(ok ? 1 : 0, std::memory_order_release);
 }
 
 void ShmGroup::agree_cma() {
   cma_all_ = size_ > 1;
-  cma_min_[0] = cma_min_[1] = 0;
+  CmaLimits a{0, 0, 0, 0};
   for (int r = 0; r < size_; ++r) {
     if (header(r).cma_ok.load(std::memory_order_acquire) != 1) cma_all_ = false;
-    for (int i = 0; i < 2; ++i) cma_min_[i] = std::max<size_t>(cma_min_[i], header(r).cma_min[i]);
+    CmaLimits h;
+    std::memcpy(&h, header(r).cma_min, sizeof(h));
+    a.min_bytes = std::max(a.min_bytes, h.min_bytes);
+    a.all_reduce_min_bytes = std::max(a.all_reduce_min_bytes, h.all_reduce_min_bytes);
+    a.broadcast_min_bytes = std::max(a.broadcast_min_bytes, h.broadcast_min_bytes);
+    a.root_writes_min_bytes = std::max(a.root_writes_min_bytes, h.root_writes_min_bytes);
   }
-  if (!cma_all_) cma_min_[0] = cma_min_[1] = ~size_t{0};
+  cma_ = cma_all_ ? a : CmaLimits{};
 }
 
 void ShmGroup::cma_read(int peer, void* dst, uint64_t remote, size_t len) {
-  char* d = static_cast<char*>(dst);
+  cma_copy(peer, dst, remote, len, false);
+}
+
+void ShmGroup::cma_write(int peer, const void* src, uint64_t remote, size_t len) {
+  cma_copy(peer, const_cast<void*>(src), remote, len, true);
+}
+
+void ShmGroup::cma_copy(int peer, void* local, uint64_t remote, size_t len, bool write) {
+  char* d = static_cast<char*>(local);
   size_t done = 0;
   while (done < len) {
     iovec l{d + done, len - done};
     iovec r{reinterpret_cast<void*>(remote + done), len - done};
-    ssize_t got = process_vm_readv(header(peer).pid, &l, 1, &r, 1, 0);
+    ssize_t got = write ? process_vm_writev(header(peer).pid, &l, 1, &r, 1, 0)
+                        : process_vm_readv(header(peer).pid, &l, 1, &r, 1, 0);
     if (got > 0) {
       done += static_cast<size_t>(got);
       continue;
@@ -187,13 +227,17 @@ void ShmGroup::cma_read(int peer, void* dst, uint64_t remote, size_t len) {
     // left the op and freed its buffer because the op failed for it: name every rank gone.
     std::string dead;
     for (int r = 0; r < size_; ++r)
-      if (r != rank_ && ((r == peer && e == ESRCH) || !alive(r))) dead += (dead.empty() ? "rank " : ", rank ") + std::to_string(r);
+      if (r != rank_ && ((r == peer && e == ESRCH) || !alive(r)))
+        dead += (dead.empty() ? "rank " : ", rank ") + std::to_string(r);
+    const char* verb = write ? "wrote into" : "read";
     if (!dead.empty())
       throw Error(ErrorCode::kPeerFailure, dead + " of comm '" + comm_name_ +
-                                               "' died while this rank read the buffer of " + who);
-    throw Error(ErrorCode::kSystem, "process_vm_readv from " + who + " failed after " +
-                                          std::to_string(done) + " of " + std::to_string(len) +
-                                          " bytes: " + std::strerror(e));
+                                               "' died while this rank " + verb +
+                                               " the buffer of " + who);
+    throw Error(ErrorCode::kSystem,
+                std::string(write ? "process_vm_writev to " : "process_vm_readv from ") + who +
+                    " failed after " + std::to_string(done) + " of " + std::to_string(len) +
+                    " bytes: " + std::strerror(e));
   }
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +24,17 @@ namespace commx {
 struct ShmSizes {
   size_t ring_bytes = size_t{1} << 20;  // per destination; a power of two
   size_t slot_bytes = size_t{4} << 20;  // per parity
+};
+
+// What single copy (process_vm_readv/writev) a rank would use. Every rank publishes its own; the
+// comm uses, field by field, the largest over its ranks, so all ranks take the same paths.
+struct CmaLimits {
+  uint64_t min_bytes = ~uint64_t{0};             // data ops, per rank piece
+  uint64_t all_reduce_min_bytes = ~uint64_t{0};  // all_reduce above the DDA size
+  uint64_t broadcast_min_bytes = ~uint64_t{0};
+  // broadcast from this size on: the root also writes a share of every peer's buffer
+  // (process_vm_writev) while the peers read the rest.
+  uint64_t root_writes_min_bytes = ~uint64_t{0};
 };
 
 struct RingCtl {
@@ -45,7 +57,9 @@ struct ShmHeader {
   // process_vm_readv at init) and whether the owner could read every peer that way.
   uint64_t self_addr;
   std::atomic<int32_t> cma_ok;
-  uint64_t cma_min[2];  // the owner's single-copy thresholds (the comm uses the largest)
+  uint64_t cma_min[4];  // the owner's CmaLimits, in field order (the comm uses the largest)
+  // The CPUs the owner may run on (sched_getaffinity; CPU i is bit i % 64 of word i / 64).
+  uint64_t affinity[16];
 };
 
 class ShmGroup : public PeerWatch {
@@ -66,6 +80,9 @@ class ShmGroup : public PeerWatch {
   int any_dead() override;
   // Maps every peer now (a collective op needs them all).
   void map_all();
+  // After map_all(): how many CPUs the ranks may run on together (the union of their affinity
+  // masks; ranks bound one per core by mpirun are not oversubscribed).
+  int cpus_of_all();
   ShmHeader& header(int r) { return *reinterpret_cast<ShmHeader*>(base(r)); }
   RingCtl& ring_ctl(int owner, int dst);
   char* ring(int owner, int dst);
@@ -78,20 +95,26 @@ class ShmGroup : public PeerWatch {
   void arrive(uint64_t step) { publish(header(rank_).arrive, step); }
   void wait_peer(int peer, uint64_t step, const WaitScope& ws);
   void wait_all(uint64_t step, const WaitScope& ws);
+  // Best effort, for error paths: until `peer` arrived at `step`, exited, or `grace` passed.
+  void await_arrival(int peer, uint64_t step, std::chrono::milliseconds grace);
 
   // --- cross-memory attach (process_vm_readv) ---------------------------------------------
-  // Init, after map_all(): tries to read every peer's header with process_vm_readv and
-  // publishes the outcome in this rank's header (ptrace rules or seccomp may forbid it).
-  // `min_bytes`: this rank's thresholds, published so that all ranks use the same (the largest).
-  void probe_cma(size_t min_bytes, size_t all_reduce_min_bytes);
+  // Init, after map_all(): tries to read every peer's header with process_vm_readv (and to write
+  // it with process_vm_writev where root writes are wanted) and publishes the outcome in this
+  // rank's header (ptrace rules or seccomp may forbid it), with this rank's limits.
+  void probe_cma(const CmaLimits& want);
   // Init, once every rank probed (after the store meeting): true when all ranks can read all.
   void agree_cma();
   bool cma() const { return cma_all_; }
-  size_t cma_min_bytes() const { return cma_min_[0]; }
-  size_t cma_all_reduce_min_bytes() const { return cma_min_[1]; }
+  size_t cma_min_bytes() const { return cma_.min_bytes; }
+  size_t cma_all_reduce_min_bytes() const { return cma_.all_reduce_min_bytes; }
+  size_t cma_broadcast_min_bytes() const { return cma_.broadcast_min_bytes; }
+  size_t cma_root_writes_min_bytes() const { return cma_.root_writes_min_bytes; }
   // Copies `len` bytes at `remote` in peer's address space to `dst` (PeerFailure if it died,
   // an internal error otherwise).
   void cma_read(int peer, void* dst, uint64_t remote, size_t len);
+  // Copies `len` bytes from src to `remote` in peer's address space (process_vm_writev).
+  void cma_write(int peer, const void* src, uint64_t remote, size_t len);
 
   void close();
 
@@ -101,6 +124,7 @@ class ShmGroup : public PeerWatch {
     return b ? b : map_peer(r);
   }
   char* map_peer(int r);
+  void cma_copy(int peer, void* local, uint64_t remote, size_t len, bool write);
 
   std::string comm_name_;
   int rank_;
@@ -116,7 +140,7 @@ class ShmGroup : public PeerWatch {
   std::vector<uint64_t> seen_;  // lower bounds of peers' arrive counters
   uint64_t step_ = 0;
   bool cma_all_ = false;
-  size_t cma_min_[2] = {~size_t{0}, ~size_t{0}};
+  CmaLimits cma_;  // agreed; all off until agree_cma()
 };
 
 }  // namespace commx

@@ -65,7 +65,7 @@ void wait_slow(const std::function<bool()>& pred, ShmWord& word, std::span<const
     }
     if (now < spin_end) continue;
     if (now < yield_end) {
-      sched_yield();
+      if (sc.skip_spin || t.yield_always) sched_yield();
       continue;
     }
     break;

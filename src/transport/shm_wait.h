@@ -19,6 +19,11 @@ struct WaitTuning {
   int64_t spin_ns = 2000;      // busy-wait with pause first (a handoff costs ~0.1 us)
   int64_t yield_ns = 50000;    // then sched_yield (lets an oversubscribed peer run here)
   int64_t slice_ns = 2000000;  // then futex sleeps of this length between checks
+  // Yield in that phase even when the awaited peer runs on another CPU (more ranks than CPUs:
+  // the thread that gets this CPU is likely a peer). Otherwise the phase yields only to a peer
+  // that shares this CPU and spins else: yielding to an unrelated busy process (a build on the
+  // same core) gives it a whole time slice, 3-4 ms, before this rank runs again.
+  bool yield_always = false;
 };
 
 // Tells whether the process of a peer rank is still running.

@@ -250,33 +250,46 @@ TEST(DataOpsSmallSlots, ManyRounds) {
   }
 }
 
-// The single-copy (process_vm_readv) paths: forced for every non-empty size, odd sizes, 2..8
-// ranks; then the default threshold from both sides (32 KiB per rank piece) and the paths off.
+// The single-copy (process_vm_readv/writev) paths: forced for every non-empty size, odd sizes,
+// 2..8 ranks, broadcast with and without the root writing a share of each peer's buffer (40001
+// floats: whole pages to write at every world size); then the default thresholds from both sides
+// (32 KiB per rank piece; broadcast 16 KiB at 2 ranks, 32 KiB above) and the paths off.
 class DataOpsSingleCopy : public ::testing::TestWithParam<int> {};
 
 TEST_P(DataOpsSingleCopy, Forced) {
   int n = GetParam();
-  auto res = run_forked(n, [](RankEnv& env) {
-    setenv("COMMX_CPU_CMA_MIN_BYTES", "1", 1);
-    data_matrix(env, {0, 1, 7, 4099}, {DataType::kFloat32, DataType::kUInt8}, {""});
-  });
-  EXPECT_TRUE(res.all_ok()) << res.describe();
+  for (const char* writes : {"0", "-1"}) {
+    auto res = run_forked(n, [writes](RankEnv& env) {
+      setenv("COMMX_CPU_CMA_MIN_BYTES", "1", 1);
+      setenv("COMMX_CPU_BROADCAST_CMA_MIN_BYTES", "1", 1);
+      setenv("COMMX_CPU_BROADCAST_ROOT_WRITES_MIN_BYTES", writes, 1);
+      data_matrix(env, {0, 1, 7, 4099, 40001}, {DataType::kFloat32, DataType::kUInt8}, {""});
+    });
+    EXPECT_TRUE(res.all_ok()) << "root writes from " << writes << ": " << res.describe();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, DataOpsSingleCopy, ::testing::Values(2, 3, 4, 5, 8));
 
 TEST(DataOpsSingleCopy, AroundThreshold) {
-  for (const char* cma : {"1", "0"}) {
-    auto res = run_forked(3, [cma](RankEnv& env) {
-      setenv("COMMX_CPU_CMA", cma, 1);
-      data_matrix(env, {32767, 32768, 98305}, {DataType::kUInt8}, {""});
-    });
-    EXPECT_TRUE(res.all_ok()) << "COMMX_CPU_CMA=" << cma << ": " << res.describe();
-  }
+  for (int n : {2, 3})
+    for (const char* cma : {"1", "0"}) {
+      auto res = run_forked(n, [cma](RankEnv& env) {
+        setenv("COMMX_CPU_CMA", cma, 1);
+        data_matrix(env, {16383, 16384, 32767, 32768, 98305}, {DataType::kUInt8}, {""});
+      });
+      EXPECT_TRUE(res.all_ok()) << n << " ranks, COMMX_CPU_CMA=" << cma << ": " << res.describe();
+    }
   // Ranks configured differently still agree (on the largest threshold, or on no single copy).
-  for (const char* var : {"COMMX_CPU_CMA_MIN_BYTES", "COMMX_CPU_CMA"}) {
+  for (const char* var :
+       {"COMMX_CPU_CMA_MIN_BYTES", "COMMX_CPU_CMA", "COMMX_CPU_BROADCAST_CMA_MIN_BYTES",
+        "COMMX_CPU_BROADCAST_ROOT_WRITES_MIN_BYTES"}) {
     auto res = run_forked(3, [var](RankEnv& env) {
-      if (env.rank == 1) setenv(var, std::string(var) == "COMMX_CPU_CMA" ? "0" : "1", 1);
+      std::string v = var;
+      if (env.rank == 1)
+        setenv(var, v == "COMMX_CPU_CMA" ? "0" : v.find("WRITES") != v.npos ? "-1" : "1", 1);
+      else if (v.find("WRITES") != v.npos)
+        setenv(var, "0", 1);  // root writes wanted by all ranks but rank 1
       data_matrix(env, {20000}, {DataType::kUInt8}, {""});
     });
     EXPECT_TRUE(res.all_ok()) << var << " on rank 1 only: " << res.describe();

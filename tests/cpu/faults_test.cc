@@ -66,9 +66,10 @@ TEST(Faults, TimeoutNamesTheMissingRank) {
 
 TEST(Faults, KilledRankIsReportedQuickly) {
   // 0: small; 1: large (several rounds through the slots); 2: small over TCP; 3: large
-  // all_gather and 4: large all_reduce (hint cma), both on the single-copy process_vm_readv paths.
-  for (int mode : {0, 1, 2, 3, 4}) {
-    bool large = mode == 1 || mode == 3 || mode == 4;
+  // all_gather and 4: large all_reduce (hint cma), both on the single-copy process_vm_readv paths;
+  // 5: large broadcast (single copy, the root writing into the peers with process_vm_writev).
+  for (int mode : {0, 1, 2, 3, 4, 5}) {
+    bool large = mode == 1 || mode == 3 || mode == 4 || mode == 5;
     auto res = run_forked(4, [large, mode](RankEnv& env) {
       CommOptions co;
       if (mode == 2) co.hints["transport"] = "tcp";
@@ -84,6 +85,7 @@ TEST(Faults, KilledRankIsReportedQuickly) {
         if (mode == 3)
           return comm->all_gather_single(make_tensor(all.data(), static_cast<int64_t>(count * 4)),
                                          t, async, o);
+        if (mode == 5) return comm->broadcast(t, 0, async, o);
         return comm->all_reduce(t, ReduceOp::SUM, async, o);
       };
       comm->all_reduce(make_tensor(v.data(), 16), ReduceOp::SUM);

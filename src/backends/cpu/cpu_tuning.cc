@@ -1,8 +1,6 @@
 // CpuTuning: defaults, COMMX_CPU_* overrides and algorithm hints. Layer: backends/cpu.
 #include "backends/cpu/cpu_tuning.h"
 
-#include <sched.h>
-
 #include "commx/error.h"
 #include "core/env.h"
 
@@ -31,6 +29,13 @@ CpuTuning CpuTuning::from_env() {
       env_int("COMMX_CPU_CMA_MIN_BYTES", static_cast<int64_t>(t.cma_min_bytes)));
   t.cma_all_reduce_min_bytes = static_cast<size_t>(env_int(
       "COMMX_CPU_CMA_ALL_REDUCE_MIN_BYTES", static_cast<int64_t>(t.cma_all_reduce_min_bytes)));
+  // A negative value: never (the largest size_t).
+  if (env_str("COMMX_CPU_BROADCAST_CMA_MIN_BYTES"))
+    t.broadcast_cma[0] = t.broadcast_cma[1] =
+        static_cast<size_t>(env_int("COMMX_CPU_BROADCAST_CMA_MIN_BYTES", 0));
+  if (env_str("COMMX_CPU_BROADCAST_ROOT_WRITES_MIN_BYTES"))
+    t.broadcast_root_writes[0] = t.broadcast_root_writes[1] =
+        static_cast<size_t>(env_int("COMMX_CPU_BROADCAST_ROOT_WRITES_MIN_BYTES", 0));
   t.spin_from_env = env_str("COMMX_CPU_SPIN_NS").has_value();
   t.wait.spin_ns = env_int("COMMX_CPU_SPIN_NS", t.wait.spin_ns);
   t.wait.yield_ns = env_int("COMMX_CPU_YIELD_NS", t.wait.yield_ns);
@@ -47,11 +52,11 @@ CpuTuning CpuTuning::from_env() {
   return t;
 }
 
-void CpuTuning::adapt_to_oversubscription(int local_ranks) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  if (local_ranks > cpus && !spin_from_env) wait.spin_ns = 0;
+void CpuTuning::adapt_to_oversubscription(int local_ranks, int cpus) {
+  if (local_ranks > cpus) {
+    wait.yield_always = true;
+    if (!spin_from_env) wait.spin_ns = 0;
+  }
 }
 
 CpuAlgo parse_algorithm_hint(const Hints& hints) {

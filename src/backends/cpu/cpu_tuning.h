@@ -35,13 +35,24 @@ struct CpuTuning {
   // VM the pipelined slot reduce-scatter + all-gather was 1.5-2.5x faster from 512 KiB to 32 MiB
   // (process_vm_readv pins pages on every call); hint "cma" still selects it.
   size_t cma_all_reduce_min_bytes = ~size_t{0};
+  // broadcast: single copy from broadcast_cma[0] bytes on (2 ranks; [1]: more ranks), the root
+  // writing a share of each peer's buffer from broadcast_root_writes[0] ([1]) bytes on. The slot
+  // path's two copies hand dirty cache lines from core to core, 5x slower whenever the host puts
+  // the VM's two vCPUs on distant cores (it moves them every few seconds; docs/cpu_backend.md);
+  // single copy with root writes beat Open MPI by ~2x from 16 KiB on at 2 ranks in either
+  // placement. At 4 ranks on 2 CPUs root writes pay only from 256 KiB on.
+  size_t broadcast_cma[2] = {size_t{16} << 10, size_t{32} << 10};
+  size_t broadcast_root_writes[2] = {0, size_t{256} << 10};
+  size_t broadcast_cma_min(int ranks) const { return broadcast_cma[ranks > 2]; }
+  size_t broadcast_root_writes_min(int ranks) const { return broadcast_root_writes[ranks > 2]; }
   WaitTuning wait;
   bool spin_from_env = false;  // COMMX_CPU_SPIN_NS given: keep it even when oversubscribed
 
   size_t dda_max_bytes(int ranks) const;
-  // More ranks on this host than CPUs this process may run on: spinning only steals the time
-  // slice a peer needs, so waits go straight to yielding (unless COMMX_CPU_SPIN_NS says otherwise).
-  void adapt_to_oversubscription(int local_ranks);
+  // More ranks on this host than CPUs the ranks may run on together (`cpus`: the union of their
+  // affinity masks): spinning only steals the time slice a peer needs, so waits go straight to
+  // yielding (unless COMMX_CPU_SPIN_NS says otherwise).
+  void adapt_to_oversubscription(int local_ranks, int cpus);
   // Reads COMMX_CPU_* (throws InvalidArgument on malformed values).
   static CpuTuning from_env();
 };
