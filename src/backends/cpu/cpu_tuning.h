@@ -40,9 +40,12 @@ struct CpuTuning {
   // path's two copies hand dirty cache lines from core to core, 5x slower whenever the host puts
   // the VM's two vCPUs on distant cores (it moves them every few seconds; docs/cpu_backend.md);
   // single copy with root writes beat Open MPI by ~2x from 16 KiB on at 2 ranks in either
-  // placement. At 4 ranks on 2 CPUs root writes pay only from 256 KiB on.
+  // placement (at 4 ranks on 2 CPUs from 256 KiB on). Root writes are opt-in
+  // (COMMX_CPU_BROADCAST_ROOT_WRITES_MIN_BYTES): a peer that leaves the op early (abort, error)
+  // waits only 250 ms for the root's writes into its buffer, so a root stalled longer than that
+  // mid-write could still write into memory the peer's caller already reused.
   size_t broadcast_cma[2] = {size_t{16} << 10, size_t{32} << 10};
-  size_t broadcast_root_writes[2] = {0, size_t{256} << 10};
+  size_t broadcast_root_writes[2] = {~size_t{0}, ~size_t{0}};
   size_t broadcast_cma_min(int ranks) const { return broadcast_cma[ranks > 2]; }
   size_t broadcast_root_writes_min(int ranks) const { return broadcast_root_writes[ranks > 2]; }
   WaitTuning wait;
