@@ -41,6 +41,11 @@ enum class OpType : uint8_t {
 };
 inline constexpr int kNumOpTypes = 20;
 const char* op_type_name(OpType t);
+// Whether ops of this type combine values with a ReduceOp (and so must check it and the dtype).
+inline bool is_reduction(OpType t) {
+  return t == OpType::kAllReduce || t == OpType::kReduce || t == OpType::kReduceScatter ||
+         t == OpType::kReduceScatterSingle || t == OpType::kReduceScatterV;
+}
 
 struct P2POp {
   bool is_send = true;

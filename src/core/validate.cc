@@ -70,11 +70,6 @@ struct Checker {
   }
 };
 
-bool is_reduction(OpType t) {
-  return t == OpType::kAllReduce || t == OpType::kReduce || t == OpType::kReduceScatter ||
-         t == OpType::kReduceScatterSingle || t == OpType::kReduceScatterV;
-}
-
 }  // namespace
 
 void validate_op(const CommImpl& c, const OpDesc& op) {

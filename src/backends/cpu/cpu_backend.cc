@@ -20,11 +20,6 @@ namespace {
 
 std::string to_str(const Bytes& b) { return std::string(b.begin(), b.end()); }
 
-bool is_reduction(OpType t) {
-  return t == OpType::kAllReduce || t == OpType::kReduce || t == OpType::kReduceScatter ||
-         t == OpType::kReduceScatterSingle || t == OpType::kReduceScatterV;
-}
-
 // Pointers and sizes of an op's per-rank pieces, whatever list/single/v form it came in.
 struct Pieces {
   std::vector<void*> ptr;

@@ -17,26 +17,6 @@
 #include "cuda_common/event_work.h"
 
 namespace commx::cuda {
-namespace {
-
-const void* op_stream(const OpDesc& op) {
-  if (op.input.stream) return op.input.stream;
-  if (op.output.stream) return op.output.stream;
-  for (const auto& t : op.inputs)
-    if (t.stream) return t.stream;
-  for (const auto& t : op.outputs)
-    if (t.stream) return t.stream;
-  for (const auto& p : op.p2p)
-    if (p.tensor.stream) return p.tensor.stream;
-  return nullptr;
-}
-
-bool is_reduction(OpType t) {
-  return t == OpType::kAllReduce || t == OpType::kReduce || t == OpType::kReduceScatter ||
-         t == OpType::kReduceScatterSingle || t == OpType::kReduceScatterV;
-}
-
-}  // namespace
 
 CudaBackend::~CudaBackend() {
   try {

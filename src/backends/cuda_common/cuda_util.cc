@@ -41,6 +41,18 @@ int resolve_device(const Device& d) {
   return cur;
 }
 
+const void* op_stream(const OpDesc& op) {
+  if (op.input.stream) return op.input.stream;
+  if (op.output.stream) return op.output.stream;
+  for (const auto& t : op.inputs)
+    if (t.stream) return t.stream;
+  for (const auto& t : op.outputs)
+    if (t.stream) return t.stream;
+  for (const auto& p : op.p2p)
+    if (p.tensor.stream) return p.tensor.stream;
+  return nullptr;
+}
+
 cudaStream_t caller_stream(const void* stream) {
   return stream ? static_cast<cudaStream_t>(const_cast<void*>(stream)) : cudaStreamLegacy;
 }

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "commx/backend.h"
 #include "commx/error.h"
 #include "commx/tensor.h"
 
@@ -43,6 +44,9 @@ int resolve_device(const Device& d);
 // The stream an op runs on when async_op=false: the first tensor's stream, else the legacy default
 // stream (what PyTorch calls the default stream).
 cudaStream_t caller_stream(const void* stream);
+// The stream an op's tensors name: the first one set among input, output, the lists and the p2p
+// tensors (null when none is).
+const void* op_stream(const OpDesc& op);
 // Whether `s` is being captured into a CUDA graph (no events may be recorded or waited then).
 bool is_capturing(cudaStream_t s);
 

@@ -50,11 +50,6 @@ void with_elem(size_t size, F&& f) {
   throw Error(ErrorCode::kInternal, "gloo backend: element size " + std::to_string(size));
 }
 
-bool is_reduction(OpType t) {
-  return t == OpType::kAllReduce || t == OpType::kReduce || t == OpType::kReduceScatter ||
-         t == OpType::kReduceScatterSingle || t == OpType::kReduceScatterV;
-}
-
 std::string local_hostname() {
   char buf[256] = {};
   gethostname(buf, sizeof(buf) - 1);

@@ -18,11 +18,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-bool is_reduction(OpType t) {
-  return t == OpType::kAllReduce || t == OpType::kReduce || t == OpType::kReduceScatter ||
-         t == OpType::kReduceScatterSingle || t == OpType::kReduceScatterV;
-}
-
 void finalize_mpi_at_exit() {
   int fin = 0;
   MPI_Finalized(&fin);

@@ -44,25 +44,8 @@ bool red_op_of(ReduceKind k, ncclRedOp_t* out) {
   }
 }
 
-bool is_reduction(OpType t) {
-  return t == OpType::kAllReduce || t == OpType::kReduce || t == OpType::kReduceScatter ||
-         t == OpType::kReduceScatterSingle || t == OpType::kReduceScatterV;
-}
-
 // Data movement needs no dtype: move bytes.
 size_t nbytes(const Tensor& t) { return t.nbytes(); }
-
-const void* op_stream(const OpDesc& op) {
-  if (op.input.stream) return op.input.stream;
-  if (op.output.stream) return op.output.stream;
-  for (const auto& t : op.inputs)
-    if (t.stream) return t.stream;
-  for (const auto& t : op.outputs)
-    if (t.stream) return t.stream;
-  for (const auto& p : op.p2p)
-    if (p.tensor.stream) return p.tensor.stream;
-  return nullptr;
-}
 
 }  // namespace
 
@@ -297,7 +280,7 @@ Work NcclBackend::run(const OpDesc& op, bool async_op) {
     throw Error(ErrorCode::kAborted, op_context(ctx_, op) + "the nccl comm was aborted");
   cuda::DeviceGuard g(device_);
   std::string where = op_context(ctx_, op);
-  cudaStream_t caller = cuda::caller_stream(op_stream(op));
+  cudaStream_t caller = cuda::caller_stream(cuda::op_stream(op));
   bool capturing = cuda::is_capturing(caller);
   cudaStream_t s = caller;
   if (async_op && !capturing) {
