@@ -19,13 +19,6 @@ int64_t list_count(const std::vector<Tensor>& ts) {
   return s;
 }
 
-std::vector<Tensor> split_even(const Tensor& t, int size) {
-  std::vector<Tensor> v;
-  const int64_t each = t.count / size;
-  for (int i = 0; i < size; ++i) v.push_back(t.slice(i * each, each));
-  return v;
-}
-
 void run_op(const OpDesc& op, const LowpContext& c, int size) {
   switch (op.type) {
     case OpType::kAllReduce:
@@ -64,6 +57,13 @@ void report(const OpDesc& op, const CodecStats& s, int rank, const std::string& 
 }
 
 }  // namespace
+
+std::vector<Tensor> split_even(const Tensor& t, int size) {
+  std::vector<Tensor> v;
+  const int64_t each = t.count / size;
+  for (int i = 0; i < size; ++i) v.push_back(t.slice(i * each, each));
+  return v;
+}
 
 DataType lowp_op_dtype(const OpDesc& op) {
   switch (op.type) {

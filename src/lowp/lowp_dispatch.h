@@ -11,6 +11,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "commx/backend.h"
 #include "lowp/lowp_collectives.h"
@@ -23,6 +24,8 @@ namespace commx::lowp {
 // buffer of the op (all_reduce: the tensor; all_gather: the gathered output; reduce_scatter:
 // the scattered input; all_to_all: the input), in bytes of the op's dtype.
 int64_t lowp_op_bytes(const OpDesc& op, int size);
+// The `size` equal parts of a single-tensor operand, as the list forms take them.
+std::vector<Tensor> split_even(const Tensor& t, int size);
 DataType lowp_op_dtype(const OpDesc& op);
 
 // Runs `op` in low precision when lowp_choice() says so; `stats` (nullable) gathers the codec

@@ -23,24 +23,9 @@
 namespace commx::cuda {
 namespace {
 
-// One rank's share of a list or single-tensor operand: a device pointer and a count.
-struct Part {
-  char* p = nullptr;
-  int64_t n = 0;
-};
-
-std::vector<Part> parts_of(const std::vector<Tensor>& ts) {
-  std::vector<Part> v;
-  for (const Tensor& t : ts) v.push_back({static_cast<char*>(t.data), t.count});
-  return v;
-}
-
-std::vector<Part> split_even(const Tensor& t, int world) {
-  std::vector<Part> v;
-  const int64_t each = t.count / world;
-  const size_t es = dtype_size(t.dtype);
-  for (int q = 0; q < world; ++q) v.push_back({static_cast<char*>(t.data) + q * each * es, each});
-  return v;
+// The device address of element `elem` of t.
+char* elem_ptr(const Tensor& t, int64_t elem) {
+  return static_cast<char*>(t.data) + elem * static_cast<int64_t>(dtype_size(t.dtype));
 }
 
 int64_t clamp_len(int64_t len, int64_t from, int64_t most) {
@@ -56,7 +41,6 @@ struct Rounds {
   unsigned long long* stats;
   uint64_t seq;
   DataType dtype;
-  size_t es;
   int max_blocks;
   uint64_t cap = 0;   // bytes per slot
   int64_t chunk = 0;  // elements per slot and round
@@ -103,8 +87,6 @@ void all_reduce(Rounds& rd, const Tensor& in, const Tensor& out, bool avg) {
   rd.layout(2 * w, two ? 2 : 1);  // recv slots 0..w-1, then gather slots
   const lowp::LowpSlices sl(in.count, rd.plan.codec.block, w);
   const int64_t longest = *std::max_element(sl.len.begin(), sl.len.end());
-  const char* src = static_cast<const char*>(in.data);
-  char* dst = static_cast<char*>(out.data);
   LowpRound r = rd.round(LowpMode::kAllReduce);
   r.recv_off = 0;
   r.gather_off = static_cast<uint64_t>(w) * rd.cap;
@@ -116,12 +98,12 @@ void all_reduce(Rounds& rd, const Tensor& in, const Tensor& out, bool avg) {
   for (int64_t c0 = 0; c0 < longest; c0 += rd.chunk) {
     for (int q = 0; q < w; ++q) {
       const int64_t m = clamp_len(sl.len[q], c0, rd.chunk);
-      r.in[q] = src + (sl.off[q] + c0) * rd.es;
+      r.in[q] = elem_ptr(in, sl.off[q] + c0);
       r.n_in[q] = q == me ? 0 : m;
-      r.out[q] = dst + (sl.off[q] + c0) * rd.es;
+      r.out[q] = elem_ptr(out, sl.off[q] + c0);
       r.n_out[q] = m;
     }
-    r.own = src + (sl.off[me] + c0) * rd.es;
+    r.own = elem_ptr(in, sl.off[me] + c0);
     r.n_own = clamp_len(sl.len[me], c0, rd.chunk);
     r.sr_off1 = c0;
     r.sr_off2 = sl.off[me] + c0;
@@ -129,7 +111,7 @@ void all_reduce(Rounds& rd, const Tensor& in, const Tensor& out, bool avg) {
   }
 }
 
-void reduce_scatter(Rounds& rd, const std::vector<Part>& ins, const Tensor& out, bool avg) {
+void reduce_scatter(Rounds& rd, const std::vector<Tensor>& ins, const Tensor& out, bool avg) {
   const int w = rd.ps.world, me = rd.ps.rank;
   rd.layout(w, 1);
   LowpRound r = rd.round(LowpMode::kReduceScatter);
@@ -138,28 +120,28 @@ void reduce_scatter(Rounds& rd, const std::vector<Part>& ins, const Tensor& out,
   for (int64_t c0 = 0; c0 < out.count; c0 += rd.chunk) {
     const int64_t m = std::min(rd.chunk, out.count - c0);
     for (int q = 0; q < w; ++q) {
-      r.in[q] = ins[q].p + c0 * rd.es;
+      r.in[q] = elem_ptr(ins[q], c0);
       r.n_in[q] = q == me ? 0 : m;
     }
-    r.own = ins[me].p + c0 * rd.es;
+    r.own = elem_ptr(ins[me], c0);
     r.n_own = m;
-    r.out[me] = static_cast<char*>(out.data) + c0 * rd.es;
+    r.out[me] = elem_ptr(out, c0);
     r.sr_off1 = c0;
     rd.launch(r, c0, out.count);
   }
 }
 
-void all_gather(Rounds& rd, const Tensor& in, const std::vector<Part>& outs) {
+void all_gather(Rounds& rd, const Tensor& in, const std::vector<Tensor>& outs) {
   const int w = rd.ps.world;
   rd.layout(w, 1);
   LowpRound r = rd.round(LowpMode::kAllGather);
   r.sr1 = rd.sr(2);
   for (int64_t c0 = 0; c0 < in.count; c0 += rd.chunk) {
     const int64_t m = std::min(rd.chunk, in.count - c0);
-    r.in[0] = static_cast<const char*>(in.data) + c0 * rd.es;
+    r.in[0] = elem_ptr(in, c0);
     r.n_in[0] = m;
     for (int q = 0; q < w; ++q) {
-      r.out[q] = outs[q].p + c0 * rd.es;
+      r.out[q] = elem_ptr(outs[q], c0);
       r.n_out[q] = m;
     }
     r.sr_off1 = c0;
@@ -167,27 +149,27 @@ void all_gather(Rounds& rd, const Tensor& in, const std::vector<Part>& outs) {
   }
 }
 
-void all_to_all(Rounds& rd, const std::vector<Part>& ins, const std::vector<Part>& outs) {
+void all_to_all(Rounds& rd, const std::vector<Tensor>& ins, const std::vector<Tensor>& outs) {
   const int w = rd.ps.world, me = rd.ps.rank;
   for (int q = 0; q < w; ++q)
-    if (ins[q].n != ins[0].n || outs[q].n != ins[0].n)
+    if (ins[q].count != ins[0].count || outs[q].count != ins[0].count)
       throw Error(ErrorCode::kUnsupported,
                   rd.where + "low-precision all_to_all on the cuda backend needs equal counts "
                              "for every pair (every rank must run the same rounds)");
   rd.layout(w, 1);
-  if (ins[me].n > 0 && ins[me].p != outs[me].p)
-    COMMX_CUDA_CHECK_CTX(cudaMemcpyAsync(outs[me].p, ins[me].p, ins[me].n * rd.es,
+  if (ins[me].count > 0 && ins[me].data != outs[me].data)
+    COMMX_CUDA_CHECK_CTX(cudaMemcpyAsync(outs[me].data, ins[me].data, ins[me].nbytes(),
                                          cudaMemcpyDeviceToDevice, rd.s),
                          rd.where);
-  const int64_t n = ins[0].n;
+  const int64_t n = ins[0].count;
   LowpRound r = rd.round(LowpMode::kAllToAll);
   r.sr1 = rd.sr(3);
   for (int64_t c0 = 0; c0 < n; c0 += rd.chunk) {
     const int64_t m = std::min(rd.chunk, n - c0);
     for (int q = 0; q < w; ++q) {
-      r.in[q] = ins[q].p + c0 * rd.es;
+      r.in[q] = elem_ptr(ins[q], c0);
       r.n_in[q] = q == me ? 0 : m;
-      r.out[q] = outs[q].p + c0 * rd.es;
+      r.out[q] = elem_ptr(outs[q], c0);
       r.n_out[q] = q == me ? 0 : m;
     }
     r.sr_off1 = c0;
@@ -213,29 +195,29 @@ bool LowpCuda::maybe_enqueue(const OpDesc& op, const PeerSet& ps, int max_blocks
   auto plan = lowp::lowp_choice(settings_, op.type, dtype, op.op, lowp::lowp_op_bytes(op, w),
                                 op.hints, where);
   if (!plan) return false;
-  Rounds rd{ps, s, where, *plan, d_stats_, op.seq, dtype, dtype_size(dtype), max_blocks};
+  Rounds rd{ps, s, where, *plan, d_stats_, op.seq, dtype, max_blocks};
   const bool avg = op.op.kind == ReduceKind::kAvg;
   switch (op.type) {
     case OpType::kAllReduce:
       all_reduce(rd, op.input, op.output, avg);
       break;
     case OpType::kReduceScatter:
-      reduce_scatter(rd, parts_of(op.inputs), op.output, avg);
+      reduce_scatter(rd, op.inputs, op.output, avg);
       break;
     case OpType::kReduceScatterSingle:
-      reduce_scatter(rd, split_even(op.input, w), op.output, avg);
+      reduce_scatter(rd, lowp::split_even(op.input, w), op.output, avg);
       break;
     case OpType::kAllGather:
-      all_gather(rd, op.input, parts_of(op.outputs));
+      all_gather(rd, op.input, op.outputs);
       break;
     case OpType::kAllGatherSingle:
-      all_gather(rd, op.input, split_even(op.output, w));
+      all_gather(rd, op.input, lowp::split_even(op.output, w));
       break;
     case OpType::kAllToAll:
-      all_to_all(rd, parts_of(op.inputs), parts_of(op.outputs));
+      all_to_all(rd, op.inputs, op.outputs);
       break;
     case OpType::kAllToAllSingle:
-      all_to_all(rd, split_even(op.input, w), split_even(op.output, w));
+      all_to_all(rd, lowp::split_even(op.input, w), lowp::split_even(op.output, w));
       break;
     default:
       throw Error(ErrorCode::kInternal, where + "no low-precision variant");  // not chosen
