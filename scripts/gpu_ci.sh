@@ -12,22 +12,8 @@ mkdir -p "$OUT"
 # most 8 files): machine.txt, gpu_tests.log, allreduce.json, collectives.json, symm_mem.json,
 # report.md (cuda vs nccl vs symm_mem against the targets), allreduce_bf16.svg, logs.tar.gz.
 LOGS=$(mktemp -d)
-# Never NVLink multicast on shared machines.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+. scripts/gpu_env.sh
 JOBS=$(nproc)
-# GoogleTest: the system's, or Debian packages carried in .gpudeps/ (apt-get download
-# googletest libgtest-dev) unpacked here.
-PREFIX_PATH=""
-if ! [ -f /usr/include/gtest/gtest.h ] && ls .gpudeps/*.deb >/dev/null 2>&1; then
-  mkdir -p .gpudeps/root
-  for f in .gpudeps/*.deb; do dpkg -x "$f" .gpudeps/root; done
-  PREFIX_PATH="$PWD/.gpudeps/root/usr"
-fi
-# NCCL: the pip package's library when none is given.
-if [ -z "${COMMX_NCCL_LIBRARY:-}" ]; then
-  d=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
-  if [ -n "$d" ] && [ -f "$d/lib/libnccl.so.2" ]; then export COMMX_NCCL_LIBRARY="$d/lib/libnccl.so.2"; fi
-fi
 {
   date -u; hostname; nvidia-smi; nvidia-smi topo -m; nvcc --version | tail -1
   echo "COMMX_NCCL_LIBRARY=${COMMX_NCCL_LIBRARY:-}"

@@ -8,15 +8,7 @@ OUT=${OUT:-$PWD/bench/results/local}
 mkdir -p "$OUT"
 T0=$(date +%s)
 left() { echo $(( ${GPU_FINAL_BUDGET:-470} - ($(date +%s) - T0) )); }
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-PREFIX_PATH=""
-if ! [ -f /usr/include/gtest/gtest.h ] && ls .gpudeps/*.deb >/dev/null 2>&1; then
-  mkdir -p .gpudeps/root
-  for f in .gpudeps/*.deb; do dpkg -x "$f" .gpudeps/root; done
-  PREFIX_PATH="$PWD/.gpudeps/root/usr"
-fi
-d=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
-[ -n "$d" ] && export COMMX_NCCL_LIBRARY="$d/lib/libnccl.so.2"
+. scripts/gpu_env.sh
 { date -u; nvidia-smi -L; echo "COMMX_NCCL_LIBRARY=${COMMX_NCCL_LIBRARY:-}"; } > "$OUT/machine.txt"
 B=build-gpu
 cmake -G Ninja -S . -B $B -DCMAKE_BUILD_TYPE=Release -DCOMMX_WITH_CUDA=ON \

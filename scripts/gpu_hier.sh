@@ -8,18 +8,7 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD_DIR:-build-gpu}
 OUT=${OUT:-/tmp}
 mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0
-if [ -z "${COMMX_NCCL_LIBRARY:-}" ]; then
-  d=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
-  if [ -n "$d" ] && [ -f "$d/lib/libnccl.so.2" ]; then export COMMX_NCCL_LIBRARY="$d/lib/libnccl.so.2"; fi
-fi
-# GoogleTest from .gpudeps/ when the system has none (as scripts/gpu_ci.sh does).
-PREFIX_PATH=""
-if ! [ -f /usr/include/gtest/gtest.h ] && ls .gpudeps/*.deb >/dev/null 2>&1; then
-  mkdir -p .gpudeps/root
-  for f in .gpudeps/*.deb; do dpkg -x "$f" .gpudeps/root; done
-  PREFIX_PATH="$PWD/.gpudeps/root/usr"
-fi
+. scripts/gpu_env.sh
 cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCOMMX_WITH_CUDA=ON \
   ${PREFIX_PATH:+-DCMAKE_PREFIX_PATH=$PREFIX_PATH} > "$OUT/gpu_hier_build.log" 2>&1 &&
   ninja -C "$BUILD" -j"$(nproc)" commx_backend_cuda commx_backend_nccl cuda_hier_test \

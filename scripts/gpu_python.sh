@@ -13,18 +13,12 @@ OUT=${OUT:-$PWD/bench/results/local}
 mkdir -p "$OUT"
 LOG="$OUT/python_gpu.log"
 : > "$LOG"
-# Never NVLink multicast on shared machines.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 PY=${PYTHON:-python3}
 PY=$(command -v "$PY")
+. scripts/gpu_env.sh
 JOBS=$(nproc)
 say() { echo "$*" | tee -a "$LOG"; }
 
-# NCCL: the pip package's library when none is given (as scripts/gpu_ci.sh does).
-if [ -z "${COMMX_NCCL_LIBRARY:-}" ]; then
-  d=$("$PY" -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
-  if [ -n "$d" ] && [ -f "$d/lib/libnccl.so.2" ]; then export COMMX_NCCL_LIBRARY="$d/lib/libnccl.so.2"; fi
-fi
 {
   date -u; nvidia-smi -L; "$PY" --version
   "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())'

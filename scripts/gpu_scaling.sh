@@ -12,17 +12,7 @@ mkdir -p "$FINAL"
 # most 8 files, and whatever is there when a step overruns the call's limit).
 OUT=$(mktemp -d)
 pack() { tar -czf "$FINAL/scaling.tar.gz" -C "$OUT" . ; cp "$OUT/scaling.log" "$OUT"/*.md "$FINAL/" 2>/dev/null; }
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-PREFIX_PATH=""
-if ! [ -f /usr/include/gtest/gtest.h ] && ls .gpudeps/*.deb >/dev/null 2>&1; then
-  mkdir -p .gpudeps/root
-  for f in .gpudeps/*.deb; do dpkg -x "$f" .gpudeps/root; done
-  PREFIX_PATH="$PWD/.gpudeps/root/usr"
-fi
-if [ -z "${COMMX_NCCL_LIBRARY:-}" ]; then
-  d=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
-  [ -n "$d" ] && [ -f "$d/lib/libnccl.so.2" ] && export COMMX_NCCL_LIBRARY="$d/lib/libnccl.so.2"
-fi
+. scripts/gpu_env.sh
 NG=$(nvidia-smi -L | wc -l)
 { date -u; nvidia-smi -L; nvidia-smi topo -m; echo "COMMX_NCCL_LIBRARY=${COMMX_NCCL_LIBRARY:-}"; } > "$OUT/machine.txt" 2>&1
 B=build-gpu

@@ -1,0 +1,18 @@
+# Sourced by the GPU scripts (scripts/gpu_*.sh) from the repository root: the environment every GPU
+# run needs. Never NVLink multicast on shared machines; NCCL from COMMX_NCCL_LIBRARY or the
+# `nvidia.nccl` wheel of $PY (default python3); GoogleTest from the system or from Debian packages
+# carried in .gpudeps/ (apt-get download googletest libgtest-dev), unpacked here: PREFIX_PATH is
+# then the CMake prefix to pass.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+if [ -z "${COMMX_NCCL_LIBRARY:-}" ]; then
+  _nccl_dir=$("${PY:-python3}" -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
+  if [ -n "$_nccl_dir" ] && [ -f "$_nccl_dir/lib/libnccl.so.2" ]; then
+    export COMMX_NCCL_LIBRARY="$_nccl_dir/lib/libnccl.so.2"
+  fi
+fi
+PREFIX_PATH=""
+if ! [ -f /usr/include/gtest/gtest.h ] && ls .gpudeps/*.deb >/dev/null 2>&1; then
+  mkdir -p .gpudeps/root
+  for _deb in .gpudeps/*.deb; do dpkg -x "$_deb" .gpudeps/root; done
+  PREFIX_PATH="$PWD/.gpudeps/root/usr"
+fi
