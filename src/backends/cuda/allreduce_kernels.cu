@@ -10,6 +10,7 @@
 #include "cuda/launch.cuh"
 #include "cuda/reduce_device.cuh"
 #include "cuda/sync_device.cuh"
+#include "cuda/tuning.h"
 
 namespace commx::cuda {
 namespace {
@@ -271,11 +272,11 @@ void launch_typed(Kind kind, const PeerSet& ps, const void* in, const PtrList* i
     case Kind::kFlatLL: {
       PtrList all{};
       for (int q = 0; q < ps.world; ++q) all.p[q] = static_cast<char*>(const_cast<void*>(in));
-      launch_kernel(flat_ll_kernel<T, OP>, blocks, kThreads, s, ps, all, static_cast<T*>(out), n, rd);
+      launch_kernel(flat_ll_kernel<T, OP>, blocks, ll_threads(), s, ps, all, static_cast<T*>(out), n, rd);
       break;
     }
     case Kind::kReduceScatterLL:
-      launch_kernel(flat_ll_kernel<T, OP>, blocks, kThreads, s, ps, *ins, static_cast<T*>(out), n, rd);
+      launch_kernel(flat_ll_kernel<T, OP>, blocks, ll_threads(), s, ps, *ins, static_cast<T*>(out), n, rd);
       break;
     case Kind::kTree:
       launch_kernel(tree_kernel<T, OP>, blocks, kThreads, s, ps, static_cast<const T*>(in),

@@ -6,6 +6,7 @@
 #include "cuda/launch.cuh"
 #include "cuda/reduce_device.cuh"
 #include "cuda/sync_device.cuh"
+#include "cuda/tuning.h"
 
 namespace commx::cuda {
 namespace {
@@ -110,7 +111,7 @@ void launch_exchange(const PeerSet& ps, const PtrList& src, const PtrList& dst, 
 
 void launch_exchange_ll(const PeerSet& ps, const PtrList& src, const PtrList& dst, int64_t nbytes,
                         int blocks, cudaStream_t s) {
-  launch_kernel(exchange_ll_kernel, blocks, kThreads, s, ps, src, dst, nbytes);
+  launch_kernel(exchange_ll_kernel, blocks, ll_threads(), s, ps, src, dst, nbytes);
 }
 
 void launch_barrier(const PeerSet& ps, cudaStream_t s) { launch_kernel(barrier_kernel, 1, 32, s, ps); }

@@ -93,9 +93,18 @@ AllReduceAlgo choose_allreduce(const Tuning& t, uint64_t bytes, const Hints& op_
   return AllReduceAlgo::kNccl;
 }
 
+int ll_threads() {
+  static const int threads = [] {
+    int64_t t = env_int("COMMX_CUDA_LL_THREADS", kThreads);
+    return static_cast<int>(std::clamp<int64_t>(t / 32 * 32, 64, kThreads));
+  }();
+  return threads;
+}
+
 int ll_blocks(uint64_t bytes, int max_blocks) {
+  const uint64_t threads = static_cast<uint64_t>(ll_threads());
   uint64_t lines = (bytes + 7) / 8;
-  uint64_t b = (lines + kThreads - 1) / kThreads;
+  uint64_t b = (lines + threads - 1) / threads;
   return static_cast<int>(std::clamp<uint64_t>(b, 1, static_cast<uint64_t>(max_blocks)));
 }
 

@@ -36,5 +36,8 @@ int blocks_for(uint64_t bytes, int max_blocks);
 // Grid size of an LL kernel moving `bytes` of payload: one 8-byte line per thread when possible
 // (a thread that polls two lines pays the local load latency twice: 8 KiB took 3.3 us vs 2.6 us).
 int ll_blocks(uint64_t bytes, int max_blocks);
+// Threads per block of the LL kernels: 512, or COMMX_CUDA_LL_THREADS (64..512, a multiple of 32):
+// fewer threads spread the same lines over more SMs.
+int ll_threads();
 
 }  // namespace commx::cuda
