@@ -205,6 +205,31 @@ TEST(CudaBackend, AsyncOpsAndStreams) {
   EXPECT_EQ(err, "");
 }
 
+TEST(CudaBackend, WorkOutlivesItsComm) {
+  REQUIRE_GPUS(1);
+  // Python drops a Work after its comm (a script's locals): polling it then must not call into
+  // the destroyed backend. Both backends whose Works poll their comm: cuda, and nccl when usable.
+  std::vector<std::string> backends{"cuda"};
+  if (nccl_loadable() && gpu_count() >= 2) backends.push_back("nccl");
+  for (const std::string& b : backends) {
+    std::string err = run_ranks(2, two_gpus(), [&b](RankCtx& ctx) {
+      const Device dev = Device::cuda(ctx.device);
+      DevBuf a(1024 * 4);
+      CU(cudaMemset(a.p, 0, 1024 * 4));
+      Work w;
+      {
+        auto c = make_comm(ctx, b, "outlive_" + b);
+        w = c->all_reduce(Tensor(a.p, 1024, DataType::kFloat32, dev), ReduceOp::SUM, true);
+        c->finalize();
+      }
+      RANK_CHECK(w.is_completed(), b + ": the op of a finalized comm is not complete");
+      RANK_CHECK(w.status() == WorkStatus::kCompleted, b + ": bad status after the comm is gone");
+      w.wait_blocking();
+    });
+    EXPECT_EQ(err, "") << b;
+  }
+}
+
 TEST(CudaBackend, PeerThatNeverArrivesTimesOutOnTheGpu) {
   REQUIRE_GPUS(1);
   std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {

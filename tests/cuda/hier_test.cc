@@ -358,13 +358,13 @@ TEST(CudaHier, PeerThatNeverArrivesEndsWithinTheTimeout) {
       for (int r = 0; r < 3; ++r) ctx.store->get("hier_late_done_" + std::to_string(r));
       return;
     }
-    DevBuf a(4096 * 4);
+    auto a = std::make_unique<DevBuf>(4096 * 4);
     auto t0 = std::chrono::steady_clock::now();
     std::string msg;
     ErrorCode code = ErrorCode::kInternal;
     bool threw = false;
     try {
-      c->all_reduce(Tensor(a.p, 4096, DataType::kFloat32, Device::cuda(ctx.device)), ReduceOp::SUM)
+      c->all_reduce(Tensor(a->p, 4096, DataType::kFloat32, Device::cuda(ctx.device)), ReduceOp::SUM)
           .wait_blocking();
     } catch (const Error& e) {
       threw = true;
@@ -372,7 +372,13 @@ TEST(CudaHier, PeerThatNeverArrivesEndsWithinTheTimeout) {
       code = e.code();
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "hier_late rank %d: op ended after %.2f s: %s\n", ctx.rank, secs,
+                 msg.c_str());
     ctx.store->set_str("hier_late_done_" + std::to_string(ctx.rank), "1");
+    a.reset();
+    std::fprintf(stderr, "hier_late rank %d: buffer freed\n", ctx.rank);
+    c.reset();
+    std::fprintf(stderr, "hier_late rank %d: comm destroyed\n", ctx.rank);
     RANK_CHECK(secs < 10, "took " + std::to_string(secs) + " s: " + msg);
     if (ctx.rank == 2) {
       RANK_CHECK(threw && code == ErrorCode::kTimeout, msg);

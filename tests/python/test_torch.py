@@ -267,8 +267,9 @@ def test_fsdp2_loss_matches_gloo():
     _assert_same_losses(ours, gloo, "gloo")
 
 
-def _run_torchrun(script, *args, timeout=180):
+def _run_torchrun(script, *args, timeout=180, extra_env=None):
     env = dict(os.environ)
+    env.update(extra_env or {})
     env.setdefault("NCCL_NVLS_ENABLE", "0")  # never NVLink multicast (shared machines)
     env["PYTHONPATH"] = os.pathsep.join(
         [os.path.join(ROOT, "python"), HERE, env.get("PYTHONPATH", "")])
@@ -301,9 +302,9 @@ def test_quickstart_cuda_under_torchrun():
     assert "Rank 0/2: Running on device 0" in out and "Rank 1/2: Running on device 1" in out, out
 
 
-def _torchrun_losses(backend):
+def _torchrun_losses(backend, device="cuda", extra_env=None):
     out = _run_torchrun(os.path.join(HERE, "fsdp2_worker.py"), "--backend", backend,
-                        "--device", "cuda", timeout=300)
+                        "--device", device, timeout=300, extra_env=extra_env)
     losses = {}
     for line in out.splitlines():
         if line.startswith("fsdp2 losses "):
@@ -312,6 +313,13 @@ def _torchrun_losses(backend):
     assert sorted(losses) == [0, 1], out
     print(f"fsdp2 {backend} losses: {losses}")
     return losses
+
+
+def test_fsdp2_on_the_process_group_base_of_older_torch():
+    # torch 2.11 cannot subclass c10d Backend from Python: the group is then a ProcessGroup
+    # subclass (COMMX_TORCH_PG_BASE forces that path on newer torch).
+    ours = _torchrun_losses("commx", "cpu", {"COMMX_TORCH_PG_BASE": "process_group"})
+    _assert_same_losses(ours, _torchrun_losses("gloo", "cpu"), "gloo")
 
 
 @needs_2_gpus

@@ -130,8 +130,22 @@ class _AsyncComm:
         return issue
 
 
-class CommxProcessGroup(_C10dBackend):
-    """A c10d Backend whose collectives run on commx comms (one per device type)."""
+def _base_class():
+    """c10d Backend where Python may subclass it (torch >= 2.12); else ProcessGroup (torch 2.11
+    and older, where init_process_group takes a ProcessGroup subclass as the group itself).
+    COMMX_TORCH_PG_BASE=process_group forces the latter (tests)."""
+    if os.environ.get("COMMX_TORCH_PG_BASE") != "process_group":
+        try:
+            _C10dBackend(0, 1)
+            return _C10dBackend
+        except TypeError:  # "No constructor defined!"
+            pass
+    return dist.ProcessGroup
+
+
+class CommxProcessGroup(_base_class()):
+    """A c10d Backend (or, on older torch, ProcessGroup) whose collectives run on commx comms
+    (one per device type)."""
 
     def __init__(self, store, rank, size, timeout):
         super().__init__(rank, size)
@@ -143,6 +157,19 @@ class CommxProcessGroup(_C10dBackend):
     # -- plumbing -----------------------------------------------------------------------------
     def getBackendName(self):
         return BACKEND_NAME
+
+    # Names kept here for the ProcessGroup base, which has no backend to keep them.
+    def getGroupName(self):
+        return getattr(self, "_group_name", "")
+
+    def setGroupName(self, name):
+        self._group_name = name
+
+    def getGroupDesc(self):
+        return getattr(self, "_group_desc", "")
+
+    def setGroupDesc(self, desc):
+        self._group_desc = desc
 
     def comm_for(self, device):
         """The commx comm for tensors on `device` (created collectively on first use)."""

@@ -396,7 +396,7 @@ Work CudaBackend::run(const OpDesc& op, bool async_op) {
       hooks.on_timeout = [this] { abort(); };
       // The device-side bound fires first and names the missing peer; the host bound is a backstop.
       Timeout host_bound = op.timeout + op.timeout / 10 + std::chrono::milliseconds(200);
-      auto ew = std::make_shared<EventWork>(s, device_, host_bound, where, std::move(hooks));
+      auto ew = std::make_shared<EventWork>(s, device_, host_bound, where, gate_.guard(std::move(hooks)));
       // Later ops on other streams wait for this op's own completion event.
       last_work_ = ew;
       w = Work(std::move(ew));
@@ -426,6 +426,7 @@ void CudaBackend::abort() {
 void CudaBackend::finalize() {
   if (finalized_) return;
   finalized_ = true;
+  gate_.close();  // Works that outlive the comm no longer call into it
   DeviceGuard g(device_);
   // Kernels may still touch peer memory: let them end (they are bounded) before unmapping.
   if (have_last_) {

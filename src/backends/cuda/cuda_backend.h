@@ -64,6 +64,7 @@ class CudaBackend : public Backend {
   // End of the last op (its Work's event, else last_event_): orders ops issued on other streams.
   cudaEvent_t last_done() const { return last_work_ ? last_work_->event() : last_event_; }
   std::shared_ptr<EventWork> last_work_;
+  HookGate gate_;  // closed at finalize
   cudaEvent_t last_event_ = nullptr;
   cudaEvent_t ready_event_ = nullptr;  // work queued on the caller's stream before an async op
   cudaStream_t last_stream_ = nullptr;

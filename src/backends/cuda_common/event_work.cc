@@ -45,6 +45,26 @@ void release_event(int device, cudaEvent_t e) {
 
 }  // namespace
 
+EventWorkHooks HookGate::guard(EventWorkHooks h) const {
+  EventWorkHooks g;
+  if (h.poll_error)
+    g.poll_error = [s = state_, f = std::move(h.poll_error)]() -> std::exception_ptr {
+      std::lock_guard<std::mutex> lk(s->mu);
+      return s->open ? f() : nullptr;
+    };
+  if (h.on_timeout)
+    g.on_timeout = [s = state_, f = std::move(h.on_timeout)] {
+      std::lock_guard<std::mutex> lk(s->mu);
+      if (s->open) f();
+    };
+  return g;
+}
+
+void HookGate::close() {
+  std::lock_guard<std::mutex> lk(state_->mu);
+  state_->open = false;
+}
+
 EventWork::EventWork(cudaStream_t stream, int device, Timeout timeout, std::string context,
                      EventWorkHooks hooks)
     : device_(device),

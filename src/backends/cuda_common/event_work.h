@@ -11,6 +11,7 @@
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -25,6 +26,22 @@ struct EventWorkHooks {
   std::function<std::exception_ptr()> poll_error;
   // Called once when wait_blocking() gives up at the deadline.
   std::function<void()> on_timeout;
+};
+
+// Lets a backend's Works outlive the backend (Python may drop a Work after its comm): hooks
+// wrapped by guard() run only while the gate is open; close() (at finalize) waits for a hook in
+// progress, and from then on a Work completes by its event alone.
+class HookGate {
+ public:
+  EventWorkHooks guard(EventWorkHooks h) const;
+  void close();
+
+ private:
+  struct State {
+    std::mutex mu;
+    bool open = true;
+  };
+  std::shared_ptr<State> state_ = std::make_shared<State>();
 };
 
 class EventWork : public WorkState {

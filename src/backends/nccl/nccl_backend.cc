@@ -306,7 +306,8 @@ Work NcclBackend::run(const OpDesc& op, bool async_op) {
     return nullptr;
   };
   hooks.on_timeout = [this] { abort_comm(); };
-  auto w = std::make_shared<cuda::EventWork>(s, device_, op.timeout, where, std::move(hooks));
+  auto w = std::make_shared<cuda::EventWork>(s, device_, op.timeout, where,
+                                               gate_.guard(std::move(hooks)));
   Work work(w);
   if (op.type == OpType::kBarrier && !async_op) work.wait_blocking();  // a barrier blocks the host
   return work;
@@ -330,6 +331,7 @@ void NcclBackend::abort_comm() {
 void NcclBackend::abort() { abort_comm(); }
 
 void NcclBackend::finalize() {
+  gate_.close();  // Works that outlive the comm no longer call into it
   std::lock_guard<std::mutex> lk(abort_mu_);
   if (comm_ && !comm_gone_) {
     cuda::DeviceGuard g(device_);

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "commx/backend.h"
+#include "cuda_common/event_work.h"
 #include "nccl/nccl_api.h"
 
 namespace commx::nccl {
@@ -39,6 +40,7 @@ class NcclBackend : public Backend {
   cudaStream_t stream_ = nullptr;  // the comm's stream for async_op=true
   float* scratch_ = nullptr;       // one float for barrier
   std::mutex abort_mu_;
+  cuda::HookGate gate_;  // closed at finalize
   std::atomic<bool> aborted_{false};
   bool comm_gone_ = false;  // guarded by abort_mu_
 };
