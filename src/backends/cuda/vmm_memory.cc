@@ -112,10 +112,11 @@ CUmemAllocationProp alloc_prop(CUdevice dev) {
   return p;
 }
 
-uint64_t granularity(const Driver& d, CUdevice dev, const std::string& where) {
+uint64_t granularity(const Driver& d, CUdevice dev, CUmemAllocationGranularity_flags which,
+                     const std::string& where) {
   CUmemAllocationProp prop = alloc_prop(dev);
   size_t g = 0;
-  COMMX_CU(cuMemGetAllocationGranularity, &g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+  COMMX_CU(cuMemGetAllocationGranularity, &g, &prop, which);
   return g ? g : (2u << 20);
 }
 
@@ -149,7 +150,7 @@ std::unique_ptr<VmmBuffer> VmmBuffer::allocate(int device, uint64_t bytes, const
   const Driver& d = checked_drv(where);
   std::unique_ptr<VmmBuffer> b(new VmmBuffer());
   CUdevice dev = cu_device(d, device, where);
-  const uint64_t g = granularity(d, dev, where);
+  const uint64_t g = granularity(d, dev, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED, where);
   b->size_ = (bytes + g - 1) / g * g;
   CUmemAllocationProp prop = alloc_prop(dev);
   CUmemGenericAllocationHandle h = 0;
@@ -165,11 +166,15 @@ std::unique_ptr<VmmBuffer> VmmBuffer::import(int fd, uint64_t size, int device,
   const Driver& d = checked_drv(where);
   std::unique_ptr<VmmBuffer> b(new VmmBuffer());
   CUdevice dev = cu_device(d, device, where);
-  const uint64_t g = granularity(d, dev, where);
-  if (size == 0 || size % g != 0)
+  // The exporter rounded `size` to its recommended granularity: reserve at that alignment when
+  // this device agrees, else at the minimum one cuMemMap needs.
+  const uint64_t gmin = granularity(d, dev, CU_MEM_ALLOC_GRANULARITY_MINIMUM, where);
+  const uint64_t grec = granularity(d, dev, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED, where);
+  if (size == 0 || size % gmin != 0)
     throw Error(ErrorCode::kInternal, where + "imported VMM size " + std::to_string(size) +
                                           " is not a multiple of the granularity " +
-                                          std::to_string(g));
+                                          std::to_string(gmin));
+  const uint64_t g = size % grec == 0 ? grec : gmin;
   b->size_ = size;
   CUmemGenericAllocationHandle h = 0;
   COMMX_CU(cuMemImportFromShareableHandle, &h, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
