@@ -157,11 +157,51 @@ TEST(FdPassing, ExchangeAmongForkedRanks) {
   EXPECT_EQ(err, "");
 }
 
+TEST(FdPassing, StrangersAreDropped) {
+  // Ranks 0 and 1 as threads; before rank 1 starts, two strangers connect to rank 0's socket: one
+  // with a wrong secret, one that hangs up at once. The exchange still completes.
+  auto store = make_hash_store();
+  store->set_timeout(10s);
+  UniqueFd f0(make_memfd("zero")), f1(make_memfd("one"));
+  std::string got0, got1, err0, err1;
+  std::thread t0([&] {
+    try {
+      auto fds = exchange_fds(*store, "s", 0, 2, {1}, f0.get(), Clock::now() + 10s, "");
+      got0 = read_memfd(fds[1].get());
+    } catch (const std::exception& e) {
+      err0 = e.what();
+    }
+  });
+  std::string rec = store->get_str("s/0");
+  std::string name = rec.substr(0, rec.find('\n'));
+  UniqueFd liar = connect_fd_socket(name, Clock::now() + 1s, "rank 0", "");
+  send_u64(liar.get(), 1, "");
+  send_u64(liar.get(), 12345, "");
+  { UniqueFd quitter = connect_fd_socket(name, Clock::now() + 1s, "rank 0", ""); }
+  std::this_thread::sleep_for(100ms);
+  std::thread t1([&] {
+    try {
+      auto fds = exchange_fds(*store, "s", 1, 2, {0}, f1.get(), Clock::now() + 10s, "");
+      got1 = read_memfd(fds[0].get());
+    } catch (const std::exception& e) {
+      err1 = e.what();
+    }
+  });
+  t0.join();
+  t1.join();
+  EXPECT_EQ(err0, "");
+  EXPECT_EQ(err1, "");
+  EXPECT_EQ(got0, "one");
+  EXPECT_EQ(got1, "zero");
+  // The liar got nothing (its socket was closed without a descriptor).
+  EXPECT_THROW(recv_fd(liar.get(), nullptr, Clock::now() + 1s, "rank 0", ""), Error);
+}
+
 TEST(FdPassing, PeerThatNeverConnectsTimesOut) {
   auto store = make_hash_store();
   // "Rank 1" publishes a listener (connecting to it succeeds) but never connects to rank 0.
   FdListener silent(FdListener::unique_name("silent"), 4, "");
-  store->set_str("k/1", silent.name());
+  store->set_str("k/1", silent.name() + "\n0123456789abcdef");  // name and secret
   UniqueFd mine(make_memfd("x"));
   auto t0 = Clock::now();
   try {

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -90,6 +91,18 @@ void recv_all(int sock, void* data, size_t n, Deadline deadline, const std::stri
   }
 }
 
+uint64_t random_u64() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+// Whether the process at the other end of `sock` runs as this process's user.
+bool same_user(int sock) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  return ::getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == ::geteuid();
+}
+
 std::string rank_list(const std::vector<int>& ranks) {
   std::string s;
   for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
@@ -115,8 +128,7 @@ FdListener::FdListener(const std::string& name, int backlog, const std::string& 
 }
 
 std::string FdListener::unique_name(const std::string& tag) {
-  std::random_device rd;
-  uint64_t token = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  uint64_t token = random_u64();
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(token));
   return "commx/" + tag + "/" + std::to_string(::getpid()) + "/" + hex;
@@ -245,25 +257,44 @@ std::vector<UniqueFd> exchange_fds(Store& store, const std::string& key, int ran
   for (int p : peers)
     if (p < 0 || p >= world || p == rank)
       throw Error(ErrorCode::kInternal, where + "bad peer rank " + std::to_string(p));
+  // Abstract socket names are visible to every process of the network namespace: a peer proves
+  // itself with a secret that only the store carries (and must run as the same user).
   FdListener listener(FdListener::unique_name("fd"), static_cast<int>(peers.size()) + 1, where);
-  store.set_str(key + "/" + std::to_string(rank), listener.name());
+  const uint64_t secret = random_u64();
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(secret));
+  store.set_str(key + "/" + std::to_string(rank), listener.name() + "\n" + hex);
   // Connect to every peer first: connecting needs no accept on the other side (the backlog holds
   // it), so no rank waits for another's progress before serving its own listener.
   std::vector<UniqueFd> socks(world);
   for (int p : peers) {
     const std::string peer = "rank " + std::to_string(p);
-    std::string name = store.get_str(key + "/" + std::to_string(p));
-    socks[p] = connect_fd_socket(name, deadline, peer, where);
+    std::string rec = store.get_str(key + "/" + std::to_string(p));
+    size_t nl = rec.find('\n');
+    if (nl == std::string::npos || nl + 17 != rec.size())
+      throw Error(ErrorCode::kInternal, where + "bad fd socket record from " + peer);
+    uint64_t peer_secret = std::strtoull(rec.c_str() + nl + 1, nullptr, 16);
+    socks[p] = connect_fd_socket(rec.substr(0, nl), deadline, peer, where);
     send_u64(socks[p].get(), static_cast<uint64_t>(rank), where);
+    send_u64(socks[p].get(), peer_secret, where);
   }
-  // Serve: each peer says who it is and gets `fd`.
+  // Serve: each peer says who it is and gets `fd`; strangers are dropped.
   std::vector<bool> served(world, false);
-  for (size_t i = 0; i < peers.size(); ++i) {
+  for (size_t done = 0; done < peers.size();) {
     std::vector<int> pending;
     for (int p : peers)
       if (!served[p]) pending.push_back(p);
     UniqueFd conn = listener.accept(deadline, "rank(s) " + rank_list(pending) + " to connect", where);
-    uint64_t r = recv_u64(conn.get(), deadline, "a connecting peer", where);
+    if (!same_user(conn.get())) continue;
+    uint64_t r = 0, their_secret = 0;
+    try {
+      r = recv_u64(conn.get(), deadline, "a connecting peer", where);
+      their_secret = recv_u64(conn.get(), deadline, "a connecting peer", where);
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::kTimeout) throw;
+      continue;  // a stranger that hung up
+    }
+    if (their_secret != secret) continue;
     bool known = false;
     for (int p : peers) known |= static_cast<uint64_t>(p) == r;
     if (!known || served[r])
@@ -272,6 +303,7 @@ std::vector<UniqueFd> exchange_fds(Store& store, const std::string& key, int ran
                                             rank_list(pending) + ")");
     send_fd(conn.get(), fd, static_cast<uint64_t>(rank), where);
     served[r] = true;
+    ++done;
   }
   // Receive: one fd from each peer (already queued or on its way).
   for (int p : peers) {

@@ -74,8 +74,10 @@ uint64_t recv_u64(int sock, Deadline deadline, const std::string& peer, const st
 // Collective over `world` ranks sharing `store` (keys under `key`): every rank in `peers` (a set
 // the same on every rank: r in rank a's list iff a in rank r's) receives a duplicate of `fd`, and
 // this rank receives one fd from each of `peers`. Returns them indexed by rank (empty elsewhere).
-// Names are published as `<key>/<rank>`; waits end at `deadline` (store gets at the store's
-// timeout).
+// Each rank publishes `<key>/<rank>` = its socket name and a random secret; a connection counts
+// only with the right secret from a process of the same user (others are dropped). Waits end at
+// `deadline` (store gets at the store's timeout). Ranks must share a network namespace (abstract
+// socket names live in one).
 std::vector<UniqueFd> exchange_fds(Store& store, const std::string& key, int rank, int world,
                                    const std::vector<int>& peers, int fd, Deadline deadline,
                                    const std::string& where);

@@ -38,7 +38,11 @@ void fetch(F& fn, const char* name, std::string& error) {
   void* p = nullptr;
   cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
   // 12000: the ABI of each function as of CUDA 12.0 (all of these are older and unchanged).
+#if CUDART_VERSION >= 12050
   cudaError_t e = cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q);
+#else
+  cudaError_t e = cudaGetDriverEntryPoint(name, &p, cudaEnableDefault, &q);
+#endif
   if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !p) {
     cudaGetLastError();
     if (error.empty())
