@@ -3,8 +3,8 @@
 # $BUILD_DIR (default build-gpu, the folder of scripts/gpu_ci.sh) and runs, each step under its own
 # timeout: cuda_vmm_test (PeerMemory over VMM and the backend with the peer_mem hint), then the
 # whole cuda_backend_test and cuda_hier_test with COMMX_CUDA_PEER_MEM=vmm. Logs go to
-# $OUT/gpu_vmm_*.log (OUT default /tmp). VMM_STEPS picks steps (default "fd vmm backend hier"; one call of the device tool
-# has 10 minutes, so run e.g. VMM_STEPS="fd vmm" then VMM_STEPS="backend hier").
+# $OUT/gpu_vmm_*.log (OUT default /tmp). VMM_STEPS picks steps (default "fd vmm backend hier";
+# a device-tool call has 10 minutes: run VMM_STEPS="fd vmm", then "backend", then "hier").
 # Usage: bash scripts/gpu_vmm.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
