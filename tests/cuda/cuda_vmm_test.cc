@@ -22,8 +22,8 @@ namespace {
 using cuda::PeerMemKind;
 using cuda::PeerMemory;
 
-#define REQUIRE_GPUS(N)                                                        \
-  do {                                                                         \
+#define REQUIRE_GPUS(N)                                                                         \
+  do {                                                                                          \
     if (gpu_count() < (N)) GTEST_SKIP() << "needs " << (N) << " GPU(s), found " << gpu_count(); \
   } while (0)
 
@@ -105,7 +105,8 @@ TEST(CudaVmmOptions, EnvAndHintChooseThePath) {
     ADD_FAILURE() << "no error for COMMX_CUDA_PEER_MEM=fd";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("COMMX_CUDA_PEER_MEM='fd'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("COMMX_CUDA_PEER_MEM='fd'"), std::string::npos)
+        << e.what();
   }
   unsetenv("COMMX_CUDA_PEER_MEM");
   try {
@@ -128,18 +129,21 @@ TEST(CudaVmmPeerMemory, MapsZeroedVmmBuffersOfEveryRank) {
       for (PeerMemKind kind : {PeerMemKind::kVmm, PeerMemKind::kIpc}) {
         const std::string tag = cuda::peer_mem_name(kind);
         auto store = make_prefix_store(tag, ctx.store);
-        auto pm = PeerMemory::create(*store, ctx.rank, ctx.world, ctx.device, bytes, "[test] ", kind);
+        auto pm =
+            PeerMemory::create(*store, ctx.rank, ctx.world, ctx.device, bytes, "[test] ", kind);
         RANK_CHECK(pm->kind() == kind, tag);
         // The VMM path must not be cudaMalloc memory under another name (and the reverse).
         const bool vmm = kind == PeerMemKind::kVmm;
         for (int r = 0; r < ctx.world; ++r) {
-          uint64_t ipc = pointer_attribute(pm->base(r), CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE);
+          uint64_t ipc =
+              pointer_attribute(pm->base(r), CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE);
           if (r == ctx.rank || vmm)
             RANK_CHECK((ipc != 0) == !vmm, tag + ": legacy-IPC-capable is " + std::to_string(ipc) +
                                                " for rank " + std::to_string(r));
         }
         if (vmm) {
-          uint64_t types = pointer_attribute(pm->base(ctx.rank), CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES);
+          uint64_t types =
+              pointer_attribute(pm->base(ctx.rank), CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES);
           RANK_CHECK(types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, "not exportable as an fd");
         }
         check_peer_memory(*pm, *store, ctx.rank, ctx.world, bytes, tag);
@@ -165,7 +169,8 @@ TEST(CudaVmmPeerMemory, RanksAsThreadsOfOneProcess) {
         try {
           CU(cudaSetDevice(r % gpus));
           const uint64_t bytes = 2u << 20;
-          auto pm = PeerMemory::create(*store, r, world, r % gpus, bytes, "[thread] ", PeerMemKind::kVmm);
+          auto pm =
+              PeerMemory::create(*store, r, world, r % gpus, bytes, "[thread] ", PeerMemKind::kVmm);
           check_peer_memory(*pm, *store, r, world, bytes, "threads");
           store_barrier(*store, "closing", r, world);
           pm->close();
@@ -174,7 +179,8 @@ TEST(CudaVmmPeerMemory, RanksAsThreadsOfOneProcess) {
         }
       });
     for (auto& t : threads) t.join();
-    for (int r = 0; r < world; ++r) RANK_CHECK(errors[r].empty(), "thread rank " + std::to_string(r) + ": " + errors[r]);
+    for (int r = 0; r < world; ++r)
+      RANK_CHECK(errors[r].empty(), "thread rank " + std::to_string(r) + ": " + errors[r]);
   });
   EXPECT_EQ(err, "");
 }
@@ -199,8 +205,9 @@ TEST(CudaVmmPeerMemory, CreateAndCloseInALoopFreesEverything) {
       if (i == 0) base = free_bytes();
     }
     size_t now = free_bytes();
-    RANK_CHECK(now + (8u << 20) >= base, "free GPU memory fell by " +
-                                             std::to_string((base - now) >> 20) + " MiB over 11 cycles");
+    RANK_CHECK(
+        now + (8u << 20) >= base,
+        "free GPU memory fell by " + std::to_string((base - now) >> 20) + " MiB over 11 cycles");
   });
   EXPECT_EQ(err, "");
 }
@@ -228,21 +235,23 @@ TEST(CudaVmmBackend, AllReduceEveryDtypeOpAndSize) {
   std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
     auto c = make_comm(ctx, "cuda", "vmm_ar", kVmm);
     const DataType types[] = {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16,
-                              DataType::kFloat64, DataType::kInt32, DataType::kInt64};
-    const ReduceOp ops[] = {ReduceOp::SUM, ReduceOp::PRODUCT, ReduceOp::MIN, ReduceOp::MAX,
-                            ReduceOp::AVG, ReduceOp::premul_sum(0.5)};
+                              DataType::kFloat64, DataType::kInt32,    DataType::kInt64};
+    const ReduceOp ops[] = {ReduceOp::SUM, ReduceOp::PRODUCT, ReduceOp::MIN,
+                            ReduceOp::MAX, ReduceOp::AVG,     ReduceOp::premul_sum(0.5)};
     uint64_t seed = 1;
     for (const char* a : {"ll", "flat", "tree"})
       for (DataType t : types)
         for (ReduceOp op : ops) {
-          if (!dtype_is_floating(t) && (op.kind == ReduceKind::kAvg || op.kind == ReduceKind::kPremulSum))
+          if (!dtype_is_floating(t) &&
+              (op.kind == ReduceKind::kAvg || op.kind == ReduceKind::kPremulSum))
             continue;
           for (int64_t n : {0, 1, 3, 17, 1000, 4099, 70001})
             check_allreduce(*c, ctx, t, op, n, seed++, algo(a));
         }
     for (const char* a : {"ll", "flat", "tree"})
       for (DataType t : {DataType::kFloat32, DataType::kBFloat16})
-        for (int64_t n : {1000, 70001}) check_allreduce(*c, ctx, t, ReduceOp::SUM, n, seed++, algo(a), 1);
+        for (int64_t n : {1000, 70001})
+          check_allreduce(*c, ctx, t, ReduceOp::SUM, n, seed++, algo(a), 1);
     check_allreduce(*c, ctx, DataType::kBFloat16, ReduceOp::SUM, (1 << 20) + 3, seed++);
     check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, (3 << 20) + 5, seed++);
     for (const char* a : {"flat", "tree"})
@@ -330,7 +339,8 @@ TEST(CudaVmmBackend, GraphCaptureAndReplay) {
           ref[i] = (*v)[0][i] + (*v)[1][i];
           sc[i] = std::fabs((*v)[0][i]) + std::fabs((*v)[1][i]);
         }
-        expect_close(t, decode(t, from_dev(p, n * 4)), ref, sc, "vmm graph replay " + std::to_string(rep));
+        expect_close(t, decode(t, from_dev(p, n * 4)), ref, sc,
+                     "vmm graph replay " + std::to_string(rep));
       }
     }
     check_allreduce(*c, ctx, t, ReduceOp::SUM, 4097, 77);
@@ -348,7 +358,8 @@ TEST(CudaVmmBackend, IpcAndVmmCommsAtOnce) {
     auto b = make_comm(ctx, "cuda", "ipc_b", {{"peer_mem", "ipc"}});
     for (int i = 0; i < 4; ++i) {
       check_allreduce(*a, ctx, DataType::kFloat32, ReduceOp::SUM, 1000 + i, 400 + i, algo("flat"));
-      check_allreduce(*b, ctx, DataType::kBFloat16, ReduceOp::SUM, 20000 + i, 500 + i, algo("tree"));
+      check_allreduce(*b, ctx, DataType::kBFloat16, ReduceOp::SUM, 20000 + i, 500 + i,
+                      algo("tree"));
     }
   });
   EXPECT_EQ(err, "");
@@ -356,26 +367,32 @@ TEST(CudaVmmBackend, IpcAndVmmCommsAtOnce) {
 
 TEST(CudaVmmBackend, CommsDestroyedAndRecreatedWithoutLeaks) {
   REQUIRE_GPUS(1);
-  std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
-    CU(cudaSetDevice(ctx.device));
-    size_t base = 0;
-    for (int i = 0; i < 8; ++i) {
-      auto c = make_comm(ctx, "cuda", "vmm_loop" + std::to_string(i), kVmm);
-      check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, 70001, 600 + i, algo("tree"));
-      check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, 1001, 700 + i, algo("ll"));
-      // Three ways out: finalize, abort, or just the last reference going away.
-      if (i % 3 == 0) c->finalize();
-      else if (i % 3 == 1) c->abort();
-      c.reset();
-      CU(cudaDeviceSynchronize());
-      store_barrier(*ctx.store, "vmm_loop_done" + std::to_string(i), ctx.rank, ctx.world);
-      if (i == 0) base = free_bytes();
-    }
-    size_t now = free_bytes();
-    // Each comm maps 2 x 512 MiB here: a leak of either shows.
-    RANK_CHECK(now + (8u << 20) >= base, "free GPU memory fell by " +
-                                             std::to_string((base - now) >> 20) + " MiB over 7 comms");
-  }, std::chrono::seconds(300));
+  std::string err = run_ranks(
+      2, two_gpus(),
+      [](RankCtx& ctx) {
+        CU(cudaSetDevice(ctx.device));
+        size_t base = 0;
+        for (int i = 0; i < 8; ++i) {
+          auto c = make_comm(ctx, "cuda", "vmm_loop" + std::to_string(i), kVmm);
+          check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, 70001, 600 + i, algo("tree"));
+          check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, 1001, 700 + i, algo("ll"));
+          // Three ways out: finalize, abort, or just the last reference going away.
+          if (i % 3 == 0)
+            c->finalize();
+          else if (i % 3 == 1)
+            c->abort();
+          c.reset();
+          CU(cudaDeviceSynchronize());
+          store_barrier(*ctx.store, "vmm_loop_done" + std::to_string(i), ctx.rank, ctx.world);
+          if (i == 0) base = free_bytes();
+        }
+        size_t now = free_bytes();
+        // Each comm maps 2 x 512 MiB here: a leak of either shows.
+        RANK_CHECK(
+            now + (8u << 20) >= base,
+            "free GPU memory fell by " + std::to_string((base - now) >> 20) + " MiB over 7 comms");
+      },
+      std::chrono::seconds(300));
   EXPECT_EQ(err, "");
 }
 
@@ -397,14 +414,18 @@ TEST(CudaVmmBackend, HierarchicalPathWithForcedHosts) {
   REQUIRE_GPUS(2);
   if (!nccl_loadable()) GTEST_SKIP() << "libnccl.so.2 not loadable (set COMMX_NCCL_LIBRARY)";
   // 4 ranks, 2 "hosts" of 2 ranks (rank r on GPU r / 2): the local peer memory is VMM.
-  std::string err = run_ranks(4, 2, [](RankCtx& ctx) {
-    Hints h = kVmm;
-    h["ranks_per_host"] = "2";
-    auto c = make_comm(ctx, "cuda", "vmm_hier", h);
-    uint64_t seed = 41;
-    for (DataType t : {DataType::kFloat32, DataType::kBFloat16})
-      for (int64_t n : {1, 1001, 1000003}) check_allreduce(*c, ctx, t, ReduceOp::SUM, n, seed++);
-  }, std::chrono::seconds(180), 2);
+  std::string err = run_ranks(
+      4, 2,
+      [](RankCtx& ctx) {
+        Hints h = kVmm;
+        h["ranks_per_host"] = "2";
+        auto c = make_comm(ctx, "cuda", "vmm_hier", h);
+        uint64_t seed = 41;
+        for (DataType t : {DataType::kFloat32, DataType::kBFloat16})
+          for (int64_t n : {1, 1001, 1000003})
+            check_allreduce(*c, ctx, t, ReduceOp::SUM, n, seed++);
+      },
+      std::chrono::seconds(180), 2);
   EXPECT_EQ(err, "");
 }
 

@@ -3,6 +3,8 @@
 // store-driven exchange among forked ranks, bounded waits (a peer that never connects, never
 // sends, a store key that never comes) and clear errors for bad or unknown names.
 // Layer: tests (label unit; no GPU).
+#include "cuda/fd_passing.h"
+
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -17,7 +19,6 @@
 
 #include "commx/error.h"
 #include "commx/store.h"
-#include "cuda/fd_passing.h"
 
 namespace commx::cuda {
 namespace {
@@ -100,10 +101,14 @@ TEST(FdPassing, MemfdAndPipeBetweenProcesses) {
       UniqueFd a = recv_fd(s.get(), &t1, deadline, "the parent", "");
       UniqueFd b = recv_fd(s.get(), &t2, deadline, "the parent", "");
       char buf[8] = {};
-      if (t1 != 7 || t2 != 8) code = 2;
-      else if (read_memfd(a.get()) != "hello from the parent") code = 3;
-      else if (read(b.get(), buf, 5) != 5 || std::string(buf, 5) != "piped") code = 4;
-      else if (pwrite(a.get(), "!", 1, 0) != 1) code = 5;  // the same file object: the parent sees it
+      if (t1 != 7 || t2 != 8)
+        code = 2;
+      else if (read_memfd(a.get()) != "hello from the parent")
+        code = 3;
+      else if (read(b.get(), buf, 5) != 5 || std::string(buf, 5) != "piped")
+        code = 4;
+      else if (pwrite(a.get(), "!", 1, 0) != 1)
+        code = 5;  // the same file object: the parent sees it
     } catch (const std::exception&) {
       code = 6;
     }
@@ -142,7 +147,8 @@ TEST(FdPassing, ExchangeAmongForkedRanks) {
       if (static_cast<int>(fds.size()) != world) return "wrong result size";
       for (int r = 0; r < world; ++r) {
         bool want = std::find(peers.begin(), peers.end(), r) != peers.end();
-        if (static_cast<bool>(fds[r]) != want) return "fd presence wrong for rank " + std::to_string(r);
+        if (static_cast<bool>(fds[r]) != want)
+          return "fd presence wrong for rank " + std::to_string(r);
         if (want && read_memfd(fds[r].get()) != "buffer of rank " + std::to_string(r))
           return "wrong content from rank " + std::to_string(r) + ": " + read_memfd(fds[r].get());
       }
@@ -272,7 +278,8 @@ TEST(FdPassing, BadAndUnknownNames) {
   auto [c1, m1] = code_of([&] { connect_fd_socket("", deadline, "rank 1", ""); });
   EXPECT_EQ(c1, ErrorCode::kInvalidArgument) << m1;
   EXPECT_NE(m1.find("bad fd socket name"), std::string::npos) << m1;
-  auto [c2, m2] = code_of([&] { connect_fd_socket(std::string(200, 'x'), deadline, "rank 1", ""); });
+  auto [c2, m2] =
+      code_of([&] { connect_fd_socket(std::string(200, 'x'), deadline, "rank 1", ""); });
   EXPECT_EQ(c2, ErrorCode::kInvalidArgument) << m2;
   auto [c3, m3] = code_of([&] { FdListener(std::string("a\0b", 3), 1, ""); });
   EXPECT_EQ(c3, ErrorCode::kInvalidArgument) << m3;

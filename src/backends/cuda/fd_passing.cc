@@ -62,7 +62,8 @@ void send_all(int sock, const void* data, size_t n, const std::string& where) {
     if (k < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) {
-        if (!wait_io(sock, POLLOUT, std::chrono::steady_clock::now() + std::chrono::seconds(10), where))
+        if (!wait_io(sock, POLLOUT, std::chrono::steady_clock::now() + std::chrono::seconds(10),
+                     where))
           throw Error(ErrorCode::kTimeout, where + "fd socket send blocked for 10 s");
         continue;
       }
@@ -80,8 +81,7 @@ void recv_all(int sock, void* data, size_t n, Deadline deadline, const std::stri
     if (!wait_io(sock, POLLIN, deadline, where))
       throw Error(ErrorCode::kTimeout, where + "timed out waiting for data from " + peer);
     ssize_t k = ::recv(sock, p, n, 0);
-    if (k == 0)
-      throw Error(ErrorCode::kPeerFailure, where + peer + " closed its fd socket early");
+    if (k == 0) throw Error(ErrorCode::kPeerFailure, where + peer + " closed its fd socket early");
     if (k < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
       throw_errno(where, "recv from " + peer, errno);
@@ -138,8 +138,8 @@ UniqueFd FdListener::accept(Deadline deadline, const std::string& waiting_for,
                             const std::string& where) {
   for (;;) {
     if (!wait_io(sock_.get(), POLLIN, deadline, where))
-      throw Error(ErrorCode::kTimeout, where + "timed out waiting for " + waiting_for +
-                                           " (fd socket '@" + name_ + "')");
+      throw Error(ErrorCode::kTimeout,
+                  where + "timed out waiting for " + waiting_for + " (fd socket '@" + name_ + "')");
     int c = ::accept4(sock_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (c >= 0) return UniqueFd(c);
     if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED)
@@ -190,7 +190,8 @@ void send_fd(int sock, int fd, uint64_t tag, const std::string& where) {
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN) {
-      if (!wait_io(sock, POLLOUT, std::chrono::steady_clock::now() + std::chrono::seconds(10), where))
+      if (!wait_io(sock, POLLOUT, std::chrono::steady_clock::now() + std::chrono::seconds(10),
+                   where))
         throw Error(ErrorCode::kTimeout, where + "fd socket sendmsg blocked for 10 s");
       continue;
     }
@@ -209,7 +210,8 @@ UniqueFd recv_fd(int sock, uint64_t* tag, Deadline deadline, const std::string& 
   ssize_t k;
   for (;;) {
     if (!wait_io(sock, POLLIN, deadline, where))
-      throw Error(ErrorCode::kTimeout, where + "timed out waiting for a file descriptor from " + peer);
+      throw Error(ErrorCode::kTimeout,
+                  where + "timed out waiting for a file descriptor from " + peer);
     msg.msg_control = ctl;
     msg.msg_controllen = sizeof(ctl);
     k = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
@@ -226,8 +228,10 @@ UniqueFd recv_fd(int sock, uint64_t* tag, Deadline deadline, const std::string& 
     for (size_t i = 0; i < n; ++i) {
       int f;
       std::memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      if (!got) got.reset(f);
-      else ::close(f);  // more than one: keep the first
+      if (!got)
+        got.reset(f);
+      else
+        ::close(f);  // more than one: keep the first
     }
   }
   if (!got)
@@ -240,7 +244,9 @@ UniqueFd recv_fd(int sock, uint64_t* tag, Deadline deadline, const std::string& 
   return got;
 }
 
-void send_u64(int sock, uint64_t v, const std::string& where) { send_all(sock, &v, sizeof(v), where); }
+void send_u64(int sock, uint64_t v, const std::string& where) {
+  send_all(sock, &v, sizeof(v), where);
+}
 
 uint64_t recv_u64(int sock, Deadline deadline, const std::string& peer, const std::string& where) {
   uint64_t v = 0;
@@ -284,7 +290,8 @@ std::vector<UniqueFd> exchange_fds(Store& store, const std::string& key, int ran
     std::vector<int> pending;
     for (int p : peers)
       if (!served[p]) pending.push_back(p);
-    UniqueFd conn = listener.accept(deadline, "rank(s) " + rank_list(pending) + " to connect", where);
+    UniqueFd conn =
+        listener.accept(deadline, "rank(s) " + rank_list(pending) + " to connect", where);
     if (!same_user(conn.get())) continue;
     uint64_t r = 0, their_secret = 0;
     try {
@@ -299,8 +306,8 @@ std::vector<UniqueFd> exchange_fds(Store& store, const std::string& key, int ran
     for (int p : peers) known |= static_cast<uint64_t>(p) == r;
     if (!known || served[r])
       throw Error(ErrorCode::kInternal, where + "unexpected connection claiming rank " +
-                                            std::to_string(r) + " (pending: " +
-                                            rank_list(pending) + ")");
+                                            std::to_string(r) + " (pending: " + rank_list(pending) +
+                                            ")");
     send_fd(conn.get(), fd, static_cast<uint64_t>(rank), where);
     served[r] = true;
     ++done;
@@ -311,8 +318,8 @@ std::vector<UniqueFd> exchange_fds(Store& store, const std::string& key, int ran
     uint64_t tag = 0;
     out[p] = recv_fd(socks[p].get(), &tag, deadline, peer, where);
     if (tag != static_cast<uint64_t>(p))
-      throw Error(ErrorCode::kInternal, where + "the fd from " + peer + " is tagged as rank " +
-                                            std::to_string(tag));
+      throw Error(ErrorCode::kInternal,
+                  where + "the fd from " + peer + " is tagged as rank " + std::to_string(tag));
   }
   return out;
 }

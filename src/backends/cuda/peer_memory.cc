@@ -49,7 +49,8 @@ PeerMemKind resolve_peer_mem_kind(const Hints& comm_hints, const std::string& wh
                 where + what + "='" + v + "' is not a peer-memory path (ipc or vmm)");
   };
   PeerMemKind k = PeerMemKind::kIpc;
-  if (auto e = env_str("COMMX_CUDA_PEER_MEM"); e && !e->empty()) k = parse(*e, "COMMX_CUDA_PEER_MEM");
+  if (auto e = env_str("COMMX_CUDA_PEER_MEM"); e && !e->empty())
+    k = parse(*e, "COMMX_CUDA_PEER_MEM");
   if (auto it = comm_hints.find("peer_mem"); it != comm_hints.end())
     k = parse(it->second, "hint peer_mem");
   return k;
@@ -82,8 +83,10 @@ std::unique_ptr<PeerMemory> PeerMemory::create(Store& store, int rank, int world
       if (!why.empty())
         throw Error(ErrorCode::kUnsupported,
                     ctx + "rank " + std::to_string(rank) + " on GPU " + std::to_string(device) +
-                        " (" + mine.bus_id + "): peer_mem=vmm was asked for (COMMX_CUDA_PEER_MEM "
-                        "or the peer_mem hint), but " + why + "; use peer_mem=ipc");
+                        " (" + mine.bus_id +
+                        "): peer_mem=vmm was asked for (COMMX_CUDA_PEER_MEM "
+                        "or the peer_mem hint), but " +
+                        why + "; use peer_mem=ipc");
       pm->own_vmm_ = VmmBuffer::allocate(device, bytes, ctx);
       own = pm->own_vmm_->ptr();
       mine.vmm_size = pm->own_vmm_->size();
@@ -125,8 +128,8 @@ std::unique_ptr<PeerMemory> PeerMemory::create(Store& store, int rank, int world
     if (p.kind != mine.kind)
       throw Error(ErrorCode::kInvalidArgument,
                   ctx + "rank " + std::to_string(rank) + " uses peer_mem=" + peer_mem_name(kind) +
-                      " but rank " + std::to_string(r) + " uses peer_mem=" +
-                      peer_mem_name(static_cast<PeerMemKind>(p.kind)) +
+                      " but rank " + std::to_string(r) +
+                      " uses peer_mem=" + peer_mem_name(static_cast<PeerMemKind>(p.kind)) +
                       " (set COMMX_CUDA_PEER_MEM or the peer_mem hint alike on every rank)");
     std::string pair = "rank " + std::to_string(rank) + " (GPU " + mine.bus_id + ") -> rank " +
                        std::to_string(r) + " (GPU " + p.bus_id + ")";
@@ -194,8 +197,9 @@ std::unique_ptr<PeerMemory> PeerMemory::create(Store& store, int rank, int world
       continue;
     }
     if (vmm) {
-      pm->peer_vmm_[r] = VmmBuffer::import(fds[r].get(), p.vmm_size, device,
-                                           ctx + "mapping rank " + std::to_string(r) + "'s buffer: ");
+      pm->peer_vmm_[r] =
+          VmmBuffer::import(fds[r].get(), p.vmm_size, device,
+                            ctx + "mapping rank " + std::to_string(r) + "'s buffer: ");
       fds[r].reset();
       pm->bases_[r] = pm->peer_vmm_[r]->ptr();
       continue;

@@ -58,8 +58,8 @@ class PeerMemory {
   uint64_t bytes_ = 0;
   PeerMemKind kind_ = PeerMemKind::kIpc;
   std::vector<char*> bases_;
-  std::vector<bool> opened_;  // mapped through cudaIpcOpenMemHandle (closed on close())
-  std::unique_ptr<VmmBuffer> own_vmm_;                // kVmm: the own allocation
+  std::vector<bool> opened_;            // mapped through cudaIpcOpenMemHandle (closed on close())
+  std::unique_ptr<VmmBuffer> own_vmm_;  // kVmm: the own allocation
   std::vector<std::unique_ptr<VmmBuffer>> peer_vmm_;  // kVmm: peers of other processes
   std::string problem_;
   bool shares_gpu_ = false;

@@ -47,7 +47,7 @@ void fetch(F& fn, const char* name, std::string& error) {
     cudaGetLastError();
     if (error.empty())
       error = std::string("driver entry point ") + name + " not found (" +
-              (e != cudaSuccess ? cudaGetErrorString(e)
+              (e != cudaSuccess                               ? cudaGetErrorString(e)
                : q == cudaDriverEntryPointVersionNotSufficent ? "driver too old"
                                                               : "symbol not found") +
               ")";
@@ -83,7 +83,8 @@ const Driver& drv() {
 const Driver& checked_drv(const std::string& where) {
   const Driver& d = drv();
   if (!d.error.empty())
-    throw Error(ErrorCode::kUnsupported, where + "VMM peer memory needs the CUDA driver API: " + d.error);
+    throw Error(ErrorCode::kUnsupported,
+                where + "VMM peer memory needs the CUDA driver API: " + d.error);
   return d;
 }
 
@@ -150,7 +151,8 @@ std::string vmm_unsupported_reason(int device) {
   return "";
 }
 
-std::unique_ptr<VmmBuffer> VmmBuffer::allocate(int device, uint64_t bytes, const std::string& where) {
+std::unique_ptr<VmmBuffer> VmmBuffer::allocate(int device, uint64_t bytes,
+                                               const std::string& where) {
   const Driver& d = checked_drv(where);
   std::unique_ptr<VmmBuffer> b(new VmmBuffer());
   CUdevice dev = cu_device(d, device, where);
