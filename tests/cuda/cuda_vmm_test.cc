@@ -228,6 +228,30 @@ TEST(CudaVmmPeerMemory, RanksDisagreeingOnThePathFail) {
   EXPECT_EQ(err, "");
 }
 
+TEST(CudaVmmPeerMemory, ARankThatCannotAllocateFailsTheOthersAtOnce) {
+  REQUIRE_GPUS(1);
+  std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
+    CU(cudaSetDevice(ctx.device));
+    for (PeerMemKind kind : {PeerMemKind::kVmm, PeerMemKind::kIpc}) {
+      auto store = make_prefix_store(cuda::peer_mem_name(kind), ctx.store);
+      // Rank 1 asks for 1 PiB: its allocation fails; rank 0 must hear of it, not wait 60 s.
+      const uint64_t bytes = ctx.rank == 1 ? (1ull << 50) : (1u << 20);
+      auto t0 = std::chrono::steady_clock::now();
+      try {
+        PeerMemory::create(*store, ctx.rank, ctx.world, ctx.device, bytes, "", kind);
+        RANK_CHECK(false, "no error");
+      } catch (const Error& e) {
+        std::string m = e.what();
+        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        RANK_CHECK(s < 10, "took " + std::to_string(s) + " s: " + m);
+        if (ctx.rank == 0)
+          RANK_CHECK(m.find("rank 1 could not set up its peer memory") != std::string::npos, m);
+      }
+    }
+  });
+  EXPECT_EQ(err, "");
+}
+
 // --- the cuda backend with peer_mem=vmm ---
 
 TEST(CudaVmmBackend, AllReduceEveryDtypeOpAndSize) {
