@@ -11,10 +11,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <iostream>
 #include <thread>
 
 #include "cuda/collective_checks.h"
 #include "cuda/peer_memory.h"
+#include "cuda/vmm_memory.h"
 
 namespace commx::testing {
 namespace {
@@ -116,6 +118,34 @@ TEST(CudaVmmOptions, EnvAndHintChooseThePath) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("peer_mem='VMM'"), std::string::npos) << e.what();
   }
+}
+
+TEST(CudaVmmOptions, MissingSupportIsExplained) {
+  // In a child (the parent stays CUDA-free for fork): without a GPU or driver the reason says so;
+  // with one, an H100/H200 supports VMM with POSIX fds (an empty reason).
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(p[0]);
+    std::string why = cuda::vmm_unsupported_reason(0);
+    (void)!write(p[1], why.data(), why.size());
+    _exit(0);
+  }
+  close(p[1]);
+  std::string why;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(p[0], buf, sizeof(buf))) > 0) why.append(buf, n);
+  close(p[0]);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  if (gpu_count() == 0)
+    EXPECT_FALSE(why.empty()) << "no GPU, yet VMM looks supported";
+  else
+    EXPECT_EQ(why, "") << "this GPU should support VMM with POSIX fds";
+  std::cout << "vmm_unsupported_reason(0): '" << why << "'\n";
 }
 
 // --- PeerMemory directly ---
