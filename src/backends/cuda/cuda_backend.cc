@@ -35,6 +35,7 @@ void CudaBackend::init(const BackendContext& ctx) {
   int sms = 0;
   COMMX_CUDA_CHECK_CTX(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_), where);
   tuning_ = Tuning::resolve(ctx.size, sms, ctx.options.hints);
+  const PeerMemKind peer_mem = resolve_peer_mem_kind(ctx.options.hints, where);
   lowp_.init(ctx.options.hints, where);
 
   COMMX_CUDA_CHECK_CTX(cudaHostAlloc(reinterpret_cast<void**>(&ctl_host_), sizeof(HostCtl),
@@ -70,7 +71,7 @@ void CudaBackend::init(const BackendContext& ctx) {
     native_problem_ = "the native path supports at most " + std::to_string(kMaxRanks) + " ranks";
   } else if (ctx.size > 1) {
     pm_ = PeerMemory::create(*ctx.store, ctx.rank, ctx.size, device_,
-                             kSignalBytes + 2 * tuning_.buffer_bytes, where);
+                             kSignalBytes + 2 * tuning_.buffer_bytes, where, peer_mem);
     native_problem_ = pm_->problem();
     // Several ranks on one GPU (time-sliced contexts): multi-block latency kernels returned wrong
     // all_reduce results at 8 ranks on 4 H200s (32 KiB, eager), one block returned none

@@ -75,7 +75,8 @@ std::unique_ptr<Hierarchy> Hierarchy::create(const BackendContext& ctx, const Ho
   } else if (local > 1) {
     auto local_store = make_prefix_store("hier/local/" + std::to_string(layout.host), ctx.store);
     h->pm_ = PeerMemory::create(*local_store, layout.local_rank, local, device,
-                                kSignalBytes + 2 * h->tuning_.buffer_bytes, ctx_where);
+                                kSignalBytes + 2 * h->tuning_.buffer_bytes, ctx_where,
+                                resolve_peer_mem_kind(ctx.options.hints, ctx_where));
     problem = h->pm_->problem();
     // Same limit as the flat path: several ranks on one GPU take one block (cuda_backend.cc).
     if (h->pm_->shares_gpu() && !env_str("COMMX_CUDA_MAX_BLOCKS")) h->tuning_.max_blocks = 1;

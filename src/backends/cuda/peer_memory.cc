@@ -1,13 +1,18 @@
-// cuda_ipc peer-memory transport: allocate, export, exchange, check P2P, map, unmap.
+// Peer-memory transport (cuda_ipc or vmm): allocate, export, exchange, check P2P, map, unmap.
 // Layer: transport (GPU).
 #include "cuda/peer_memory.h"
 
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "core/env.h"
+#include "cuda/fd_passing.h"
+#include "cuda/vmm_memory.h"
 #include "cuda_common/cuda_util.h"
 
 namespace commx::cuda {
@@ -16,9 +21,14 @@ namespace {
 struct PeerInfo {
   int64_t pid;
   int32_t device;
+  int32_t kind;  // PeerMemKind
   char bus_id[32];
-  cudaIpcMemHandle_t handle;
-  uint64_t ptr;  // for ranks in the same process
+  cudaIpcMemHandle_t handle;  // kIpc
+  uint64_t ptr;               // for ranks in the same process
+  uint64_t vmm_size;          // kVmm: the allocation's size (bytes rounded up to the granularity)
+  int32_t failed;             // 1: this rank could not allocate; error holds why
+  int32_t error_code;         // its ErrorCode
+  char error[400];
 };
 
 Bytes to_bytes(const PeerInfo& p) {
@@ -29,28 +39,73 @@ Bytes to_bytes(const PeerInfo& p) {
 
 }  // namespace
 
+const char* peer_mem_name(PeerMemKind k) { return k == PeerMemKind::kVmm ? "vmm" : "ipc"; }
+
+PeerMemKind resolve_peer_mem_kind(const Hints& comm_hints, const std::string& where) {
+  auto parse = [&](const std::string& v, const std::string& what) {
+    if (v == "ipc") return PeerMemKind::kIpc;
+    if (v == "vmm") return PeerMemKind::kVmm;
+    throw Error(ErrorCode::kInvalidArgument,
+                where + what + "='" + v + "' is not a peer-memory path (ipc or vmm)");
+  };
+  PeerMemKind k = PeerMemKind::kIpc;
+  if (auto e = env_str("COMMX_CUDA_PEER_MEM"); e && !e->empty())
+    k = parse(*e, "COMMX_CUDA_PEER_MEM");
+  if (auto it = comm_hints.find("peer_mem"); it != comm_hints.end())
+    k = parse(it->second, "hint peer_mem");
+  return k;
+}
+
 std::unique_ptr<PeerMemory> PeerMemory::create(Store& store, int rank, int world, int device,
-                                               uint64_t bytes, const std::string& where) {
+                                               uint64_t bytes, const std::string& where,
+                                               PeerMemKind kind) {
   std::unique_ptr<PeerMemory> pm(new PeerMemory());
   pm->rank_ = rank;
   pm->device_ = device;
   pm->bytes_ = bytes;
+  pm->kind_ = kind;
   pm->bases_.assign(world, nullptr);
   pm->opened_.assign(world, false);
+  pm->peer_vmm_.resize(world);
   DeviceGuard g(device);
-  const std::string ctx = where + "cuda_ipc: ";
-  void* own = nullptr;
-  COMMX_CUDA_CHECK_CTX(cudaMalloc(&own, bytes), ctx);
-  pm->bases_[rank] = static_cast<char*>(own);
-  COMMX_CUDA_CHECK_CTX(cudaMemset(own, 0, bytes), ctx);
-  COMMX_CUDA_CHECK_CTX(cudaDeviceSynchronize(), ctx);
-
+  const bool vmm = kind == PeerMemKind::kVmm;
+  const std::string ctx = where + (vmm ? "vmm peer memory: " : "cuda_ipc: ");
+  // Both paths share the store keys: a rank that asked for the other path is caught below.
   PeerInfo mine{};
   mine.pid = getpid();
   mine.device = device;
+  mine.kind = static_cast<int32_t>(kind);
   COMMX_CUDA_CHECK_CTX(cudaDeviceGetPCIBusId(mine.bus_id, sizeof(mine.bus_id), device), ctx);
-  COMMX_CUDA_CHECK_CTX(cudaIpcGetMemHandle(&mine.handle, own), ctx);
-  mine.ptr = reinterpret_cast<uint64_t>(own);
+  try {
+    void* own = nullptr;
+    if (vmm) {
+      std::string why = vmm_unsupported_reason(device);
+      if (!why.empty())
+        throw Error(ErrorCode::kUnsupported,
+                    ctx + "rank " + std::to_string(rank) + " on GPU " + std::to_string(device) +
+                        " (" + mine.bus_id +
+                        "): peer_mem=vmm was asked for (COMMX_CUDA_PEER_MEM "
+                        "or the peer_mem hint), but " +
+                        why + "; use peer_mem=ipc");
+      pm->own_vmm_ = VmmBuffer::allocate(device, bytes, ctx);
+      own = pm->own_vmm_->ptr();
+      mine.vmm_size = pm->own_vmm_->size();
+    } else {
+      COMMX_CUDA_CHECK_CTX(cudaMalloc(&own, bytes), ctx);
+    }
+    pm->bases_[rank] = static_cast<char*>(own);
+    COMMX_CUDA_CHECK_CTX(cudaMemset(own, 0, bytes), ctx);
+    COMMX_CUDA_CHECK_CTX(cudaDeviceSynchronize(), ctx);
+    if (!vmm) COMMX_CUDA_CHECK_CTX(cudaIpcGetMemHandle(&mine.handle, own), ctx);
+    mine.ptr = reinterpret_cast<uint64_t>(own);
+  } catch (const Error& e) {
+    // Tell the peers at once instead of leaving them to the store's timeout.
+    mine.failed = 1;
+    mine.error_code = static_cast<int32_t>(e.code());
+    std::snprintf(mine.error, sizeof(mine.error), "%s", e.what());
+    store.set("cuda_ipc/info/" + std::to_string(rank), to_bytes(mine));
+    throw;
+  }
   store.set("cuda_ipc/info/" + std::to_string(rank), to_bytes(mine));
 
   std::vector<PeerInfo> infos(world);
@@ -66,6 +121,16 @@ std::unique_ptr<PeerMemory> PeerMemory::create(Store& store, int rank, int world
       throw Error(ErrorCode::kInternal, ctx + "bad peer record from rank " + std::to_string(r));
     std::memcpy(&infos[r], b.data(), sizeof(PeerInfo));
     const PeerInfo& p = infos[r];
+    if (p.failed)
+      throw Error(static_cast<ErrorCode>(p.error_code),
+                  ctx + "rank " + std::to_string(r) + " could not set up its peer memory: " +
+                      std::string(p.error, strnlen(p.error, sizeof(p.error))));
+    if (p.kind != mine.kind)
+      throw Error(ErrorCode::kInvalidArgument,
+                  ctx + "rank " + std::to_string(rank) + " uses peer_mem=" + peer_mem_name(kind) +
+                      " but rank " + std::to_string(r) +
+                      " uses peer_mem=" + peer_mem_name(static_cast<PeerMemKind>(p.kind)) +
+                      " (set COMMX_CUDA_PEER_MEM or the peer_mem hint alike on every rank)");
     std::string pair = "rank " + std::to_string(rank) + " (GPU " + mine.bus_id + ") -> rank " +
                        std::to_string(r) + " (GPU " + p.bus_id + ")";
     if (force_no_p2p) {
@@ -100,6 +165,18 @@ std::unique_ptr<PeerMemory> PeerMemory::create(Store& store, int rank, int world
     pm->close();
     return pm;
   }
+  // kVmm: the allocations of peers in other processes arrive as file descriptors.
+  std::vector<UniqueFd> fds(world);
+  if (vmm) {
+    std::vector<int> others;
+    for (int r = 0; r < world; ++r)
+      if (r != rank && infos[r].pid != mine.pid) others.push_back(r);
+    if (!others.empty()) {
+      UniqueFd own_fd(pm->own_vmm_->export_fd(ctx));
+      fds = exchange_fds(store, "cuda_vmm/fd", rank, world, others, own_fd.get(),
+                         std::chrono::steady_clock::now() + store.timeout(), ctx);
+    }
+  }
   for (int r = 0; r < world; ++r) {
     if (r == rank) continue;
     const PeerInfo& p = infos[r];
@@ -112,7 +189,19 @@ std::unique_ptr<PeerMemory> PeerMemory::create(Store& store, int rank, int world
           cudaGetLastError();
         else
           COMMX_CUDA_CHECK_CTX(e, ctx);
+        // A VMM range is reachable only from the devices cuMemSetAccess names (as NCCL does).
+        if (vmm)
+          vmm_grant_access(reinterpret_cast<void*>(p.ptr), p.vmm_size, device,
+                           ctx + "access to rank " + std::to_string(r) + "'s buffer: ");
       }
+      continue;
+    }
+    if (vmm) {
+      pm->peer_vmm_[r] =
+          VmmBuffer::import(fds[r].get(), p.vmm_size, device,
+                            ctx + "mapping rank " + std::to_string(r) + "'s buffer: ");
+      fds[r].reset();
+      pm->bases_[r] = pm->peer_vmm_[r]->ptr();
       continue;
     }
     void* mapped = nullptr;
@@ -130,9 +219,16 @@ void PeerMemory::close() {
   for (size_t r = 0; r < bases_.size(); ++r) {
     if (opened_[r] && bases_[r]) cudaIpcCloseMemHandle(bases_[r]);
     opened_[r] = false;
+    if (peer_vmm_[r]) peer_vmm_[r]->release();
+    peer_vmm_[r].reset();
     if (static_cast<int>(r) != rank_) bases_[r] = nullptr;
   }
-  if (bases_[rank_]) cudaFree(bases_[rank_]);
+  if (own_vmm_) {
+    own_vmm_->release();
+    own_vmm_.reset();
+  } else if (bases_[rank_]) {
+    cudaFree(bases_[rank_]);
+  }
   bases_[rank_] = nullptr;
 }
 
