@@ -22,7 +22,7 @@ JOBS=$(nproc)
 BUILD=${BUILD_DIR:-build-gpu}
 cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCOMMX_WITH_CUDA=ON \
   ${PREFIX_PATH:+-DCMAKE_PREFIX_PATH=$PREFIX_PATH} > "$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }
-GPU_TESTS=${GPU_CI_TESTLIST:-lowp_gpu_codec_test lowp_cuda_test cuda_backend_test cuda_hier_test}
+GPU_TESTS=${GPU_CI_TESTLIST:-lowp_gpu_codec_test lowp_cuda_test cuda_backend_test cuda_hier_test cuda_fd_passing_test cuda_vmm_test}
 TARGETS=${GPU_CI_TARGETS:-commx_backend_cuda commx_backend_nccl commx-gpu-bench $GPU_TESTS}
 ninja -C "$BUILD" -j"$JOBS" $TARGETS >> "$LOGS/build.log" 2>&1 || { tail -40 "$LOGS/build.log"; exit 1; }
 echo "build ok"
