@@ -214,14 +214,12 @@ TEST(CudaBackend, WorkOutlivesItsComm) {
   for (const std::string& b : backends) {
     std::string err = run_ranks(2, two_gpus(), [&b](RankCtx& ctx) {
       const Device dev = Device::cuda(ctx.device);
+      auto c = make_comm(ctx, b, "outlive_" + b);  // first: it makes the rank's GPU current
       DevBuf a(1024 * 4);
       CU(cudaMemset(a.p, 0, 1024 * 4));
-      Work w;
-      {
-        auto c = make_comm(ctx, b, "outlive_" + b);
-        w = c->all_reduce(Tensor(a.p, 1024, DataType::kFloat32, dev), ReduceOp::SUM, true);
-        c->finalize();
-      }
+      Work w = c->all_reduce(Tensor(a.p, 1024, DataType::kFloat32, dev), ReduceOp::SUM, true);
+      c->finalize();
+      c.reset();  // the backend is destroyed; the Work is not
       RANK_CHECK(w.is_completed(), b + ": the op of a finalized comm is not complete");
       RANK_CHECK(w.status() == WorkStatus::kCompleted, b + ": bad status after the comm is gone");
       w.wait_blocking();

@@ -3,6 +3,7 @@
 // reports each rank's failures. Layer: tests.
 #pragma once
 
+#include <execinfo.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -59,6 +60,18 @@ struct CheckFailed : std::runtime_error {
                                           ": " + #COND + ": " + (MSG));                        \
   } while (0)
 
+// In a rank process: SIGUSR1 prints where the receiving thread is (the harness sends it to a rank
+// that overstays its limit, before SIGKILL), so a hang names its place.
+inline void print_stack_on_sigusr1() {
+  signal(SIGUSR1, [](int) {
+    void* frames[64];
+    int n = backtrace(frames, 64);
+    static const char head[] = "--- stack of a rank killed after the time limit:\n";
+    (void)!write(2, head, sizeof(head) - 1);
+    backtrace_symbols_fd(frames, n, 2);
+  });
+}
+
 // Runs body(ctx) in `world` processes, rank r on GPU (r / ranks_per_gpu) % gpus (default: r %
 // gpus). Returns "" when all ranks exit 0, else a description of the failures. Ranks still running
 // after `limit` are killed (a failure).
@@ -76,6 +89,7 @@ inline std::string run_ranks(int world, int gpus, const std::function<void(RankC
     logs.push_back(log);
     pid_t pid = fork();
     if (pid == 0) {
+      print_stack_on_sigusr1();
       int code = 0;
       FILE* f = std::fopen(log.c_str(), "w");
       try {
@@ -102,6 +116,8 @@ inline std::string run_ranks(int world, int gpus, const std::function<void(RankC
       pid_t w = waitpid(pids[r], &status, WNOHANG);
       if (w == pids[r]) break;
       if (std::chrono::steady_clock::now() > deadline) {
+        for (pid_t p : pids) kill(p, SIGUSR1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
         for (pid_t p : pids) kill(p, SIGKILL);
         waitpid(pids[r], &status, 0);
         failures += "rank " + std::to_string(r) + " killed after the time limit\n";
