@@ -9,6 +9,7 @@ Each rank prints `fsdp2 losses <rank> <json list>`. Layer: tests (Python)."""
 import argparse
 import json
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -61,7 +62,8 @@ def main():
     losses = train(device, a.steps)
     rank = dist.get_rank()
     dist.destroy_process_group()
-    print(f"fsdp2 losses {rank} {json.dumps(losses)}", flush=True)
+    sys.stdout.write(f"fsdp2 losses {rank} {json.dumps(losses)}\n")  # one write: ranks share a pipe
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

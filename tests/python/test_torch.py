@@ -5,6 +5,7 @@ CUDA quick start. Skipped where torch is absent. Layer: tests (Python)."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -305,11 +306,8 @@ def test_quickstart_cuda_under_torchrun():
 def _torchrun_losses(backend, device="cuda", extra_env=None):
     out = _run_torchrun(os.path.join(HERE, "fsdp2_worker.py"), "--backend", backend,
                         "--device", device, timeout=300, extra_env=extra_env)
-    losses = {}
-    for line in out.splitlines():
-        if line.startswith("fsdp2 losses "):
-            _, _, rank, values = line.split(" ", 3)
-            losses[int(rank)] = json.loads(values)
+    # Both ranks print to one pipe: their lines may interleave, so match the records anywhere.
+    losses = {int(r): json.loads(v) for r, v in re.findall(r"fsdp2 losses (\d+) (\[[^\]]*\])", out)}
     assert sorted(losses) == [0, 1], out
     print(f"fsdp2 {backend} losses: {losses}")
     return losses
