@@ -13,18 +13,15 @@ mkdir -p "$OUT"
 # report.md (cuda vs nccl vs symm_mem against the targets), allreduce_bf16.svg, logs.tar.gz.
 LOGS=$(mktemp -d)
 . scripts/gpu_env.sh
-JOBS=$(nproc)
 {
   date -u; hostname; nvidia-smi; nvidia-smi topo -m; nvcc --version | tail -1
   echo "COMMX_NCCL_LIBRARY=${COMMX_NCCL_LIBRARY:-}"
   python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' 2>/dev/null
 } > "$OUT/machine.txt" 2>&1
 BUILD=${BUILD_DIR:-build-gpu}
-cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCOMMX_WITH_CUDA=ON \
-  ${PREFIX_PATH:+-DCMAKE_PREFIX_PATH=$PREFIX_PATH} > "$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }
 GPU_TESTS=${GPU_CI_TESTLIST:-lowp_gpu_codec_test lowp_cuda_test cuda_backend_test cuda_hier_test cuda_fd_passing_test cuda_vmm_test}
 TARGETS=${GPU_CI_TARGETS:-commx_backend_cuda commx_backend_nccl commx-gpu-bench $GPU_TESTS}
-ninja -C "$BUILD" -j"$JOBS" $TARGETS >> "$LOGS/build.log" 2>&1 || { tail -40 "$LOGS/build.log"; exit 1; }
+gpu_build "$BUILD" "$LOGS/build.log" $TARGETS || exit 1
 echo "build ok"
 rc=0
 if [ "${GPU_CI_TESTS:-1}" = 1 ]; then

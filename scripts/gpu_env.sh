@@ -16,3 +16,12 @@ if ! [ -f /usr/include/gtest/gtest.h ] && ls .gpudeps/*.deb >/dev/null 2>&1; the
   for _deb in .gpudeps/*.deb; do dpkg -x "$_deb" .gpudeps/root; done
   PREFIX_PATH="$PWD/.gpudeps/root/usr"
 fi
+# gpu_build DIR LOG TARGET...: configures DIR (Release, CUDA on, the carried GoogleTest) and builds
+# the targets with every core; output to LOG, its tail printed on failure.
+gpu_build() {
+  local dir=$1 log=$2
+  shift 2
+  cmake -G Ninja -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCOMMX_WITH_CUDA=ON \
+    ${PREFIX_PATH:+-DCMAKE_PREFIX_PATH=$PREFIX_PATH} > "$log" 2>&1 &&
+    ninja -C "$dir" -j"$(nproc)" "$@" >> "$log" 2>&1 || { tail -30 "$log"; return 1; }
+}

@@ -9,10 +9,8 @@ BUILD=${BUILD_DIR:-build-gpu}
 OUT=${OUT:-/tmp}
 mkdir -p "$OUT"
 . scripts/gpu_env.sh
-cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCOMMX_WITH_CUDA=ON \
-  ${PREFIX_PATH:+-DCMAKE_PREFIX_PATH=$PREFIX_PATH} > "$OUT/gpu_hier_build.log" 2>&1 &&
-  ninja -C "$BUILD" -j"$(nproc)" commx_backend_cuda commx_backend_nccl cuda_hier_test \
-    >> "$OUT/gpu_hier_build.log" 2>&1 || { tail -30 "$OUT/gpu_hier_build.log"; exit 1; }
+gpu_build "$BUILD" "$OUT/gpu_hier_build.log" commx_backend_cuda commx_backend_nccl cuda_hier_test ||
+  exit 1
 timeout 500 "$BUILD/bin/cuda_hier_test" > "$OUT/gpu_hier.log" 2>&1
 rc=$?
 grep -E "^\[( +OK|  FAILED|  SKIPPED|  PASSED) |rank [0-9]+ failed|Failure" "$OUT/gpu_hier.log" | head -40

@@ -13,12 +13,8 @@ BUILD=${BUILD_DIR:-build-gpu}
 OUT=${OUT:-/tmp}
 mkdir -p "$OUT"
 . scripts/gpu_env.sh
-cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCOMMX_WITH_CUDA=ON \
-  ${PREFIX_PATH:+-DCMAKE_PREFIX_PATH=$PREFIX_PATH} > "$OUT/gpu_vmm_build.log" 2>&1 &&
-  ninja -C "$BUILD" -j"$(nproc)" commx_backend_cuda commx_backend_nccl cuda_vmm_test \
-    cuda_fd_passing_test cuda_backend_test cuda_hier_test lowp_cuda_test \
-    >> "$OUT/gpu_vmm_build.log" 2>&1 ||
-  { tail -30 "$OUT/gpu_vmm_build.log"; exit 1; }
+gpu_build "$BUILD" "$OUT/gpu_vmm_build.log" commx_backend_cuda commx_backend_nccl cuda_vmm_test \
+  cuda_fd_passing_test cuda_backend_test cuda_hier_test lowp_cuda_test || exit 1
 rc=0
 step() {  # name, timeout, command...
   local name=$1 limit=$2

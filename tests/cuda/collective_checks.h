@@ -206,4 +206,46 @@ inline void check_collectives(Comm& c, RankCtx& ctx, int64_t n, uint64_t seed, b
   }
 }
 
+inline OpOptions algo(const char* a) {
+  OpOptions o;
+  o.hints["algorithm"] = a;
+  return o;
+}
+
+// The all_reduce coverage the cuda backend runs over each peer-memory path: every dtype, op and
+// odd size on each algorithm, unaligned buffers, automatic selection at large sizes, reduce to a
+// non-zero root, bit-identical results on every rank (store keys start with `tag`).
+inline void check_allreduce_coverage(Comm& c, RankCtx& ctx, const std::string& tag) {
+  const DataType types[] = {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16,
+                            DataType::kFloat64, DataType::kInt32, DataType::kInt64};
+  const ReduceOp ops[] = {ReduceOp::SUM, ReduceOp::PRODUCT, ReduceOp::MIN, ReduceOp::MAX,
+                          ReduceOp::AVG, ReduceOp::premul_sum(0.5)};
+  uint64_t seed = 1;
+  for (const char* a : {"ll", "flat", "tree"})
+    for (DataType t : types)
+      for (ReduceOp op : ops) {
+        if (!dtype_is_floating(t) && (op.kind == ReduceKind::kAvg || op.kind == ReduceKind::kPremulSum))
+          continue;
+        for (int64_t n : {0, 1, 3, 17, 1000, 4099, 70001})
+          check_allreduce(c, ctx, t, op, n, seed++, algo(a));
+      }
+  // Unaligned user buffers (element offset 1) on every path.
+  for (const char* a : {"ll", "flat", "tree"})
+    for (DataType t : {DataType::kFloat32, DataType::kBFloat16})
+      for (int64_t n : {1000, 70001}) check_allreduce(c, ctx, t, ReduceOp::SUM, n, seed++, algo(a), 1);
+  // Automatic selection across sizes, large bf16 and f32.
+  check_allreduce(c, ctx, DataType::kBFloat16, ReduceOp::SUM, (1 << 20) + 3, seed++);
+  check_allreduce(c, ctx, DataType::kFloat32, ReduceOp::SUM, (3 << 20) + 5, seed++);
+  // reduce to a non-zero root on both paths.
+  for (const char* a : {"flat", "tree"})
+    check_allreduce(c, ctx, DataType::kFloat32, ReduceOp::SUM, 5001, seed++, algo(a), 0, 1);
+  // Bit-identical results on every rank (fixed reduction order).
+  for (const char* a : {"ll", "flat", "tree"}) {
+    auto bytes = check_allreduce(c, ctx, DataType::kFloat32, ReduceOp::SUM, 70001, 999, algo(a));
+    std::string key = tag + "_bits_" + a;
+    if (ctx.rank == 0) ctx.store->set(key, bytes);
+    RANK_CHECK(ctx.store->get(key) == bytes, std::string("results differ between ranks: ") + a);
+  }
+}
+
 }  // namespace commx::testing

@@ -17,48 +17,11 @@ namespace {
     if (gpu_count() < (N)) GTEST_SKIP() << "needs " << (N) << " GPU(s), found " << gpu_count(); \
   } while (0)
 
-int two_gpus() { return std::min(gpu_count(), 2); }
-
-OpOptions algo(const char* a) {
-  OpOptions o;
-  o.hints["algorithm"] = a;
-  return o;
-}
-
 TEST(CudaBackend, AllReduceEveryDtypeOpAndSize) {
   REQUIRE_GPUS(1);
   std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
     auto c = make_comm(ctx, "cuda", "ar");
-    const DataType types[] = {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16,
-                              DataType::kFloat64, DataType::kInt32, DataType::kInt64};
-    const ReduceOp ops[] = {ReduceOp::SUM, ReduceOp::PRODUCT, ReduceOp::MIN, ReduceOp::MAX,
-                            ReduceOp::AVG, ReduceOp::premul_sum(0.5)};
-    uint64_t seed = 1;
-    for (const char* a : {"ll", "flat", "tree"})
-      for (DataType t : types)
-        for (ReduceOp op : ops) {
-          if (!dtype_is_floating(t) && (op.kind == ReduceKind::kAvg || op.kind == ReduceKind::kPremulSum))
-            continue;
-          for (int64_t n : {0, 1, 3, 17, 1000, 4099, 70001})
-            check_allreduce(*c, ctx, t, op, n, seed++, algo(a));
-        }
-    // Unaligned user buffers (element offset 1) on every path.
-    for (const char* a : {"ll", "flat", "tree"})
-      for (DataType t : {DataType::kFloat32, DataType::kBFloat16})
-        for (int64_t n : {1000, 70001}) check_allreduce(*c, ctx, t, ReduceOp::SUM, n, seed++, algo(a), 1);
-    // Automatic selection across sizes, large bf16 and f32.
-    check_allreduce(*c, ctx, DataType::kBFloat16, ReduceOp::SUM, (1 << 20) + 3, seed++);
-    check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, (3 << 20) + 5, seed++);
-    // reduce to a non-zero root on both paths.
-    for (const char* a : {"flat", "tree"})
-      check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, 5001, seed++, algo(a), 0, 1);
-    // Bit-identical results on every rank (fixed reduction order).
-    for (const char* a : {"ll", "flat", "tree"}) {
-      auto bytes = check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, 70001, 999, algo(a));
-      std::string key = std::string("bits_") + a;
-      if (ctx.rank == 0) ctx.store->set(key, bytes);
-      RANK_CHECK(ctx.store->get(key) == bytes, std::string("results differ between ranks: ") + a);
-    }
+    check_allreduce_coverage(*c, ctx, "ar");
   });
   EXPECT_EQ(err, "");
 }
@@ -301,13 +264,8 @@ TEST(CudaBackend, NoPeerAccessFallsBackToNcclOrRefuses) {
       check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, 1001, 9);
       return;
     }
-    try {
-      make_comm(ctx, "cuda", "nop2p");
-      RANK_CHECK(false, "comm creation should fail without P2P and NCCL");
-    } catch (const Error& e) {
-      RANK_CHECK(e.code() == ErrorCode::kUnsupported, e.what());
-      RANK_CHECK(std::string(e.what()).find("COMMX_CUDA_FORCE_NO_P2P") != std::string::npos, e.what());
-    }
+    expect_error([&] { make_comm(ctx, "cuda", "nop2p"); }, ErrorCode::kUnsupported,
+                 {"COMMX_CUDA_FORCE_NO_P2P"}, "comm creation without P2P and NCCL");
   });
   EXPECT_EQ(err, "");
 }

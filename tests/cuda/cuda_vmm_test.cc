@@ -29,15 +29,7 @@ using cuda::PeerMemory;
     if (gpu_count() < (N)) GTEST_SKIP() << "needs " << (N) << " GPU(s), found " << gpu_count(); \
   } while (0)
 
-int two_gpus() { return std::min(gpu_count(), 2); }
-
 const Hints kVmm = {{"peer_mem", "vmm"}};
-
-OpOptions algo(const char* a) {
-  OpOptions o;
-  o.hints["algorithm"] = a;
-  return o;
-}
 
 // A pointer attribute through the driver API (fetched at run time, like the backend does).
 // With `ok`, a failing query sets *ok = false instead of failing the rank.
@@ -253,13 +245,9 @@ TEST(CudaVmmPeerMemory, RanksDisagreeingOnThePathFail) {
   std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
     CU(cudaSetDevice(ctx.device));
     PeerMemKind kind = ctx.rank == 0 ? PeerMemKind::kIpc : PeerMemKind::kVmm;
-    try {
-      PeerMemory::create(*ctx.store, ctx.rank, ctx.world, ctx.device, 1u << 20, "", kind);
-      RANK_CHECK(false, "no error with ipc on rank 0 and vmm on rank 1");
-    } catch (const Error& e) {
-      RANK_CHECK(e.code() == ErrorCode::kInvalidArgument, e.what());
-      RANK_CHECK(std::string(e.what()).find("peer_mem=vmm") != std::string::npos, e.what());
-    }
+    expect_error(
+        [&] { PeerMemory::create(*ctx.store, ctx.rank, ctx.world, ctx.device, 1u << 20, "", kind); },
+        ErrorCode::kInvalidArgument, {"peer_mem=vmm"}, "ipc on rank 0 and vmm on rank 1");
   });
   EXPECT_EQ(err, "");
 }
@@ -294,34 +282,7 @@ TEST(CudaVmmBackend, AllReduceEveryDtypeOpAndSize) {
   REQUIRE_GPUS(1);
   std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
     auto c = make_comm(ctx, "cuda", "vmm_ar", kVmm);
-    const DataType types[] = {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16,
-                              DataType::kFloat64, DataType::kInt32,    DataType::kInt64};
-    const ReduceOp ops[] = {ReduceOp::SUM, ReduceOp::PRODUCT, ReduceOp::MIN,
-                            ReduceOp::MAX, ReduceOp::AVG,     ReduceOp::premul_sum(0.5)};
-    uint64_t seed = 1;
-    for (const char* a : {"ll", "flat", "tree"})
-      for (DataType t : types)
-        for (ReduceOp op : ops) {
-          if (!dtype_is_floating(t) &&
-              (op.kind == ReduceKind::kAvg || op.kind == ReduceKind::kPremulSum))
-            continue;
-          for (int64_t n : {0, 1, 3, 17, 1000, 4099, 70001})
-            check_allreduce(*c, ctx, t, op, n, seed++, algo(a));
-        }
-    for (const char* a : {"ll", "flat", "tree"})
-      for (DataType t : {DataType::kFloat32, DataType::kBFloat16})
-        for (int64_t n : {1000, 70001})
-          check_allreduce(*c, ctx, t, ReduceOp::SUM, n, seed++, algo(a), 1);
-    check_allreduce(*c, ctx, DataType::kBFloat16, ReduceOp::SUM, (1 << 20) + 3, seed++);
-    check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, (3 << 20) + 5, seed++);
-    for (const char* a : {"flat", "tree"})
-      check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, 5001, seed++, algo(a), 0, 1);
-    for (const char* a : {"ll", "flat", "tree"}) {
-      auto bytes = check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, 70001, 999, algo(a));
-      std::string key = std::string("vmm_bits_") + a;
-      if (ctx.rank == 0) ctx.store->set(key, bytes);
-      RANK_CHECK(ctx.store->get(key) == bytes, std::string("results differ between ranks: ") + a);
-    }
+    check_allreduce_coverage(*c, ctx, "vmm");
   });
   EXPECT_EQ(err, "");
 }
@@ -459,13 +420,8 @@ TEST(CudaVmmBackend, CommsDestroyedAndRecreatedWithoutLeaks) {
 TEST(CudaVmmBackend, BadPeerMemHintIsRefused) {
   REQUIRE_GPUS(1);
   std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
-    try {
-      make_comm(ctx, "cuda", "vmm_bad", {{"peer_mem", "posix"}});
-      RANK_CHECK(false, "peer_mem=posix was accepted");
-    } catch (const Error& e) {
-      RANK_CHECK(e.code() == ErrorCode::kInvalidArgument, e.what());
-      RANK_CHECK(std::string(e.what()).find("peer_mem='posix'") != std::string::npos, e.what());
-    }
+    expect_error([&] { make_comm(ctx, "cuda", "vmm_bad", {{"peer_mem", "posix"}}); },
+                 ErrorCode::kInvalidArgument, {"peer_mem='posix'"}, "peer_mem=posix");
   });
   EXPECT_EQ(err, "");
 }

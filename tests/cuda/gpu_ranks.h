@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -42,6 +43,9 @@ inline int gpu_count() {
   return cached;
 }
 
+// GPUs for a two-rank test: each rank its own GPU when there are two, else both on one.
+inline int two_gpus() { return gpu_count() < 2 ? gpu_count() : 2; }
+
 struct RankCtx {
   int rank;
   int world;
@@ -59,6 +63,22 @@ struct CheckFailed : std::runtime_error {
       throw ::commx::testing::CheckFailed(std::string(__FILE__) + ":" + std::to_string(__LINE__) + \
                                           ": " + #COND + ": " + (MSG));                        \
   } while (0)
+
+// `fn` must throw a commx::Error with `code` whose message contains every one of `needles`.
+template <typename F>
+void expect_error(F&& fn, ErrorCode code, std::initializer_list<const char*> needles,
+                  const std::string& what) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    RANK_CHECK(e.code() == code, what + ": wrong error code: " + m);
+    for (const char* n : needles)
+      RANK_CHECK(m.find(n) != std::string::npos, what + ": no '" + n + "' in: " + m);
+    return;
+  }
+  RANK_CHECK(false, what + ": no error");
+}
 
 // In a rank process: SIGUSR1 prints where the receiving thread is (the harness sends it to a rank
 // that overstays its limit, before SIGKILL), so a hang names its place.

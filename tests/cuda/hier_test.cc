@@ -331,15 +331,9 @@ TEST(CudaHier, TwoHostsOfTwoRanksSharingAGpu) {
     // Peer memory unusable within the hosts: every rank must decide to fall back to NCCL, which
     // cannot span ranks sharing a GPU: a clear Unsupported error on every rank, no hang.
     setenv("COMMX_CUDA_FORCE_NO_P2P", "1", 1);
-    try {
-      make_comm(ctx, "cuda", "hier2_nop2p");
-      RANK_CHECK(false, "comm creation should fail without P2P and without NCCL");
-    } catch (const Error& e) {
-      std::string m = e.what();
-      RANK_CHECK(e.code() == ErrorCode::kUnsupported, m);
-      RANK_CHECK(m.find("COMMX_CUDA_FORCE_NO_P2P") != std::string::npos, m);
-      RANK_CHECK(m.find("share a GPU") != std::string::npos, m);
-    }
+    expect_error([&] { make_comm(ctx, "cuda", "hier2_nop2p"); }, ErrorCode::kUnsupported,
+                 {"COMMX_CUDA_FORCE_NO_P2P", "share a GPU"},
+                 "comm creation without P2P and without NCCL");
     unsetenv("COMMX_CUDA_FORCE_NO_P2P");
   }, std::chrono::seconds(240), 2);
   EXPECT_EQ(err, "");

@@ -25,8 +25,6 @@ using lowp::LowpContext;
     if (gpu_count() < (N)) GTEST_SKIP() << "needs " << (N) << " GPU(s), found " << gpu_count(); \
   } while (0)
 
-int two_gpus() { return std::min(gpu_count(), 2); }
-
 enum class Coll { kAllReduce, kReduceScatter, kAllGather, kAllToAll };
 const char* coll_name(Coll c) {
   switch (c) {
