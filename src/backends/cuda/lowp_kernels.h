@@ -48,4 +48,12 @@ struct LowpRound {
 cudaError_t launch_lowp_round(const PeerSet& ps, const LowpRound& r, DataType dtype,
                               const lowp::CodecConfig& cfg, int blocks, cudaStream_t s);
 
+// The same for one element type each (lowp_kernels_<type>.cu, compiled in parallel).
+cudaError_t launch_lowp_round_f32(const PeerSet& ps, const LowpRound& r,
+                                  const lowp::CodecConfig& cfg, int blocks, cudaStream_t s);
+cudaError_t launch_lowp_round_bf16(const PeerSet& ps, const LowpRound& r,
+                                   const lowp::CodecConfig& cfg, int blocks, cudaStream_t s);
+cudaError_t launch_lowp_round_f16(const PeerSet& ps, const LowpRound& r,
+                                  const lowp::CodecConfig& cfg, int blocks, cudaStream_t s);
+
 }  // namespace commx::cuda

@@ -1,0 +1,11 @@
+// The fused FP8 round kernel for float data (lowp_round.cuh). Layer: backends (cuda).
+#include "cuda/lowp_round.cuh"
+
+namespace commx::cuda {
+
+cudaError_t launch_lowp_round_f32(const PeerSet& ps, const LowpRound& r,
+                                  const lowp::CodecConfig& cfg, int blocks, cudaStream_t s) {
+  return launch_typed<float>(ps, r, cfg, blocks, s);
+}
+
+}  // namespace commx::cuda
