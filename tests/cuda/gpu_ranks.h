@@ -83,6 +83,8 @@ void expect_error(F&& fn, ErrorCode code, std::initializer_list<const char*> nee
 // In a rank process: SIGUSR1 prints where the receiving thread is (the harness sends it to a rank
 // that overstays its limit, before SIGKILL), so a hang names its place.
 inline void print_stack_on_sigusr1() {
+  void* warm[1];
+  backtrace(warm, 1);  // loads libgcc now: backtrace() in a signal handler must not
   signal(SIGUSR1, [](int) {
     void* frames[64];
     int n = backtrace(frames, 64);
@@ -130,21 +132,27 @@ inline std::string run_ranks(int world, int gpus, const std::function<void(RankC
   }
   std::string failures;
   auto deadline = std::chrono::steady_clock::now() + limit;
+  std::vector<bool> reaped(world, false);  // never signal a pid that may have been reused
+  auto signal_running = [&](int sig) {
+    for (int q = 0; q < world; ++q)
+      if (!reaped[q]) kill(pids[q], sig);
+  };
   for (int r = 0; r < world; ++r) {
     int status = 0;
     for (;;) {
       pid_t w = waitpid(pids[r], &status, WNOHANG);
       if (w == pids[r]) break;
       if (std::chrono::steady_clock::now() > deadline) {
-        for (pid_t p : pids) kill(p, SIGUSR1);
+        signal_running(SIGUSR1);
         std::this_thread::sleep_for(std::chrono::milliseconds(500));
-        for (pid_t p : pids) kill(p, SIGKILL);
+        signal_running(SIGKILL);
         waitpid(pids[r], &status, 0);
         failures += "rank " + std::to_string(r) + " killed after the time limit\n";
         break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
+    reaped[r] = true;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       FILE* f = std::fopen(logs[r].c_str(), "r");
       char buf[4096];

@@ -37,6 +37,26 @@ TEST(HookGate, HooksRunWhileOpenAndStopAfterClose) {
   EXPECT_EQ(timeouts.load(), 1);
 }
 
+TEST(HookGate, AFinalErrorOutlivesTheBackend) {
+  // A kernel that bailed out (device timeout) fires its event too: after close, the error the
+  // backend last reported must still fail the Work, never turn into a success.
+  std::atomic<int> polls{0}, timeouts{0};
+  HookGate gate;
+  EventWorkHooks g = gate.guard(counting_hooks(polls, timeouts));
+  gate.close(std::make_exception_ptr(Error(ErrorCode::kTimeout, "rank 1 never joined")));
+  std::exception_ptr e = g.poll_error();
+  ASSERT_TRUE(e != nullptr);
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), ErrorCode::kTimeout);
+    EXPECT_NE(std::string(err.what()).find("rank 1 never joined"), std::string::npos);
+  }
+  EXPECT_EQ(polls.load(), 0);  // the backend's hook itself is not called any more
+  gate.close(nullptr);         // a second close keeps the first error
+  EXPECT_TRUE(g.poll_error() != nullptr);
+}
+
 TEST(HookGate, EmptyHooksStayEmpty) {
   HookGate gate;
   EventWorkHooks g = gate.guard(EventWorkHooks{});

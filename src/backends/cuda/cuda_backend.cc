@@ -427,8 +427,12 @@ void CudaBackend::abort() {
 void CudaBackend::finalize() {
   if (finalized_) return;
   finalized_ = true;
-  gate_.close();  // Works that outlive the comm no longer call into it
   DeviceGuard g(device_);
+  // Works that outlive the comm stop calling into it; they keep the comm's last device error.
+  auto close_gate = [this] {
+    gate_.close(device_error("[comm '" + ctx_.comm_name + "' rank " + std::to_string(ctx_.rank) +
+                             "] "));
+  };
   // Kernels may still touch peer memory: let them end (they are bounded) before unmapping.
   if (have_last_) {
     auto deadline = std::chrono::steady_clock::now() + ctx_.options.timeout.value_or(kDefaultTimeout);
@@ -440,9 +444,11 @@ void CudaBackend::finalize() {
           // memory stays mapped rather than pulled from under it.
           std::cerr << "commx cuda: comm '" << ctx_.comm_name << "' rank " << ctx_.rank
                     << ": work still running at finalize; its buffers are left mapped\n";
+          close_gate();
           return;
         }
         ctl_host_->abort = 1;
+        if (nccl_ && nccl_ready_) nccl_->abort();  // its comm must not be destroyed while stuck
         if (hier_) hier_->abort();
         aborted = true;
         deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -451,6 +457,7 @@ void CudaBackend::finalize() {
     }
     cudaGetLastError();
   }
+  close_gate();
   last_work_.reset();
   if (hier_) hier_->finalize();
   if (nccl_ && nccl_ready_) nccl_->finalize();

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <fstream>
 
 #include "commx/error.h"
@@ -103,7 +102,6 @@ std::unique_ptr<Hierarchy> Hierarchy::create(const BackendContext& ctx, const Ho
   c.world_ranks.clear();
   for (int r : layout.inter_ranks)
     c.world_ranks.push_back(ctx.world_ranks.empty() ? r : ctx.world_ranks.at(r));
-  setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);  // see connect_inter
   try {
     h->inter_ = create_backend("nccl");
     h->inter_->init(c);
@@ -118,33 +116,35 @@ std::unique_ptr<Hierarchy> Hierarchy::create(const BackendContext& ctx, const Ho
 void Hierarchy::connect_inter(const std::string& where) {
   // NCCL connects its peers during the first collective of each algorithm (ring, tree, PAT): a
   // host-side handshake that would block an op's enqueue, outside every timeout, if a peer never
-  // came. NCCL_RUNTIME_CONNECT=0 (set before the comm's init unless the user set it) connects at
-  // init; NCCL reads it once per process, so also run every collective the inter step issues, small
-  // and large (NCCL picks the algorithm by size), while all ranks are here.
+  // came. Run every NCCL call the inter step makes, small and large (NCCL picks the algorithm by
+  // size), while all ranks are here. (NCCL_RUNTIME_CONNECT=0 would do it too, but for every NCCL
+  // comm of the process, torch's included.)
   const int64_t big = 1 << 20;  // elements per rank: 4 MiB of f32
-  const int hosts = layout_.hosts;
+  const int hosts = layout_.hosts, me = layout_.host;
   float* buf = nullptr;
   const size_t bytes = sizeof(float) * static_cast<size_t>(big) * hosts;
   COMMX_CUDA_CHECK_CTX(cudaMalloc(reinterpret_cast<void**>(&buf), bytes), where);
   COMMX_CUDA_CHECK_CTX(cudaMemset(buf, 0, bytes), where);
-  auto run = [&](OpType type, int64_t per_rank) {
+  const Device dev = Device::cuda(device_);
+  auto part = [&](int h, int64_t n) { return Tensor(buf + h * n, n, DataType::kFloat32, dev); };
+  auto run = [&](OpType type, int64_t n) {
     OpDesc d;
     d.type = type;
     d.timeout = ctx_.options.timeout.value_or(kDefaultTimeout);
     d.op = ReduceOp::SUM;
-    Device dev = Device::cuda(device_);
-    Tensor one(buf, per_rank, DataType::kFloat32, dev);
-    Tensor all(buf, per_rank * hosts, DataType::kFloat32, dev);
-    d.input = type == OpType::kReduceScatterSingle ? all : one;
-    d.output = type == OpType::kAllGatherSingle ? all : one;
+    Tensor all(buf, n * hosts, DataType::kFloat32, dev);
+    d.input = d.output = part(me, n);  // in place, as NCCL lays it out
+    if (type == OpType::kReduceScatterSingle) d.input = all;
+    if (type == OpType::kAllGatherSingle) d.output = all;
+    if (type == OpType::kAllGather)  // grouped broadcasts (enqueue_all_gather)
+      for (int h = 0; h < hosts; ++h) d.outputs.push_back(part(h, n));
     inter_->run(d, false).wait_blocking();
   };
   try {
-    for (int64_t n : {int64_t{1}, big}) {
-      run(OpType::kAllReduce, n);
-      run(OpType::kAllGatherSingle, n);
-      run(OpType::kReduceScatterSingle, n);
-    }
+    for (int64_t n : {int64_t{1}, big})
+      for (OpType t : {OpType::kAllReduce, OpType::kAllGatherSingle, OpType::kAllGather,
+                       OpType::kReduceScatterSingle})
+        run(t, n);
   } catch (...) {
     cudaFree(buf);
     throw;

@@ -50,7 +50,7 @@ EventWorkHooks HookGate::guard(EventWorkHooks h) const {
   if (h.poll_error)
     g.poll_error = [s = state_, f = std::move(h.poll_error)]() -> std::exception_ptr {
       std::lock_guard<std::mutex> lk(s->mu);
-      return s->open ? f() : nullptr;
+      return s->open ? f() : s->final_error;
     };
   if (h.on_timeout)
     g.on_timeout = [s = state_, f = std::move(h.on_timeout)] {
@@ -60,8 +60,9 @@ EventWorkHooks HookGate::guard(EventWorkHooks h) const {
   return g;
 }
 
-void HookGate::close() {
+void HookGate::close(std::exception_ptr final_error) {
   std::lock_guard<std::mutex> lk(state_->mu);
+  if (state_->open) state_->final_error = std::move(final_error);
   state_->open = false;
 }
 

@@ -30,16 +30,18 @@ struct EventWorkHooks {
 
 // Lets a backend's Works outlive the backend (Python may drop a Work after its comm): hooks
 // wrapped by guard() run only while the gate is open; close() (at finalize) waits for a hook in
-// progress, and from then on a Work completes by its event alone.
+// progress. From then on a Work completes by its event alone, or fails with `final_error` (what
+// the backend last reported, e.g. a device-side timeout), so no failure turns into a success.
 class HookGate {
  public:
   EventWorkHooks guard(EventWorkHooks h) const;
-  void close();
+  void close(std::exception_ptr final_error = nullptr);
 
  private:
   struct State {
     std::mutex mu;
     bool open = true;
+    std::exception_ptr final_error;
   };
   std::shared_ptr<State> state_ = std::make_shared<State>();
 };

@@ -57,6 +57,14 @@ NcclBackend::~NcclBackend() {
   }
 }
 
+namespace {
+// What a Work of an aborted comm reports: its kernel may have been stopped mid-op.
+std::exception_ptr aborted_error(const std::string& where) {
+  return std::make_exception_ptr(
+      Error(ErrorCode::kAborted, where + "the nccl comm was aborted; the op may not have completed"));
+}
+}  // namespace
+
 void NcclBackend::init(const BackendContext& ctx) {
   ctx_ = ctx;
   api_ = &api();
@@ -298,7 +306,8 @@ Work NcclBackend::run(const OpDesc& op, bool async_op) {
   hooks.poll_error = [this, where]() -> std::exception_ptr {
     ncclResult_t ae = ncclSuccess;
     std::lock_guard<std::mutex> lk(abort_mu_);
-    if (comm_gone_ || !comm_) return nullptr;
+    if (comm_gone_ || !comm_)  // aborted: a kernel that was stopped mid-op fired its event
+      return aborted_ ? aborted_error(where) : nullptr;
     if (api_->CommGetAsyncError(comm_, &ae) == ncclSuccess && ae != ncclSuccess &&
         ae != ncclInProgress)
       return std::make_exception_ptr(
@@ -331,7 +340,10 @@ void NcclBackend::abort_comm() {
 void NcclBackend::abort() { abort_comm(); }
 
 void NcclBackend::finalize() {
-  gate_.close();  // Works that outlive the comm no longer call into it
+  // Works that outlive the comm stop calling into it (an aborted comm leaves them failed).
+  gate_.close(aborted_ ? aborted_error("[comm '" + ctx_.comm_name + "' rank " +
+                                        std::to_string(ctx_.rank) + "] ")
+                       : nullptr);
   std::lock_guard<std::mutex> lk(abort_mu_);
   if (comm_ && !comm_gone_) {
     cuda::DeviceGuard g(device_);
