@@ -26,6 +26,90 @@ TEST(CudaBackend, AllReduceEveryDtypeOpAndSize) {
   EXPECT_EQ(err, "");
 }
 
+// The opt-in LL128 one-shot (algorithm=ll128): every dtype/op, sizes around the 120-byte line
+// payload (tails), unaligned buffers, bit-identical ranks, then 300 back-to-back 256 KiB ops of
+// fresh random data checked every time (a torn 128-byte line would show stale data of op k-2).
+TEST(CudaBackend, AllReduceLL128) {
+  REQUIRE_GPUS(1);
+  std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
+    auto c = make_comm(ctx, "cuda", "ll128");
+    const DataType types[] = {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16,
+                              DataType::kFloat64, DataType::kInt32, DataType::kInt64};
+    const ReduceOp ops[] = {ReduceOp::SUM, ReduceOp::PRODUCT, ReduceOp::MIN, ReduceOp::MAX,
+                            ReduceOp::AVG, ReduceOp::premul_sum(0.5)};
+    uint64_t seed = 1;
+    for (DataType t : types)
+      for (ReduceOp op : ops) {
+        if (!dtype_is_floating(t) && (op.kind == ReduceKind::kAvg || op.kind == ReduceKind::kPremulSum))
+          continue;
+        for (int64_t n : {0, 1, 3, 15, 16, 17, 1000, 4099, 70001, 131072 + 5})
+          check_allreduce(*c, ctx, t, op, n, seed++, algo("ll128"));
+      }
+    // Unaligned user buffers (element offset 1: element loads and stores).
+    for (DataType t : types)
+      for (int64_t n : {17, 1000, 70001})
+        check_allreduce(*c, ctx, t, ReduceOp::SUM, n, seed++, algo("ll128"), 1);
+    // Bit-identical results on every rank (fixed reduction order), aligned and not.
+    int key = 0;
+    for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat64})
+      for (int64_t off : {0, 1}) {
+        auto bytes = check_allreduce(*c, ctx, t, ReduceOp::SUM, 131072 + 5, 900 + key, algo("ll128"), off);
+        std::string k = "ll128_bits_" + std::to_string(key++);
+        if (ctx.rank == 0) ctx.store->set(k, bytes);
+        RANK_CHECK(ctx.store->get(k) == bytes, std::string("ll128 results differ between ranks: ") +
+                                                   dtype_name(t) + " off " + std::to_string(off));
+      }
+    // Stress: 300 ops of 256 KiB f32, ten enqueued back to back (no host sync between them) on
+    // ten buffers, each with fresh random data, every result checked.
+    const DataType t = DataType::kFloat32;
+    const int64_t n = (256 << 10) / 4;
+    const int batch = 10;
+    const Device dev = Device::cuda(ctx.device);
+    std::vector<std::unique_ptr<DevBuf>> bufs;
+    for (int b = 0; b < batch; ++b) bufs.push_back(std::make_unique<DevBuf>(n * 4));
+    for (int it = 0; it < 300 / batch; ++it) {
+      std::vector<std::vector<std::vector<double>>> all;
+      for (int b = 0; b < batch; ++b) {
+        all.push_back(gen_all(t, n, 5000 + it * batch + b, ctx.world, ReduceKind::kSum));
+        to_dev(bufs[b]->p, encode(t, all[b][ctx.rank]));
+      }
+      for (int b = 0; b < batch; ++b)
+        c->all_reduce(Tensor(bufs[b]->p, n, t, dev), ReduceOp::SUM, false, algo("ll128"));
+      CU(cudaDeviceSynchronize());
+      for (int b = 0; b < batch; ++b) {
+        std::vector<double> ref(n), sc(n);
+        for (int64_t i = 0; i < n; ++i)
+          for (int r = 0; r < ctx.world; ++r) {
+            ref[i] += all[b][r][i];
+            sc[i] += std::fabs(all[b][r][i]);
+          }
+        expect_close(t, decode(t, from_dev(bufs[b]->p, n * 4)), ref, sc,
+                     "ll128 stress op " + std::to_string(it * batch + b));
+      }
+    }
+  });
+  EXPECT_EQ(err, "");
+  // 3 and 4 ranks sharing GPUs (time-sliced contexts, one block), and 4 ranks on 2 GPUs (P2P and
+  // same-GPU pairs in one comm).
+  std::vector<std::pair<int, int>> shapes{{3, gpu_count() >= 2 ? 2 : 1}, {4, 1}};
+  if (gpu_count() >= 2) shapes.push_back({4, 2});
+  for (auto [world, gpus] : shapes) {
+    std::string e = run_ranks(world, gpus, [](RankCtx& ctx) {
+      auto c = make_comm(ctx, "cuda", "ll128_shared");
+      uint64_t seed = 41;
+      check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, 5003, seed++, algo("ll128"));
+      check_allreduce(*c, ctx, DataType::kBFloat16, ReduceOp::MIN, 33, seed++, algo("ll128"));
+      check_allreduce(*c, ctx, DataType::kFloat64, ReduceOp::MAX, 4099, seed++, algo("ll128"));
+      check_allreduce(*c, ctx, DataType::kInt32, ReduceOp::SUM, 17, seed++, algo("ll128"));
+      check_allreduce(*c, ctx, DataType::kFloat16, ReduceOp::AVG, 1000, seed++, algo("ll128"), 1);
+      auto bytes = check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, 70001, seed++, algo("ll128"));
+      if (ctx.rank == 0) ctx.store->set("ll128_shared_bits", bytes);
+      RANK_CHECK(ctx.store->get("ll128_shared_bits") == bytes, "ll128 results differ between ranks");
+    });
+    EXPECT_EQ(e, "") << "world " << world << " on " << gpus << " GPU(s)";
+  }
+}
+
 TEST(CudaBackend, ChunkingThroughASmallBuffer) {
   REQUIRE_GPUS(1);
   std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
@@ -194,8 +278,8 @@ TEST(CudaBackend, WorkOutlivesItsComm) {
 TEST(CudaBackend, PeerThatNeverArrivesTimesOutOnTheGpu) {
   REQUIRE_GPUS(1);
   std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
-    // One comm per device-side wait: LL polling, per-block flag barrier, exchange barrier.
-    const char* kinds[] = {"ll", "tree", "broadcast"};
+    // One comm per device-side wait: LL and LL128 polling, per-block flag barrier, exchange barrier.
+    const char* kinds[] = {"ll", "ll128", "tree", "broadcast"};
     std::vector<std::shared_ptr<Comm>> comms;
     for (const char* k : kinds)
       comms.push_back(make_comm(ctx, "cuda", std::string("late_") + k, {}, std::chrono::milliseconds(400)));
@@ -205,12 +289,12 @@ TEST(CudaBackend, PeerThatNeverArrivesTimesOutOnTheGpu) {
     }
     DevBuf a(2048 * 4);
     const Device dev = Device::cuda(ctx.device);
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < 4; ++i) {
       Comm& c = *comms[i];
       auto t0 = std::chrono::steady_clock::now();
       bool threw = false;
       try {
-        if (i < 2)
+        if (i < 3)
           c.all_reduce(Tensor(a.p, 1024, DataType::kFloat32, dev), ReduceOp::SUM, false, algo(kinds[i]))
               .wait_blocking();
         else
@@ -220,7 +304,7 @@ TEST(CudaBackend, PeerThatNeverArrivesTimesOutOnTheGpu) {
         std::string m = e.what();
         RANK_CHECK(e.code() == ErrorCode::kTimeout, m);
         RANK_CHECK(m.find("waiting for rank 1") != std::string::npos, m);
-        RANK_CHECK(m.find(i < 2 ? "all_reduce" : "broadcast") != std::string::npos, m);
+        RANK_CHECK(m.find(i < 3 ? "all_reduce" : "broadcast") != std::string::npos, m);
       }
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       RANK_CHECK(threw, std::string("no timeout error for ") + kinds[i]);

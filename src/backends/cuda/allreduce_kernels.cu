@@ -137,6 +137,105 @@ __global__ void __launch_bounds__(kThreads) flat_ll_kernel(PeerSet ps, PtrList i
   finish_op(ps, epoch);
 }
 
+// LL128 one-shot (opt-in, op hint algorithm=ll128): like flat_ll_kernel, but a 128-byte line
+// carries 120 payload bytes and one 64-bit flag (sync_device.cuh), so 256 KiB move ~273 KiB over
+// NVLink instead of 512 KiB. Line l holds payload bytes [120 l, 120 l + 120) of the input: lane
+// j (0..7) of the line's 8-lane group holds bytes [16 j, 16 j + 16) of it, lane 7 only 8 bytes
+// plus the flag. A warp handles 4 consecutive lines per pass (one 512-byte store per peer), its
+// loops are warp-uniform so every store and load of a line is one warp instruction.
+template <typename T>
+__device__ __forceinline__ void ll128_load(const T* in, int64_t n, int64_t e0, int cnt, bool vec,
+                                           uint64_t& w0, uint64_t& w1) {
+  constexpr int E = 16 / sizeof(T);
+  if (vec && e0 + cnt <= n) {  // 8-byte aligned (120 and 16 are multiples of 8)
+    const uint64_t* p = reinterpret_cast<const uint64_t*>(in + e0);
+    w0 = p[0];
+    w1 = cnt == E ? p[1] : 0;
+    return;
+  }
+  T v[E];
+#pragma unroll
+  for (int k = 0; k < E; ++k) v[k] = k < cnt && e0 + k < n ? in[e0 + k] : T(0);
+  uint64_t w[2];
+  memcpy(w, v, 16);
+  w0 = w[0];
+  w1 = w[1];
+}
+
+template <typename T, int OP>
+__global__ void __launch_bounds__(kThreads) flat_ll128_kernel(PeerSet ps, const T* in, T* out,
+                                                               int64_t n, Reducer<T, OP> rd,
+                                                               bool vec) {
+  using A = typename AccOf<T>::type;
+  constexpr int E = 16 / sizeof(T);                     // elements per lane (16 bytes)
+  constexpr int LE = kLL128Payload / sizeof(T);         // elements per line
+  const unsigned long long epoch = begin_op(ps);
+  const uint64_t flag = ll128_flag(epoch);
+  const int me = ps.rank, world = ps.world;
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 3, j = lane & 7;
+  const int cnt = j == 7 ? E / 2 : E;  // payload elements of this lane
+  const int64_t lines = (n + LE - 1) / LE;
+  const uint64_t region = align256(static_cast<uint64_t>(lines) * kLL128Line);
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int64_t nwarps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
+  // 1. Push this rank's lines into region `me` of every peer (next rank first, see flat_kernel).
+  for (int64_t base = warp * 4; base < lines; base += nwarps * 4) {
+    const int64_t l = base + g;
+    const bool active = l < lines;  // false only for groups past the end in the last pass
+    const int64_t e0 = l * LE + j * E;
+    uint64_t w0 = 0, w1 = 0;
+    if (active) ll128_load(in, n, e0, cnt, vec, w0, w1);
+    if (j == 7) w1 = flag;
+    const uint64_t off = me * region + static_cast<uint64_t>(l) * kLL128Line + 16u * j;
+    for (int k = 1; k < world; ++k) {
+      char* dst = half_of(ps, (me + k) % world, epoch) + off;
+      __syncwarp();  // the tail loads may have split the warp: one store instruction per line
+      if (active) st_ll128(dst, w0, w1);
+    }
+  }
+  // 2. Poll the peers' lines in this rank's buffer and reduce in rank order 0..world-1.
+  const char* mine = half_of(ps, me, epoch);
+  for (int64_t base = warp * 4; base < lines; base += nwarps * 4) {
+    const int64_t l = base + g;
+    const bool active = l < lines;
+    const int64_t e0 = l * LE + j * E;
+    A acc[E];
+    bool ok = true;
+    for (int r = 0; r < world; ++r) {
+      uint64_t w[2] = {0, 0};
+      if (r == me) {
+        if (active) ll128_load(in, n, e0, cnt, vec, w[0], w[1]);
+      } else if (!ld_ll128_wait(ps, mine + r * region + static_cast<uint64_t>(l) * kLL128Line + 16u * j,
+                                active, flag, r, w[0], w[1])) {
+        ok = false;  // warp-uniform
+        break;
+      }
+      T v[E];
+      memcpy(v, w, 16);
+#pragma unroll
+      for (int k = 0; k < E; ++k) acc[k] = r == 0 ? to_acc(v[k]) : combine<OP>(acc[k], to_acc(v[k]));
+    }
+    if (!ok) break;
+    if (!active) continue;
+    T v[E];
+#pragma unroll
+    for (int k = 0; k < E; ++k) v[k] = rd.finish(acc[k]);
+    if (vec && e0 + cnt <= n) {
+      uint64_t w[2];
+      memcpy(w, v, 16);
+      uint64_t* p = reinterpret_cast<uint64_t*>(out + e0);
+      p[0] = w[0];
+      if (cnt == E) p[1] = w[1];
+    } else {
+#pragma unroll
+      for (int k = 0; k < E; ++k)
+        if (k < cnt && e0 + k < n) out[e0 + k] = v[k];
+    }
+  }
+  finish_op(ps, epoch);
+}
+
 template <typename T, int OP>
 __global__ void __launch_bounds__(kThreads) tree_kernel(PeerSet ps, const T* in, T* out, int64_t n,
                                                          int out_rank, Reducer<T, OP> rd,
@@ -256,7 +355,7 @@ __global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(PeerSet ps, Pt
   finish_op(ps, epoch);
 }
 
-enum class Kind { kFlat, kFlatLL, kTree, kReduceScatter, kReduceScatterLL };
+enum class Kind { kFlat, kFlatLL, kFlatLL128, kTree, kReduceScatter, kReduceScatterLL };
 
 template <typename T, int OP>
 void launch_typed(Kind kind, const PeerSet& ps, const void* in, const PtrList* ins, void* out,
@@ -275,6 +374,10 @@ void launch_typed(Kind kind, const PeerSet& ps, const void* in, const PtrList* i
       launch_kernel(flat_ll_kernel<T, OP>, blocks, ll_threads(), s, ps, all, static_cast<T*>(out), n, rd);
       break;
     }
+    case Kind::kFlatLL128:
+      launch_kernel(flat_ll128_kernel<T, OP>, blocks, ll_threads(), s, ps, static_cast<const T*>(in),
+                    static_cast<T*>(out), n, rd, rs.aligned);
+      break;
     case Kind::kReduceScatterLL:
       launch_kernel(flat_ll_kernel<T, OP>, blocks, ll_threads(), s, ps, *ins, static_cast<T*>(out), n, rd);
       break;
@@ -374,6 +477,16 @@ uint64_t ll_bytes_needed(int64_t n, size_t elem, int world) {
 void launch_allreduce_ll(const PeerSet& ps, const void* in, void* out, int64_t n,
                          const ReduceSpec& rs, int blocks, cudaStream_t s) {
   launch(Kind::kFlatLL, ps, in, nullptr, out, n, -1, rs, blocks, s);
+}
+
+uint64_t ll128_bytes_needed(int64_t n, size_t elem, int world) {
+  const int64_t e = kLL128Payload / static_cast<int64_t>(elem);
+  return static_cast<uint64_t>(world) * align256((n + e - 1) / e * kLL128Line);
+}
+
+void launch_allreduce_ll128(const PeerSet& ps, const void* in, void* out, int64_t n,
+                            const ReduceSpec& rs, int blocks, cudaStream_t s) {
+  launch(Kind::kFlatLL128, ps, in, nullptr, out, n, -1, rs, blocks, s);
 }
 
 void launch_allreduce_tree(const PeerSet& ps, const void* in, void* out, int64_t n, int out_rank,

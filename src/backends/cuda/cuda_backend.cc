@@ -169,11 +169,17 @@ void CudaBackend::enqueue_allreduce(const OpDesc& op, int out_rank, cudaStream_t
   ReduceSpec rs = make_reduce_spec(op.input.dtype, op.op, world,
                                    aligned16(op.input.data) && aligned16(op.output.data));
   AllReduceAlgo algo = choose_allreduce(tuning_, bytes, op.hints, where);
-  // LL needs every rank to receive (all_reduce only); reduce takes the flat path instead.
+  // LL and LL128 need every rank to receive (all_reduce only); reduce takes the flat path instead,
+  // as does an op too large for one buffer half.
   if (algo == AllReduceAlgo::kLL && out_rank < 0 && ll_bytes_needed(n, es, world) <= half) {
     launch_allreduce_ll(ps, op.input.data, op.output.data, n, rs,
                         ll_blocks(bytes, tuning_.max_blocks), s);
-  } else if ((algo == AllReduceAlgo::kFlat || algo == AllReduceAlgo::kLL) &&
+  } else if (algo == AllReduceAlgo::kLL128 && out_rank < 0 &&
+             ll128_bytes_needed(n, es, world) <= half) {
+    launch_allreduce_ll128(ps, op.input.data, op.output.data, n, rs,
+                           ll128_blocks(bytes, tuning_.max_blocks), s);
+  } else if ((algo == AllReduceAlgo::kFlat || algo == AllReduceAlgo::kLL ||
+              algo == AllReduceAlgo::kLL128) &&
              flat_bytes_needed(n, es, world) <= half) {
     launch_allreduce_flat(ps, op.input.data, op.output.data, n, out_rank, rs,
                           blocks_for(bytes, tuning_.max_blocks), s);

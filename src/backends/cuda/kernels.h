@@ -40,6 +40,11 @@ void launch_allreduce_flat(const PeerSet& ps, const void* in, void* out, int64_t
 void launch_allreduce_ll(const PeerSet& ps, const void* in, void* out, int64_t n,
                          const ReduceSpec& rs, int blocks, cudaStream_t s);
 uint64_t ll_bytes_needed(int64_t n, size_t elem, int world);
+// LL128 one-shot (opt-in): 120 payload bytes and a 64-bit flag per 128-byte line written by 8
+// lanes in one warp store (needs NVLink delivering 128-byte warp stores whole); all-reduce only.
+void launch_allreduce_ll128(const PeerSet& ps, const void* in, void* out, int64_t n,
+                            const ReduceSpec& rs, int blocks, cudaStream_t s);
+uint64_t ll128_bytes_needed(int64_t n, size_t elem, int world);
 // Two-shot: reduce-scatter by pushes into owners, owners reduce and push results back.
 void launch_allreduce_tree(const PeerSet& ps, const void* in, void* out, int64_t n, int out_rank,
                            const ReduceSpec& rs, int blocks, cudaStream_t s);

@@ -143,6 +143,59 @@ __device__ __forceinline__ uint32_t ll_flag(unsigned long long epoch) {
   return static_cast<uint32_t>(epoch) + 1u;
 }
 
+// LL128 protocol (NCCL's design, our code): a 128-byte line of 16 64-bit words written by the 8
+// lanes of an aligned lane group with one 16-byte vector store each, in one warp instruction;
+// words 0..14 carry 120 payload bytes, word 15 (the second word of the group's lane 7) the
+// flag. It relies on NVLink delivering such a 128-byte aligned warp store whole and a warp's
+// 128-byte load seeing it whole (NCCL enables LL128 on Hopper NVLink for this), so a reader that
+// sees the flag sees the whole line.
+inline constexpr int kLL128Line = 128;
+inline constexpr int kLL128Payload = 120;
+
+__device__ __forceinline__ void st_ll128(char* p, uint64_t w0, uint64_t w1) {
+  asm volatile("st.volatile.global.v2.u64 [%0], {%1,%2};" ::"l"(p), "l"(w0), "l"(w1) : "memory");
+}
+
+__device__ __forceinline__ void ld_ll128(const char* p, uint64_t& w0, uint64_t& w1) {
+  asm volatile("ld.volatile.global.v2.u64 {%0,%1}, [%2];" : "=l"(w0), "=l"(w1) : "l"(p) : "memory");
+}
+
+// The LL128 flag of the op numbered `epoch`: the op counter + 1 (lines of op k-2 in the same
+// buffer half differ), xor-ed with a constant tag so that stale raw data another algorithm left
+// in the buffer (small integers, common float patterns) is unlikely to look like a flag.
+__device__ __forceinline__ uint64_t ll128_flag(unsigned long long epoch) {
+  return 0x4c4c313238000000ull ^ (static_cast<uint64_t>(epoch) + 1ull);
+}
+
+// Polls the 128-byte line at `p` (this lane's 16 bytes: p + 16 * (lane & 7)) until every active
+// group of the warp sees its flag; whole warps call it (warp-uniform control flow), `active`
+// false for a group without a line. The warp retries as a whole (__any_sync), bounded like
+// ld_ll: clock-based timeout and the host's abort flag every 256 spins, reported by lane 0 with
+// `peer`. Returns false (warp-uniformly) after a timeout or abort.
+__device__ __forceinline__ bool ld_ll128_wait(const PeerSet& ps, const char* p, bool active,
+                                              uint64_t flag, int peer, uint64_t& w0, uint64_t& w1) {
+  const int lane = threadIdx.x & 31;
+  const bool flag_lane = (lane & 7) == 7;
+  unsigned long long start = 0;
+  w0 = w1 = 0;
+  for (unsigned int spins = 0;; ++spins) {
+    __syncwarp();  // one load instruction per line (the whole group reads it at once)
+    if (active) ld_ll128(p, w0, w1);
+    const bool bad = active && flag_lane && w1 != flag;
+    if (!__any_sync(0xffffffffu, bad)) return true;
+    if (spins == 0) start = global_timer_ns();
+    if ((spins & 255u) == 255u) {
+      int err = kDevOk;
+      if (lane == 0) {
+        if (ps.ctl->abort) err = kDevAborted;
+        else if (global_timer_ns() - start > ps.timeout_ns) err = kDevTimeout;
+        if (err != kDevOk) report_error(ps, err, peer);
+      }
+      if (__shfl_sync(0xffffffffu, err, 0) != kDevOk) return false;
+    }
+  }
+}
+
 // This op's half of rank r's data area.
 __device__ __forceinline__ char* half_of(const PeerSet& ps, int r, unsigned long long epoch) {
   return ps.data[r] + (epoch & 1ull) * ps.half_bytes;

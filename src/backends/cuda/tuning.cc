@@ -37,6 +37,7 @@ void override_bytes(uint64_t& v, const char* env, const Hints& h, const char* hi
 const char* algo_name(AllReduceAlgo a) {
   switch (a) {
     case AllReduceAlgo::kLL: return "ll";
+    case AllReduceAlgo::kLL128: return "ll128";
     case AllReduceAlgo::kFlat: return "flat";
     case AllReduceAlgo::kTree: return "tree";
     case AllReduceAlgo::kNccl: return "nccl";
@@ -80,11 +81,12 @@ AllReduceAlgo choose_allreduce(const Tuning& t, uint64_t bytes, const Hints& op_
                                const std::string& where) {
   if (auto it = op_hints.find("algorithm"); it != op_hints.end()) {
     if (it->second == "ll") return AllReduceAlgo::kLL;
+    if (it->second == "ll128") return AllReduceAlgo::kLL128;
     if (it->second == "flat") return AllReduceAlgo::kFlat;
     if (it->second == "tree") return AllReduceAlgo::kTree;
     if (it->second == "nccl") return AllReduceAlgo::kNccl;
     throw Error(ErrorCode::kInvalidArgument, where + "unknown all_reduce algorithm hint '" +
-                                                 it->second + "' (want ll, flat, tree or nccl)");
+                                                 it->second + "' (want ll, ll128, flat, tree or nccl)");
   }
   if (!t.dda_enable) return AllReduceAlgo::kNccl;
   if (bytes <= t.ll_max_bytes) return AllReduceAlgo::kLL;
@@ -105,6 +107,13 @@ int ll_blocks(uint64_t bytes, int max_blocks) {
   const uint64_t threads = static_cast<uint64_t>(ll_threads());
   uint64_t lines = (bytes + 7) / 8;
   uint64_t b = (lines + threads - 1) / threads;
+  return static_cast<int>(std::clamp<uint64_t>(b, 1, static_cast<uint64_t>(max_blocks)));
+}
+
+int ll128_blocks(uint64_t bytes, int max_blocks) {
+  const uint64_t threads = static_cast<uint64_t>(ll_threads());
+  const uint64_t lines = (bytes + 119) / 120;
+  uint64_t b = (lines * 8 + threads - 1) / threads;
   return static_cast<int>(std::clamp<uint64_t>(b, 1, static_cast<uint64_t>(max_blocks)));
 }
 

@@ -10,7 +10,7 @@
 
 namespace commx::cuda {
 
-enum class AllReduceAlgo { kLL, kFlat, kTree, kNccl };
+enum class AllReduceAlgo { kLL, kLL128, kFlat, kTree, kNccl };
 const char* algo_name(AllReduceAlgo a);
 
 struct Tuning {
@@ -26,7 +26,8 @@ struct Tuning {
   static Tuning resolve(int world, int sms, const Hints& comm_hints);
 };
 
-// Picks the all-reduce algorithm for `bytes`; op hint "algorithm" (ll, flat, tree, nccl) wins.
+// Picks the all-reduce algorithm for `bytes`; op hint "algorithm" (ll, ll128, flat, tree, nccl)
+// wins. LL128 is chosen only by that hint, never by size.
 // Throws InvalidArgument (message prefixed by `where`) for an unknown hint value.
 AllReduceAlgo choose_allreduce(const Tuning& t, uint64_t bytes, const Hints& op_hints,
                                const std::string& where = {});
@@ -36,6 +37,9 @@ int blocks_for(uint64_t bytes, int max_blocks);
 // Grid size of an LL kernel moving `bytes` of payload: one 8-byte line per thread when possible
 // (a thread that polls two lines pays the local load latency twice: 8 KiB took 3.3 us vs 2.6 us).
 int ll_blocks(uint64_t bytes, int max_blocks);
+// Grid size of the LL128 kernel moving `bytes` of payload: one 128-byte line (120 payload bytes)
+// per 8 threads.
+int ll128_blocks(uint64_t bytes, int max_blocks);
 // Threads per block of the LL kernels: 512, or COMMX_CUDA_LL_THREADS (64..512, a multiple of 32):
 // fewer threads spread the same lines over more SMs.
 int ll_threads();
