@@ -1,0 +1,47 @@
+// CPU-only tests of the cuda backend's all-reduce selection: the op hint picks any algorithm
+// (ll128 only that way, never by size), unknown hints are InvalidArgument, and the LL/LL128 grid
+// sizes. Layer: tests (runs in CI without a GPU).
+#include "cuda/tuning.h"
+
+#include <gtest/gtest.h>
+
+#include "commx/error.h"
+
+namespace commx::cuda {
+namespace {
+
+TEST(CudaTuning, HintPicksTheAlgorithm) {
+  Tuning t = Tuning::resolve(2, 132, {});
+  for (const char* a : {"ll", "ll128", "flat", "tree", "nccl"}) {
+    AllReduceAlgo got = choose_allreduce(t, 1024, {{"algorithm", a}});
+    EXPECT_STREQ(algo_name(got), a);
+  }
+  EXPECT_EQ(choose_allreduce(t, 64ull << 20, {{"algorithm", "ll128"}}), AllReduceAlgo::kLL128);
+  try {
+    choose_allreduce(t, 1024, {{"algorithm", "ll129"}}, "[x] ");
+    FAIL() << "an unknown hint must throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("ll128"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaTuning, LL128IsNeverTheDefault) {
+  for (int world : {2, 3, 4, 8}) {
+    Tuning t = Tuning::resolve(world, 132, {});
+    for (uint64_t b = 1; b <= (1ull << 34); b *= 2)
+      EXPECT_NE(choose_allreduce(t, b, {}), AllReduceAlgo::kLL128) << world << " ranks, " << b;
+  }
+}
+
+TEST(CudaTuning, LL128GridOneLinePerEightThreads) {
+  const int threads = ll_threads();  // 512 unless COMMX_CUDA_LL_THREADS is set
+  EXPECT_EQ(ll128_blocks(1, 132), 1);
+  EXPECT_EQ(ll128_blocks(120ull * threads / 8, 132), 1);
+  EXPECT_EQ(ll128_blocks(120ull * threads / 8 + 1, 132), 2);
+  EXPECT_EQ(ll128_blocks(256 << 10, 132), static_cast<int>(((256 << 10) / 120 + 1) * 8 / threads + 1));
+  EXPECT_EQ(ll128_blocks(1ull << 30, 132), 132);
+}
+
+}  // namespace
+}  // namespace commx::cuda
