@@ -146,9 +146,11 @@ __device__ __forceinline__ uint32_t ll_flag(unsigned long long epoch) {
 // LL128 protocol (NCCL's design, our code): a 128-byte line of 16 64-bit words written by the 8
 // lanes of an aligned lane group with one 16-byte vector store each, in one warp instruction;
 // words 0..14 carry 120 payload bytes, word 15 (the second word of the group's lane 7) the
-// flag. It relies on NVLink delivering such a 128-byte aligned warp store whole and a warp's
-// 128-byte load seeing it whole (NCCL enables LL128 on Hopper NVLink for this), so a reader that
-// sees the flag sees the whole line.
+// flag, in the line's highest 8 bytes. It relies on the path from the writing SM to the reader
+// (GPU memory system, NVLink, NVSwitch) never splitting and reordering such a 128-byte aligned
+// warp store: its bytes land in ascending address order, so a reader whose one 128-byte warp load
+// sees the flag also sees the 120 bytes below it. NCCL verified this and enables its LL128 by
+// default only on NVLink of Volta/Ampere/Hopper (NVIDIA/nccl issues #281, #786).
 inline constexpr int kLL128Line = 128;
 inline constexpr int kLL128Payload = 120;
 
