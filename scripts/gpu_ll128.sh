@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Usage (device tool, repository root): bash scripts/gpu_ll128.sh
+# First GPU run of the opt-in LL128 all_reduce: builds build-gpu/, runs its tests (ipc and vmm peer
+# memory, the GPU-side timeout) and the LL vs LL128 vs NCCL sweep; logs to $OUT (default
+# bench/results/local): ll128_tests.log, ll_sweep.log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/bench/results/local}
+mkdir -p "$OUT"
+. scripts/gpu_env.sh
+gpu_build build-gpu "$OUT/ll128_build.log" commx_backend_cuda commx_backend_nccl commx-gpu-bench \
+  cuda_backend_test cuda_tuning_test || exit 1
+T=build-gpu/bin/cuda_backend_test
+F='CudaBackend.AllReduceLL128:CudaBackend.PeerThatNeverArrivesTimesOutOnTheGpu'
+{
+  build-gpu/bin/cuda_tuning_test
+  echo "=== ipc"; time timeout 240 $T --gtest_filter="$F"
+  echo "=== vmm"; time COMMX_CUDA_PEER_MEM=vmm timeout 240 $T --gtest_filter=CudaBackend.AllReduceLL128
+} > "$OUT/ll128_tests.log" 2>&1
+grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) +\]|^real|rank [0-9]:" "$OUT/ll128_tests.log" | head -40
+bash scripts/gpu_ll_sweep.sh 2>&1 | tee "$OUT/ll_sweep.log"
