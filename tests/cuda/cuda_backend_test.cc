@@ -28,7 +28,8 @@ TEST(CudaBackend, AllReduceEveryDtypeOpAndSize) {
 
 // The opt-in LL128 one-shot (algorithm=ll128): every dtype/op, sizes around the 120-byte line
 // payload (tails), unaligned buffers, bit-identical ranks, then 300 back-to-back 256 KiB ops of
-// fresh random data checked every time (a torn 128-byte line would show stale data of op k-2).
+// fresh random data checked every time (a torn 128-byte line would show stale data of op k-2),
+// graph capture and replay, and 3-4 ranks sharing GPUs.
 TEST(CudaBackend, AllReduceLL128) {
   REQUIRE_GPUS(1);
   std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
@@ -87,6 +88,41 @@ TEST(CudaBackend, AllReduceLL128) {
                      "ll128 stress op " + std::to_string(it * batch + b));
       }
     }
+    // Graph capture: three ll128 ops (flags and buffer halves follow the device op counter),
+    // replayed with fresh data, then an eager op.
+    cudaStream_t s;
+    CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const int64_t gn[3] = {1, 4099, 70001};
+    cudaGraph_t graph;
+    CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int b = 0; b < 3; ++b)
+      c->all_reduce(Tensor(bufs[b]->p, gn[b], t, dev, s), ReduceOp::SUM, false, algo("ll128"));
+    CU(cudaStreamEndCapture(s, &graph));
+    cudaGraphExec_t exec;
+    CU(cudaGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 3; ++rep) {
+      std::vector<std::vector<std::vector<double>>> all;
+      for (int b = 0; b < 3; ++b) {
+        all.push_back(gen_all(t, gn[b], 7000 + rep * 3 + b, ctx.world, ReduceKind::kSum));
+        to_dev(bufs[b]->p, encode(t, all[b][ctx.rank]));
+      }
+      CU(cudaGraphLaunch(exec, s));
+      CU(cudaStreamSynchronize(s));
+      for (int b = 0; b < 3; ++b) {
+        std::vector<double> ref(gn[b]), sc(gn[b]);
+        for (int64_t i = 0; i < gn[b]; ++i)
+          for (int r = 0; r < ctx.world; ++r) {
+            ref[i] += all[b][r][i];
+            sc[i] += std::fabs(all[b][r][i]);
+          }
+        expect_close(t, decode(t, from_dev(bufs[b]->p, gn[b] * 4)), ref, sc,
+                     "ll128 graph replay " + std::to_string(rep) + " op " + std::to_string(b));
+      }
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(s);
+    check_allreduce(*c, ctx, t, ReduceOp::SUM, 4097, 77, algo("ll128"));
   });
   EXPECT_EQ(err, "");
   // 3 and 4 ranks sharing GPUs (time-sliced contexts, one block), and 4 ranks on 2 GPUs (P2P and
