@@ -164,8 +164,9 @@ TEST(FdPassing, ExchangeAmongForkedRanks) {
 }
 
 TEST(FdPassing, StrangersAreDropped) {
-  // Ranks 0 and 1 as threads; before rank 1 starts, two strangers connect to rank 0's socket: one
-  // with a wrong secret, one that hangs up at once. The exchange still completes.
+  // Ranks 0 and 1 as threads; before rank 1 starts, three strangers connect to rank 0's socket:
+  // one with a wrong secret, one that hangs up at once, one that keeps silent. The exchange still
+  // completes, well before its deadline.
   auto store = make_hash_store();
   store->set_timeout(10s);
   UniqueFd f0(make_memfd("zero")), f1(make_memfd("one"));
@@ -184,6 +185,7 @@ TEST(FdPassing, StrangersAreDropped) {
   send_u64(liar.get(), 1, "");
   send_u64(liar.get(), 12345, "");
   { UniqueFd quitter = connect_fd_socket(name, Clock::now() + 1s, "rank 0", ""); }
+  UniqueFd silent = connect_fd_socket(name, Clock::now() + 1s, "rank 0", "");
   std::this_thread::sleep_for(100ms);
   std::thread t1([&] {
     try {

@@ -254,6 +254,10 @@ uint64_t recv_u64(int sock, Deadline deadline, const std::string& peer, const st
   return v;
 }
 
+namespace {
+constexpr std::chrono::seconds kHelloTimeout{3};
+}  // namespace
+
 std::vector<UniqueFd> exchange_fds(Store& store, const std::string& key, int rank, int world,
                                    const std::vector<int>& peers, int fd, Deadline deadline,
                                    const std::string& where_in) {
@@ -293,13 +297,16 @@ std::vector<UniqueFd> exchange_fds(Store& store, const std::string& key, int ran
     UniqueFd conn =
         listener.accept(deadline, "rank(s) " + rank_list(pending) + " to connect", where);
     if (!same_user(conn.get())) continue;
+    // A peer says hello right after connecting; a silent stranger gets a few seconds, not the
+    // whole deadline.
+    const Deadline hello = std::min(deadline, std::chrono::steady_clock::now() + kHelloTimeout);
     uint64_t r = 0, their_secret = 0;
     try {
-      r = recv_u64(conn.get(), deadline, "a connecting peer", where);
-      their_secret = recv_u64(conn.get(), deadline, "a connecting peer", where);
+      r = recv_u64(conn.get(), hello, "a connecting peer", where);
+      their_secret = recv_u64(conn.get(), hello, "a connecting peer", where);
     } catch (const Error& e) {
-      if (e.code() == ErrorCode::kTimeout) throw;
-      continue;  // a stranger that hung up
+      if (e.code() == ErrorCode::kTimeout && std::chrono::steady_clock::now() >= deadline) throw;
+      continue;  // a stranger that hung up or kept silent
     }
     if (their_secret != secret) continue;
     bool known = false;
