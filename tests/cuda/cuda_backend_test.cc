@@ -200,52 +200,7 @@ TEST(CudaBackend, GraphCaptureAndReplay) {
   REQUIRE_GPUS(1);
   std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
     auto c = make_comm(ctx, "cuda", "graph");
-    const Device dev = Device::cuda(ctx.device);
-    const DataType t = DataType::kFloat32;
-    cudaStream_t s;
-    CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    const int64_t n1 = 1000, n2 = 100003, ng = 513;
-    DevBuf a(n1 * 4), b(n2 * 4), gin(ng * 4), gout(2 * ng * 4);
-    // Warm-up outside the graph (lazy setup must not happen during capture).
-    c->all_reduce(Tensor(a.p, n1, t, dev, s), ReduceOp::SUM).wait_blocking();
-    cudaGraph_t graph;
-    CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    c->all_reduce(Tensor(a.p, n1, t, dev, s), ReduceOp::SUM, false, algo("ll"));
-    c->all_reduce(Tensor(a.p, n1, t, dev, s), ReduceOp::MAX, false, algo("flat"));
-    c->all_reduce(Tensor(b.p, n2, t, dev, s), ReduceOp::SUM, false, algo("tree"));
-    c->all_gather_single(Tensor(gout.p, 2 * ng, t, dev, s), Tensor(gin.p, ng, t, dev, s));
-    CU(cudaStreamEndCapture(s, &graph));
-    cudaGraphExec_t exec;
-    CU(cudaGraphInstantiate(&exec, graph, 0));
-    for (int rep = 0; rep < 4; ++rep) {
-      auto va = gen_all(t, n1, 100 + rep, 2, ReduceKind::kSum);
-      auto vb = gen_all(t, n2, 200 + rep, 2, ReduceKind::kSum);
-      auto vg = gen_all(t, ng, 300 + rep, 2, ReduceKind::kSum);
-      to_dev(a.p, encode(t, va[ctx.rank]));
-      to_dev(b.p, encode(t, vb[ctx.rank]));
-      to_dev(gin.p, encode(t, vg[ctx.rank]));
-      CU(cudaGraphLaunch(exec, s));
-      CU(cudaStreamSynchronize(s));
-      auto check_sum = [&](void* p, int64_t n, std::vector<std::vector<double>>& v, const char* w) {
-        std::vector<double> ref(n), sc(n);
-        for (int64_t i = 0; i < n; ++i) {
-          ref[i] = v[0][i] + v[1][i];
-          sc[i] = std::fabs(v[0][i]) + std::fabs(v[1][i]);
-        }
-        expect_close(t, decode(t, from_dev(p, n * 4)), ref, sc,
-                     std::string(w) + " replay " + std::to_string(rep));
-      };
-      check_sum(a.p, n1, va, "graph ll+flat (sum then max of equal values)");
-      check_sum(b.p, n2, vb, "graph tree");
-      std::vector<double> gref(vg[0]);
-      gref.insert(gref.end(), vg[1].begin(), vg[1].end());
-      expect_close(t, decode(t, from_dev(gout.p, 2 * ng * 4)), gref, {}, "graph all_gather");
-    }
-    // Eager ops still agree with the replays' flag epochs afterwards.
-    check_allreduce(*c, ctx, t, ReduceOp::SUM, 4097, 77);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(s);
+    check_graph_replay(*c, ctx, "graph");
   });
   EXPECT_EQ(err, "");
 }

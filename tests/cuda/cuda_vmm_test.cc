@@ -332,42 +332,7 @@ TEST(CudaVmmBackend, GraphCaptureAndReplay) {
   REQUIRE_GPUS(1);
   std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
     auto c = make_comm(ctx, "cuda", "vmm_graph", kVmm);
-    const Device dev = Device::cuda(ctx.device);
-    const DataType t = DataType::kFloat32;
-    cudaStream_t s;
-    CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    const int64_t n1 = 1000, n2 = 100003;
-    DevBuf a(n1 * 4), b(n2 * 4);
-    c->all_reduce(Tensor(a.p, n1, t, dev, s), ReduceOp::SUM).wait_blocking();
-    cudaGraph_t graph;
-    CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    c->all_reduce(Tensor(a.p, n1, t, dev, s), ReduceOp::SUM, false, algo("ll"));
-    c->all_reduce(Tensor(b.p, n2, t, dev, s), ReduceOp::SUM, false, algo("flat"));
-    c->all_reduce(Tensor(b.p, n2, t, dev, s), ReduceOp::MAX, false, algo("tree"));
-    CU(cudaStreamEndCapture(s, &graph));
-    cudaGraphExec_t exec;
-    CU(cudaGraphInstantiate(&exec, graph, 0));
-    for (int rep = 0; rep < 4; ++rep) {
-      auto va = gen_all(t, n1, 100 + rep, 2, ReduceKind::kSum);
-      auto vb = gen_all(t, n2, 200 + rep, 2, ReduceKind::kSum);
-      to_dev(a.p, encode(t, va[ctx.rank]));
-      to_dev(b.p, encode(t, vb[ctx.rank]));
-      CU(cudaGraphLaunch(exec, s));
-      CU(cudaStreamSynchronize(s));
-      for (auto [p, n, v] : {std::make_tuple(a.p, n1, &va), std::make_tuple(b.p, n2, &vb)}) {
-        std::vector<double> ref(n), sc(n);
-        for (int64_t i = 0; i < n; ++i) {
-          ref[i] = (*v)[0][i] + (*v)[1][i];
-          sc[i] = std::fabs((*v)[0][i]) + std::fabs((*v)[1][i]);
-        }
-        expect_close(t, decode(t, from_dev(p, n * 4)), ref, sc,
-                     "vmm graph replay " + std::to_string(rep));
-      }
-    }
-    check_allreduce(*c, ctx, t, ReduceOp::SUM, 4097, 77);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(s);
+    check_graph_replay(*c, ctx, "vmm graph");
   });
   EXPECT_EQ(err, "");
 }
