@@ -105,6 +105,11 @@ class Backend {
   virtual bool accepts_device(const Device& d) const = 0;
 };
 
+// "[comm 'name' rank r/n] " -- errors about the comm itself (init, finalize) start so.
+inline std::string comm_context(const BackendContext& ctx) {
+  return "[comm '" + ctx.comm_name + "' rank " + std::to_string(ctx.rank) + "/" +
+         std::to_string(ctx.size) + "] ";
+}
 // "[comm 'name' rank r/n] op #seq: " -- every error about an op starts so.
 std::string op_context(const std::string& comm_name, int rank, int size, const OpDesc& op);
 inline std::string op_context(const BackendContext& ctx, const OpDesc& op) {

@@ -14,8 +14,7 @@ Work HostBackend::run(const OpDesc& op, bool async_op) {
 
 void HostBackend::fail_queued(const BackendContext& ctx, const std::string& what) {
   exec_.fail_pending(std::make_exception_ptr(
-      Error(ErrorCode::kAborted,
-            "[comm '" + ctx.comm_name + "' rank " + std::to_string(ctx.rank) + "] " + what)));
+      Error(ErrorCode::kAborted, comm_context(ctx) + what)));
 }
 
 }  // namespace commx

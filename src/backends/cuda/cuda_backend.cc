@@ -30,8 +30,7 @@ void CudaBackend::init(const BackendContext& ctx) {
   ctx_ = ctx;
   device_ = resolve_device(ctx.device);
   DeviceGuard g(device_);
-  const std::string where = "[comm '" + ctx.comm_name + "' rank " + std::to_string(ctx.rank) +
-                            "/" + std::to_string(ctx.size) + "] cuda init: ";
+  const std::string where = comm_context(ctx) + "cuda init: ";
   int sms = 0;
   COMMX_CUDA_CHECK_CTX(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_), where);
   tuning_ = Tuning::resolve(ctx.size, sms, ctx.options.hints);
@@ -436,8 +435,7 @@ void CudaBackend::finalize() {
   DeviceGuard g(device_);
   // Works that outlive the comm stop calling into it; they keep the comm's last device error.
   auto close_gate = [this] {
-    gate_.close(device_error("[comm '" + ctx_.comm_name + "' rank " + std::to_string(ctx_.rank) +
-                             "] "));
+    gate_.close(device_error(comm_context(ctx_)));
   };
   // Kernels may still touch peer memory: let them end (they are bounded) before unmapping.
   if (have_last_) {

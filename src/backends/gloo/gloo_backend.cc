@@ -93,8 +93,7 @@ void GlooBackend::init(const BackendContext& ctx) {
     gloo_ = context;
   } catch (const ::gloo::Exception& e) {
     throw Error(ErrorCode::kPeerFailure,
-                "[comm '" + ctx.comm_name + "' rank " + std::to_string(ctx.rank) + "/" +
-                    std::to_string(ctx.size) + "] gloo: connecting the full mesh over " + bind +
+                comm_context(ctx) + "gloo: connecting the full mesh over " + bind +
                     " failed: " + e.what());
   }
 }

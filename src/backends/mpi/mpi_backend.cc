@@ -62,8 +62,7 @@ MpiBackend::~MpiBackend() { drain(); }
 
 void MpiBackend::init(const BackendContext& ctx) {
   ctx_ = ctx;
-  std::string where = "[comm '" + ctx.comm_name + "' rank " + std::to_string(ctx.rank) + "/" +
-                      std::to_string(ctx.size) + "] mpi: ";
+  std::string where = comm_context(ctx) + "mpi: ";
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {

@@ -70,8 +70,7 @@ void NcclBackend::init(const BackendContext& ctx) {
   api_ = &api();
   device_ = cuda::resolve_device(ctx.device);
   cuda::DeviceGuard g(device_);
-  std::string where = "[comm '" + ctx.comm_name + "' rank " + std::to_string(ctx.rank) + "/" +
-                      std::to_string(ctx.size) + "] nccl init: ";
+  std::string where = comm_context(ctx) + "nccl init: ";
   ncclUniqueId id;
   if (ctx.rank == 0) {
     ncclResult_t r = api_->GetUniqueId(&id);
@@ -341,9 +340,7 @@ void NcclBackend::abort() { abort_comm(); }
 
 void NcclBackend::finalize() {
   // Works that outlive the comm stop calling into it (an aborted comm leaves them failed).
-  gate_.close(aborted_ ? aborted_error("[comm '" + ctx_.comm_name + "' rank " +
-                                        std::to_string(ctx_.rank) + "] ")
-                       : nullptr);
+  gate_.close(aborted_ ? aborted_error(comm_context(ctx_)) : nullptr);
   std::lock_guard<std::mutex> lk(abort_mu_);
   if (comm_ && !comm_gone_) {
     cuda::DeviceGuard g(device_);
