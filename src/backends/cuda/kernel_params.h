@@ -10,6 +10,9 @@ namespace commx::cuda {
 inline constexpr int kMaxRanks = 8;
 inline constexpr int kMaxBlocks = 256;  // per-block flags exist for this many blocks
 inline constexpr int kThreads = 512;
+// LL128 line: 120 payload bytes and an 8-byte flag, stored by 8 lanes of a warp.
+inline constexpr int kLL128Line = 128;
+inline constexpr int kLL128Payload = 120;
 // Per-rank signal pad: flags[kMaxBlocks][kMaxRanks] of 64-bit monotonic values.
 inline constexpr uint64_t kSignalBytes = 64 * 1024;
 static_assert(kMaxBlocks * kMaxRanks * 8 <= kSignalBytes, "signal pad too small");

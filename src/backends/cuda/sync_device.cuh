@@ -150,9 +150,8 @@ __device__ __forceinline__ uint32_t ll_flag(unsigned long long epoch) {
 // (GPU memory system, NVLink, NVSwitch) never splitting and reordering such a 128-byte aligned
 // warp store: its bytes land in ascending address order, so a reader whose one 128-byte warp load
 // sees the flag also sees the 120 bytes below it. NCCL verified this and enables its LL128 by
-// default only on NVLink of Volta/Ampere/Hopper (NVIDIA/nccl issues #281, #786).
-inline constexpr int kLL128Line = 128;
-inline constexpr int kLL128Payload = 120;
+// default only on NVLink of Volta/Ampere/Hopper (NVIDIA/nccl issues #281, #786). Sizes:
+// kLL128Line, kLL128Payload (kernel_params.h).
 
 __device__ __forceinline__ void st_ll128(char* p, uint64_t w0, uint64_t w1) {
   asm volatile("st.volatile.global.v2.u64 [%0], {%1,%2};" ::"l"(p), "l"(w0), "l"(w1) : "memory");

@@ -103,18 +103,20 @@ int ll_threads() {
   return threads;
 }
 
-int ll_blocks(uint64_t bytes, int max_blocks) {
+namespace {
+// Blocks of ll_threads() threads for `lanes` busy lanes, within 1..max_blocks.
+int ll_grid(uint64_t lanes, int max_blocks) {
   const uint64_t threads = static_cast<uint64_t>(ll_threads());
-  uint64_t lines = (bytes + 7) / 8;
-  uint64_t b = (lines + threads - 1) / threads;
+  const uint64_t b = (lanes + threads - 1) / threads;
   return static_cast<int>(std::clamp<uint64_t>(b, 1, static_cast<uint64_t>(max_blocks)));
 }
+}  // namespace
+
+int ll_blocks(uint64_t bytes, int max_blocks) { return ll_grid((bytes + 7) / 8, max_blocks); }
 
 int ll128_blocks(uint64_t bytes, int max_blocks) {
-  const uint64_t threads = static_cast<uint64_t>(ll_threads());
-  const uint64_t lines = (bytes + 119) / 120;
-  uint64_t b = (lines * 8 + threads - 1) / threads;
-  return static_cast<int>(std::clamp<uint64_t>(b, 1, static_cast<uint64_t>(max_blocks)));
+  const uint64_t lines = (bytes + kLL128Payload - 1) / kLL128Payload;
+  return ll_grid(lines * (kLL128Line / 16), max_blocks);  // 16 bytes per lane
 }
 
 int blocks_for(uint64_t bytes, int max_blocks) {
