@@ -62,7 +62,7 @@ void CudaBackend::init(const BackendContext& ctx) {
       native_problem_ = "the hosts run different numbers of ranks (the hierarchical path needs "
                         "equal ones)";
     } else {
-      hier_ = Hierarchy::create(ctx, layout, device_, sms, state_, ctl_dev_, where);
+      hier_ = Hierarchy::create(ctx, layout, device_, sms, state_, ctl_dev_, peer_mem, where);
       native_problem_ = hier_->problem();
       if (!native_problem_.empty()) hier_.reset();
     }

@@ -53,7 +53,7 @@ HostLayout detect_hosts(Store& store, int rank, int world, int device, int ranks
 
 std::unique_ptr<Hierarchy> Hierarchy::create(const BackendContext& ctx, const HostLayout& layout,
                                              int device, int sms, DevState* state, HostCtl* ctl,
-                                             const std::string& where) {
+                                             PeerMemKind peer_mem, const std::string& where) {
   std::unique_ptr<Hierarchy> h(new Hierarchy());
   h->ctx_ = ctx;
   h->layout_ = layout;
@@ -74,8 +74,7 @@ std::unique_ptr<Hierarchy> Hierarchy::create(const BackendContext& ctx, const Ho
   } else if (local > 1) {
     auto local_store = make_prefix_store("hier/local/" + std::to_string(layout.host), ctx.store);
     h->pm_ = PeerMemory::create(*local_store, layout.local_rank, local, device,
-                                kSignalBytes + 2 * h->tuning_.buffer_bytes, ctx_where,
-                                resolve_peer_mem_kind(ctx.options.hints, ctx_where));
+                                kSignalBytes + 2 * h->tuning_.buffer_bytes, ctx_where, peer_mem);
     problem = h->pm_->problem();
     // Same limit as the flat path: several ranks on one GPU take one block (cuda_backend.cc).
     if (h->pm_->shares_gpu() && !env_str("COMMX_CUDA_MAX_BLOCKS")) h->tuning_.max_blocks = 1;

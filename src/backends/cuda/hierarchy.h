@@ -31,10 +31,11 @@ class Hierarchy {
   // Collective over the comm (layout.hierarchical() on every rank): maps the peer memory of the
   // local ranks (store prefix "hier/local/<host>") and creates the inter-host NCCL comm eagerly
   // (store prefix "hier/inter/<local rank>"), so that no NCCL init ever happens inside a graph
-  // capture. `state`/`ctl` are the backend's device state and host-mapped control block.
+  // capture. `state`/`ctl` are the backend's device state and host-mapped control block; `peer_mem`
+  // the export path of the local peer memory (resolve_peer_mem_kind).
   static std::unique_ptr<Hierarchy> create(const BackendContext& ctx, const HostLayout& layout,
                                            int device, int sms, DevState* state, HostCtl* ctl,
-                                           const std::string& where);
+                                           PeerMemKind peer_mem, const std::string& where);
   ~Hierarchy();
   Hierarchy(const Hierarchy&) = delete;
   Hierarchy& operator=(const Hierarchy&) = delete;
