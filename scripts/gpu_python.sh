@@ -58,7 +58,7 @@ rc=0
 # quick start and FSDP2-vs-NCCL under torchrun (-s: the losses and torchrun output are logged).
 say "== GPU tests: test_cuda.py + test_torch.py -k cuda"
 timeout "${GPU_PY_TIMEOUT:-480}" "$PY" -m pytest tests/python/test_cuda.py tests/python/test_torch.py \
-  -k cuda -v -s -rA --durations=0 -p no:cacheprovider >> "$LOG" 2>&1 || rc=1
+  -k "${GPU_PY_K:-cuda}" -v -s -rA --durations=0 -p no:cacheprovider >> "$LOG" 2>&1 || rc=1
 grep -E "^(tests/python/.*(PASSED|FAILED|SKIPPED|ERROR)|PASSED|FAILED|SKIPPED|ERROR) |fsdp2 (commx|nccl) losses|^=+ .* in [0-9.]+s" "$LOG" | tail -40
 if [ "${GPU_PY_CPU:-1}" = 1 ]; then
   say "== CPU Python suite on this torch"

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <execinfo.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -82,10 +83,17 @@ void expect_error(F&& fn, ErrorCode code, std::initializer_list<const char*> nee
 
 // In a rank process: SIGUSR1 prints where the receiving thread is (the harness sends it to a rank
 // that overstays its limit, before SIGKILL), so a hang names its place.
+// The process-directed signal may land on any thread (NCCL's, CUDA's): it is passed on to the
+// rank's main thread, which is the one that hangs in an op.
 inline void print_stack_on_sigusr1() {
   void* warm[1];
   backtrace(warm, 1);  // loads libgcc now: backtrace() in a signal handler must not
+  static pthread_t main_thread = pthread_self();
   signal(SIGUSR1, [](int) {
+    if (!pthread_equal(pthread_self(), main_thread)) {
+      pthread_kill(main_thread, SIGUSR1);
+      return;
+    }
     void* frames[64];
     int n = backtrace(frames, 64);
     static const char head[] = "--- stack of a rank killed after the time limit:\n";
