@@ -50,19 +50,22 @@ inline std::vector<uint8_t> check_allreduce(Comm& c, RankCtx& ctx, DataType t, R
                                             int64_t n, uint64_t seed, const OpOptions& o = {},
                                             int64_t off = 0, int root = -1, cudaStream_t s = nullptr) {
   const size_t es = dtype_size(t);
+  const std::string what = std::string(root < 0 ? "all_reduce " : "reduce ") + dtype_name(t) + " " +
+                           reduce_kind_name(op.kind) + " n=" + std::to_string(n) + " off=" +
+                           std::to_string(off) +
+                           (o.hints.count("algorithm") ? " algo=" + o.hints.at("algorithm") : "");
   auto all = gen_all(t, n, seed, ctx.world, op.kind);
   DevBuf buf((n + off + 4) * es);
   char* p = buf.c() + off * es;
-  to_dev(p, encode(t, all[ctx.rank]));
-  Tensor tensor(p, n, t, Device::cuda(ctx.device), s);
-  Work w = root < 0 ? c.all_reduce(tensor, op, false, o) : c.reduce(tensor, root, op, false, o);
-  w.wait_blocking();
-  CU(cudaStreamSynchronize(s));
-  auto bytes = from_dev(p, n * es);
-  std::string what = std::string(root < 0 ? "all_reduce " : "reduce ") + dtype_name(t) + " " +
-                     reduce_kind_name(op.kind) + " n=" + std::to_string(n) + " off=" +
-                     std::to_string(off) +
-                     (o.hints.count("algorithm") ? " algo=" + o.hints.at("algorithm") : "");
+  std::vector<uint8_t> bytes;
+  stage(what.c_str(), [&] {
+    to_dev(p, encode(t, all[ctx.rank]));
+    Tensor tensor(p, n, t, Device::cuda(ctx.device), s);
+    Work w = root < 0 ? c.all_reduce(tensor, op, false, o) : c.reduce(tensor, root, op, false, o);
+    w.wait_blocking();
+    CU(cudaStreamSynchronize(s));
+    bytes = from_dev(p, n * es);
+  });
   if (root >= 0 && ctx.rank != root) return bytes;
   std::vector<double> ref(n), scale(n);
   for (int64_t i = 0; i < n; ++i) {

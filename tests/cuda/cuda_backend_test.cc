@@ -62,67 +62,69 @@ TEST(CudaBackend, AllReduceLL128) {
       }
     // Stress: 300 ops of 256 KiB f32, ten enqueued back to back (no host sync between them) on
     // ten buffers, each with fresh random data, every result checked.
-    const DataType t = DataType::kFloat32;
-    const int64_t n = (256 << 10) / 4;
-    const int batch = 10;
-    const Device dev = Device::cuda(ctx.device);
-    std::vector<std::unique_ptr<DevBuf>> bufs;
-    for (int b = 0; b < batch; ++b) bufs.push_back(std::make_unique<DevBuf>(n * 4));
-    for (int it = 0; it < 300 / batch; ++it) {
-      std::vector<std::vector<std::vector<double>>> all;
-      for (int b = 0; b < batch; ++b) {
-        all.push_back(gen_all(t, n, 5000 + it * batch + b, ctx.world, ReduceKind::kSum));
-        to_dev(bufs[b]->p, encode(t, all[b][ctx.rank]));
+    stage("ll128 stress and graph", [&] {
+      const DataType t = DataType::kFloat32;
+      const int64_t n = (256 << 10) / 4;
+      const int batch = 10;
+      const Device dev = Device::cuda(ctx.device);
+      std::vector<std::unique_ptr<DevBuf>> bufs;
+      for (int b = 0; b < batch; ++b) bufs.push_back(std::make_unique<DevBuf>(n * 4));
+      for (int it = 0; it < 300 / batch; ++it) {
+        std::vector<std::vector<std::vector<double>>> all;
+        for (int b = 0; b < batch; ++b) {
+          all.push_back(gen_all(t, n, 5000 + it * batch + b, ctx.world, ReduceKind::kSum));
+          to_dev(bufs[b]->p, encode(t, all[b][ctx.rank]));
+        }
+        for (int b = 0; b < batch; ++b)
+          c->all_reduce(Tensor(bufs[b]->p, n, t, dev), ReduceOp::SUM, false, algo("ll128"));
+        CU(cudaDeviceSynchronize());
+        for (int b = 0; b < batch; ++b) {
+          std::vector<double> ref(n), sc(n);
+          for (int64_t i = 0; i < n; ++i)
+            for (int r = 0; r < ctx.world; ++r) {
+              ref[i] += all[b][r][i];
+              sc[i] += std::fabs(all[b][r][i]);
+            }
+          expect_close(t, decode(t, from_dev(bufs[b]->p, n * 4)), ref, sc,
+                       "ll128 stress op " + std::to_string(it * batch + b));
+        }
       }
-      for (int b = 0; b < batch; ++b)
-        c->all_reduce(Tensor(bufs[b]->p, n, t, dev), ReduceOp::SUM, false, algo("ll128"));
-      CU(cudaDeviceSynchronize());
-      for (int b = 0; b < batch; ++b) {
-        std::vector<double> ref(n), sc(n);
-        for (int64_t i = 0; i < n; ++i)
-          for (int r = 0; r < ctx.world; ++r) {
-            ref[i] += all[b][r][i];
-            sc[i] += std::fabs(all[b][r][i]);
-          }
-        expect_close(t, decode(t, from_dev(bufs[b]->p, n * 4)), ref, sc,
-                     "ll128 stress op " + std::to_string(it * batch + b));
+      // Graph capture: three ll128 ops (flags and buffer halves follow the device op counter),
+      // replayed with fresh data, then an eager op.
+      cudaStream_t s;
+      CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      const int64_t gn[3] = {1, 4099, 70001};
+      cudaGraph_t graph;
+      CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      for (int b = 0; b < 3; ++b)
+        c->all_reduce(Tensor(bufs[b]->p, gn[b], t, dev, s), ReduceOp::SUM, false, algo("ll128"));
+      CU(cudaStreamEndCapture(s, &graph));
+      cudaGraphExec_t exec;
+      CU(cudaGraphInstantiate(&exec, graph, 0));
+      for (int rep = 0; rep < 3; ++rep) {
+        std::vector<std::vector<std::vector<double>>> all;
+        for (int b = 0; b < 3; ++b) {
+          all.push_back(gen_all(t, gn[b], 7000 + rep * 3 + b, ctx.world, ReduceKind::kSum));
+          to_dev(bufs[b]->p, encode(t, all[b][ctx.rank]));
+        }
+        CU(cudaGraphLaunch(exec, s));
+        CU(cudaStreamSynchronize(s));
+        for (int b = 0; b < 3; ++b) {
+          std::vector<double> ref(gn[b]), sc(gn[b]);
+          for (int64_t i = 0; i < gn[b]; ++i)
+            for (int r = 0; r < ctx.world; ++r) {
+              ref[i] += all[b][r][i];
+              sc[i] += std::fabs(all[b][r][i]);
+            }
+          expect_close(t, decode(t, from_dev(bufs[b]->p, gn[b] * 4)), ref, sc,
+                       "ll128 graph replay " + std::to_string(rep) + " op " + std::to_string(b));
+        }
       }
-    }
-    // Graph capture: three ll128 ops (flags and buffer halves follow the device op counter),
-    // replayed with fresh data, then an eager op.
-    cudaStream_t s;
-    CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    const int64_t gn[3] = {1, 4099, 70001};
-    cudaGraph_t graph;
-    CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (int b = 0; b < 3; ++b)
-      c->all_reduce(Tensor(bufs[b]->p, gn[b], t, dev, s), ReduceOp::SUM, false, algo("ll128"));
-    CU(cudaStreamEndCapture(s, &graph));
-    cudaGraphExec_t exec;
-    CU(cudaGraphInstantiate(&exec, graph, 0));
-    for (int rep = 0; rep < 3; ++rep) {
-      std::vector<std::vector<std::vector<double>>> all;
-      for (int b = 0; b < 3; ++b) {
-        all.push_back(gen_all(t, gn[b], 7000 + rep * 3 + b, ctx.world, ReduceKind::kSum));
-        to_dev(bufs[b]->p, encode(t, all[b][ctx.rank]));
-      }
-      CU(cudaGraphLaunch(exec, s));
-      CU(cudaStreamSynchronize(s));
-      for (int b = 0; b < 3; ++b) {
-        std::vector<double> ref(gn[b]), sc(gn[b]);
-        for (int64_t i = 0; i < gn[b]; ++i)
-          for (int r = 0; r < ctx.world; ++r) {
-            ref[i] += all[b][r][i];
-            sc[i] += std::fabs(all[b][r][i]);
-          }
-        expect_close(t, decode(t, from_dev(bufs[b]->p, gn[b] * 4)), ref, sc,
-                     "ll128 graph replay " + std::to_string(rep) + " op " + std::to_string(b));
-      }
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(s);
-    check_allreduce(*c, ctx, t, ReduceOp::SUM, 4097, 77, algo("ll128"));
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      cudaStreamDestroy(s);
+      check_allreduce(*c, ctx, t, ReduceOp::SUM, 4097, 77, algo("ll128"));
+    });
   });
   EXPECT_EQ(err, "");
   // 3 and 4 ranks sharing GPUs (time-sliced contexts, one block), and 4 ranks on 2 GPUs (P2P and

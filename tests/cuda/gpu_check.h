@@ -83,7 +83,10 @@ inline std::vector<double> decode(DataType t, const std::vector<uint8_t>& b) {
 }
 
 inline void to_dev(void* dst, const std::vector<uint8_t>& b) {
-  CU(cudaMemcpy(dst, b.data(), b.size(), cudaMemcpyHostToDevice));
+  cudaError_t e = cudaMemcpy(dst, b.data(), b.size(), cudaMemcpyHostToDevice);
+  RANK_CHECK(e == cudaSuccess, std::string("cudaMemcpy of ") + std::to_string(b.size()) +
+                                   " bytes to the device: " + cudaGetErrorName(e) + ": " +
+                                   cudaGetErrorString(e));
 }
 inline std::vector<uint8_t> from_dev(const void* src, size_t bytes) {
   std::vector<uint8_t> b(bytes);

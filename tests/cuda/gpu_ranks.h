@@ -65,6 +65,16 @@ struct CheckFailed : std::runtime_error {
                                           ": " + #COND + ": " + (MSG));                        \
   } while (0)
 
+// Runs a part of a long rank body, naming the part in a failure's message.
+template <typename F>
+void stage(const char* name, F&& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    throw CheckFailed(std::string("[") + name + "] " + e.what());
+  }
+}
+
 // `fn` must throw a commx::Error with `code` whose message contains every one of `needles`.
 template <typename F>
 void expect_error(F&& fn, ErrorCode code, std::initializer_list<const char*> needles,

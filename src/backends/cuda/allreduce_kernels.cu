@@ -489,6 +489,17 @@ void launch_allreduce_ll128(const PeerSet& ps, const void* in, void* out, int64_
   launch(Kind::kFlatLL128, ps, in, nullptr, out, n, -1, rs, blocks, s);
 }
 
+void preload_reduce_kernels() {
+  const PtrList none{};
+  for (Kind k : {Kind::kFlat, Kind::kFlatLL, Kind::kFlatLL128, Kind::kTree, Kind::kReduceScatter,
+                 Kind::kReduceScatterLL})
+    for (DataType t : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+                       DataType::kBFloat16, DataType::kInt32, DataType::kInt64})
+      for (int red : {kRedSum, kRedProd, kRedMin, kRedMax})
+        launch(k, PeerSet{}, nullptr, &none, nullptr, 0, -1, ReduceSpec{t, red, 1.0, true}, 1,
+               nullptr);
+}
+
 void launch_allreduce_tree(const PeerSet& ps, const void* in, void* out, int64_t n, int out_rank,
                            const ReduceSpec& rs, int blocks, cudaStream_t s) {
   launch(Kind::kTree, ps, in, nullptr, out, n, out_rank, rs, blocks, s);

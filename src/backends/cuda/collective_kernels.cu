@@ -116,4 +116,12 @@ void launch_exchange_ll(const PeerSet& ps, const PtrList& src, const PtrList& ds
 
 void launch_barrier(const PeerSet& ps, cudaStream_t s) { launch_kernel(barrier_kernel, 1, 32, s, ps); }
 
+void preload_collective_kernels() {
+  const PeerSet ps{};
+  const PtrList none{};
+  launch_exchange(ps, none, none, 0, true, 1, nullptr);
+  launch_exchange_ll(ps, none, none, 0, 1, nullptr);
+  launch_barrier(ps, nullptr);
+}
+
 }  // namespace commx::cuda

@@ -36,6 +36,7 @@ void CudaBackend::init(const BackendContext& ctx) {
   tuning_ = Tuning::resolve(ctx.size, sms, ctx.options.hints);
   const PeerMemKind peer_mem = resolve_peer_mem_kind(ctx.options.hints, where);
   lowp_.init(ctx.options.hints, where);
+  preload_kernels(device_, where);
 
   COMMX_CUDA_CHECK_CTX(cudaHostAlloc(reinterpret_cast<void**>(&ctl_host_), sizeof(HostCtl),
                                      cudaHostAllocMapped),

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
 
 #include "commx/types.h"
 #include "cuda/kernel_params.h"
@@ -61,5 +62,14 @@ void launch_exchange_ll(const PeerSet& ps, const PtrList& src, const PtrList& ds
 void launch_exchange(const PeerSet& ps, const PtrList& src, const PtrList& dst, int64_t nbytes,
                      bool aligned, int blocks, cudaStream_t s);
 void launch_barrier(const PeerSet& ps, cudaStream_t s);
+
+// Loads every kernel of the backend on the current device (what a first launch would do) and
+// raises the stack limit to the largest local-memory need: see kernel_preload.cc. Once per device
+// and process; throws on a CUDA error, naming `where`.
+void preload_kernels(int device, const std::string& where);
+// Parts of it, by kernel file: each walks its launchers with every template argument while
+// t_kernel_preload is set, so nothing is launched.
+void preload_reduce_kernels();
+void preload_collective_kernels();
 
 }  // namespace commx::cuda

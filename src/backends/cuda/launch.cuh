@@ -6,10 +6,19 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
 namespace commx::cuda {
+
+// Kernel preloading (kernel_preload.cc). While set on this thread, launch_kernel loads the kernel
+// (cudaFuncGetAttributes) and notes its local memory instead of launching it.
+struct KernelPreload {
+  size_t max_local_bytes = 0;
+  cudaError_t error = cudaSuccess;
+};
+inline thread_local KernelPreload* t_kernel_preload = nullptr;
 
 inline bool pdl_enabled() {
   static const bool on = [] {
@@ -22,6 +31,15 @@ inline bool pdl_enabled() {
 template <typename... KArgs, typename... Args>
 void launch_kernel(void (*kernel)(KArgs...), int blocks, int threads, cudaStream_t s,
                    Args&&... args) {
+  if (KernelPreload* p = t_kernel_preload) {
+    cudaFuncAttributes a{};
+    cudaError_t e = cudaFuncGetAttributes(&a, kernel);
+    if (e != cudaSuccess)
+      p->error = e;
+    else
+      p->max_local_bytes = std::max(p->max_local_bytes, a.localSizeBytes);
+    return;
+  }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(blocks);
   cfg.blockDim = dim3(threads);
