@@ -68,7 +68,8 @@ TEST(CudaBackend, AllReduceLL128) {
       const int batch = 10;
       const Device dev = Device::cuda(ctx.device);
       std::vector<std::unique_ptr<DevBuf>> bufs;
-      for (int b = 0; b < batch; ++b) bufs.push_back(std::make_unique<DevBuf>(n * 4));
+      const int64_t gn[3] = {1, 4099, 70001};  // the graph part's sizes, below
+      for (int b = 0; b < batch; ++b) bufs.push_back(std::make_unique<DevBuf>(std::max(n, gn[2]) * 4));
       for (int it = 0; it < 300 / batch; ++it) {
         std::vector<std::vector<std::vector<double>>> all;
         for (int b = 0; b < batch; ++b) {
@@ -93,7 +94,6 @@ TEST(CudaBackend, AllReduceLL128) {
       // replayed with fresh data, then an eager op.
       cudaStream_t s;
       CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-      const int64_t gn[3] = {1, 4099, 70001};
       cudaGraph_t graph;
       CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
       for (int b = 0; b < 3; ++b)

@@ -70,6 +70,7 @@ void check_peer_memory(PeerMemory& pm, Store& store, int rank, int world, uint64
   auto own = from_dev(pm.base(rank), bytes);
   for (size_t i = 0; i < own.size(); ++i)
     RANK_CHECK(own[i] == 0, tag + ": buffer not zeroed at byte " + std::to_string(i));
+  store_barrier(store, tag + "/checked", rank, world);  // nobody writes before all have looked
   const uint64_t slot = bytes / world;
   for (int p = 0; p < world; ++p) {
     RANK_CHECK(pm.base(p) != nullptr, tag + ": no mapping of rank " + std::to_string(p));

@@ -65,11 +65,14 @@ struct CheckFailed : std::runtime_error {
                                           ": " + #COND + ": " + (MSG));                        \
   } while (0)
 
-// Runs a part of a long rank body, naming the part in a failure's message.
+// Runs a part of a long rank body, naming the part in a failed check's message (a commx::Error
+// passes unchanged: it names its comm and op, and callers may expect its code).
 template <typename F>
 void stage(const char* name, F&& fn) {
   try {
     fn();
+  } catch (const Error&) {
+    throw;
   } catch (const std::exception& e) {
     throw CheckFailed(std::string("[") + name + "] " + e.what());
   }

@@ -1,5 +1,5 @@
 // CPU-only tests of the cuda backend's all-reduce selection: the op hint picks any algorithm
-// (ll128 only that way, never by size), unknown hints are InvalidArgument, and the LL/LL128 grid
+// (ll128 also by size where measured: 2 ranks), unknown hints are InvalidArgument, and the LL/LL128 grid
 // sizes. Layer: tests (runs in CI without a GPU).
 #include "cuda/tuning.h"
 
@@ -26,12 +26,25 @@ TEST(CudaTuning, HintPicksTheAlgorithm) {
   }
 }
 
-TEST(CudaTuning, LL128IsNeverTheDefault) {
-  for (int world : {2, 3, 4, 8}) {
-    Tuning t = Tuning::resolve(world, 132, {});
+TEST(CudaTuning, LL128OnlyWhereMeasured) {
+  // 2 ranks: LL up to 64 KiB, LL128 above it up to 1 MiB, then flat and tree.
+  Tuning t = Tuning::resolve(2, 132, {});
+  EXPECT_EQ(choose_allreduce(t, 64 << 10, {}), AllReduceAlgo::kLL);
+  EXPECT_EQ(choose_allreduce(t, (64 << 10) + 2, {}), AllReduceAlgo::kLL128);
+  EXPECT_EQ(choose_allreduce(t, 1 << 20, {}), AllReduceAlgo::kLL128);
+  EXPECT_EQ(choose_allreduce(t, (1 << 20) + 2, {}), AllReduceAlgo::kFlat);
+  // More ranks: not measured, so never by size.
+  for (int world : {3, 4, 8}) {
+    t = Tuning::resolve(world, 132, {});
     for (uint64_t b = 1; b <= (1ull << 34); b *= 2)
       EXPECT_NE(choose_allreduce(t, b, {}), AllReduceAlgo::kLL128) << world << " ranks, " << b;
   }
+  // Hints move or close the range.
+  t = Tuning::resolve(4, 132, {{"dda_ll128_max_bytes", "512K"}, {"dda_ll128_min_bytes", "8K"}});
+  EXPECT_EQ(choose_allreduce(t, 8 << 10, {}), AllReduceAlgo::kLL);
+  EXPECT_EQ(choose_allreduce(t, 256 << 10, {}), AllReduceAlgo::kLL128);
+  t = Tuning::resolve(2, 132, {{"dda_ll128_max_bytes", "0"}});
+  EXPECT_EQ(choose_allreduce(t, 256 << 10, {}), AllReduceAlgo::kLL);
 }
 
 TEST(CudaTuning, LL128GridOneLinePerEightThreads) {

@@ -16,6 +16,10 @@ const char* algo_name(AllReduceAlgo a);
 struct Tuning {
   bool dda_enable = true;         // COMMX_DDA_ENABLE (alias RCCL_DDA_ENABLE)
   uint64_t ll_max_bytes = 0;      // COMMX_DDA_LL_MAX_BYTES / hint dda_ll_max_bytes
+  // all_reduce takes LL128 for ll128_min_bytes < bytes <= ll128_max_bytes, before LL and flat
+  // (COMMX_DDA_LL128_MIN_BYTES / _MAX_BYTES, hints dda_ll128_min_bytes / dda_ll128_max_bytes).
+  uint64_t ll128_min_bytes = 0;
+  uint64_t ll128_max_bytes = 0;
   uint64_t flat_max_bytes = 0;    // COMMX_DDA_FLAT_MAX_BYTES / hint dda_flat_max_bytes
   uint64_t tree_max_bytes = 0;    // COMMX_DDA_TREE_MAX_BYTES / hint dda_tree_max_bytes
   uint64_t buffer_bytes = 0;      // COMMX_CUDA_BUFFER_BYTES: one half of the registered buffer
@@ -27,7 +31,7 @@ struct Tuning {
 };
 
 // Picks the all-reduce algorithm for `bytes`; op hint "algorithm" (ll, ll128, flat, tree, nccl)
-// wins. LL128 is chosen only by that hint, never by size.
+// wins.
 // Throws InvalidArgument (message prefixed by `where`) for an unknown hint value.
 AllReduceAlgo choose_allreduce(const Tuning& t, uint64_t bytes, const Hints& op_hints,
                                const std::string& where = {});
