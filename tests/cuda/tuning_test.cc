@@ -27,12 +27,12 @@ TEST(CudaTuning, HintPicksTheAlgorithm) {
 }
 
 TEST(CudaTuning, LL128OnlyWhereMeasured) {
-  // 2 ranks: LL up to 64 KiB, LL128 above it up to 1 MiB, then flat and tree.
+  // 2 ranks: LL up to 32 KiB, LL128 above it up to 4 MiB, then tree.
   Tuning t = Tuning::resolve(2, 132, {});
-  EXPECT_EQ(choose_allreduce(t, 64 << 10, {}), AllReduceAlgo::kLL);
-  EXPECT_EQ(choose_allreduce(t, (64 << 10) + 2, {}), AllReduceAlgo::kLL128);
-  EXPECT_EQ(choose_allreduce(t, 1 << 20, {}), AllReduceAlgo::kLL128);
-  EXPECT_EQ(choose_allreduce(t, (1 << 20) + 2, {}), AllReduceAlgo::kFlat);
+  EXPECT_EQ(choose_allreduce(t, 32 << 10, {}), AllReduceAlgo::kLL);
+  EXPECT_EQ(choose_allreduce(t, (32 << 10) + 2, {}), AllReduceAlgo::kLL128);
+  EXPECT_EQ(choose_allreduce(t, 4 << 20, {}), AllReduceAlgo::kLL128);
+  EXPECT_EQ(choose_allreduce(t, (4 << 20) + 2, {}), AllReduceAlgo::kTree);
   // More ranks: not measured, so never by size.
   for (int world : {3, 4, 8}) {
     t = Tuning::resolve(world, 132, {});

@@ -28,9 +28,9 @@ CudaBackend::~CudaBackend() {
 
 void CudaBackend::init(const BackendContext& ctx) {
   ctx_ = ctx;
-  device_ = resolve_device(ctx.device);
-  DeviceGuard g(device_);
   const std::string where = comm_context(ctx) + "cuda init: ";
+  device_ = usable_device(ctx.device, where);
+  DeviceGuard g(device_);
   int sms = 0;
   COMMX_CUDA_CHECK_CTX(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_), where);
   tuning_ = Tuning::resolve(ctx.size, sms, ctx.options.hints);
@@ -141,6 +141,7 @@ PeerSet CudaBackend::peers(const OpDesc& op) const {
 
 std::exception_ptr CudaBackend::device_error(const std::string& where) const {
   const volatile HostCtl* c = ctl_host_;
+  if (!c) return nullptr;  // init failed before the control block existed
   int code = c->error_code;
   if (code == kDevOk) return nullptr;
   std::string op = op_type_name(static_cast<OpType>(c->error_op));
@@ -433,6 +434,7 @@ void CudaBackend::abort() {
 void CudaBackend::finalize() {
   if (finalized_) return;
   finalized_ = true;
+  if (device_ < 0) return;  // init failed before it touched the device
   DeviceGuard g(device_);
   // Works that outlive the comm stop calling into it; they keep the comm's last device error.
   auto close_gate = [this] {

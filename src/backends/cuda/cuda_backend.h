@@ -50,7 +50,7 @@ class CudaBackend : public Backend {
   PeerSet peers(const OpDesc& op) const;
 
   BackendContext ctx_;
-  int device_ = 0;
+  int device_ = -1;  // set once init found the device usable
   Tuning tuning_;
   LowpCuda lowp_;  // FP8 collectives (when hints or COMMX_LOW_PRECISION_* ask for them)
   bool native_ = false;

@@ -54,12 +54,12 @@ Tuning Tuning::resolve(int world, int sms, const Hints& h) {
   // were not measured (no 8-GPU machine): halved again.
   t.ll_max_bytes = world <= 2 ? (256u << 10) : world <= 4 ? (128u << 10) : (64u << 10);
   t.flat_max_bytes = world <= 2 ? (4u << 20) : world <= 4 ? (512u << 10) : (256u << 10);
-  // LL128 (2 ranks, graph, bf16, bench/results/cuda_h200x2_s4): level with LL at 64 KiB, then
-  // ahead of LL and flat: 256 KiB 3.68 vs LL 4.40 us, 1 MiB 6.53 vs flat 8.73 (NCCL 8.65, 14.47).
-  // Not measured at more ranks: opt-in there.
+  // LL128 (2 ranks, graph, bf16, bench/results/cuda_h200x2_s4/crossover.log): behind LL up to
+  // 16 KiB, level at 32 KiB, then ahead of LL and flat: 256 KiB 3.74 vs LL 4.41 us, 1 MiB 6.63
+  // vs flat 8.64, 4 MiB 17.7 vs 18.8 (NCCL 8.54, 14.33, 32.7). Not measured at more ranks: opt-in.
   if (world <= 2) {
-    t.ll128_min_bytes = 64u << 10;
-    t.ll128_max_bytes = 1u << 20;
+    t.ll128_min_bytes = 32u << 10;
+    t.ll128_max_bytes = 4u << 20;
   }
   t.tree_max_bytes = UINT64_MAX;
   // Larger buffers mean fewer kernel boundaries for large messages (256 MiB all-reduce: 804 us with

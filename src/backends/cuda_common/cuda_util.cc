@@ -41,6 +41,28 @@ int resolve_device(const Device& d) {
   return cur;
 }
 
+int usable_device(const Device& d, const std::string& where) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    throw Error(ErrorCode::kUnsupported,
+                where + "no usable CUDA device in this process (" +
+                    (e != cudaSuccess ? std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e)
+                                      : std::string("no GPU visible")) +
+                    ")");
+  }
+  if (d.index >= n)
+    throw Error(ErrorCode::kInvalidArgument, where + "device cuda:" + std::to_string(d.index) +
+                                                 " but this process sees " + std::to_string(n) +
+                                                 " GPU(s) (CUDA_VISIBLE_DEVICES?)");
+  try {
+    return resolve_device(d);
+  } catch (const Error& err) {
+    throw Error(err.code(), where + err.what());
+  }
+}
+
 const void* op_stream(const OpDesc& op) {
   if (op.input.stream) return op.input.stream;
   if (op.output.stream) return op.output.stream;

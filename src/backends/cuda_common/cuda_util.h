@@ -41,6 +41,9 @@ class DeviceGuard {
 int device_count();
 // Resolves Device::cuda(-1) to the current device.
 int resolve_device(const Device& d);
+// resolve_device, after checking that CUDA works here and the index names a visible GPU: throws
+// Unsupported (no driver or GPU) or InvalidArgument (index out of range), prefixed by `where`.
+int usable_device(const Device& d, const std::string& where);
 // The stream an op runs on when async_op=false: the first tensor's stream, else the legacy default
 // stream (what PyTorch calls the default stream).
 cudaStream_t caller_stream(const void* stream);

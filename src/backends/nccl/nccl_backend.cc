@@ -68,9 +68,9 @@ std::exception_ptr aborted_error(const std::string& where) {
 void NcclBackend::init(const BackendContext& ctx) {
   ctx_ = ctx;
   api_ = &api();
-  device_ = cuda::resolve_device(ctx.device);
-  cuda::DeviceGuard g(device_);
   std::string where = comm_context(ctx) + "nccl init: ";
+  device_ = cuda::usable_device(ctx.device, where);
+  cuda::DeviceGuard g(device_);
   ncclUniqueId id;
   if (ctx.rank == 0) {
     ncclResult_t r = api_->GetUniqueId(&id);
