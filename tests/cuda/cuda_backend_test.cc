@@ -315,6 +315,57 @@ TEST(CudaBackend, PeerThatNeverArrivesTimesOutOnTheGpu) {
   EXPECT_EQ(err, "");
 }
 
+// A tensor whose memory is on another GPU, or in plain host memory, is refused by every op of
+// the cuda and nccl backends with an error naming the tensor and where its memory is; the comm
+// stays usable (both ranks refuse before anything is sent).
+TEST(CudaBackend, BuffersOnTheWrongGpuOrInHostMemoryAreRefused) {
+  REQUIRE_GPUS(1);
+  const bool two = gpu_count() >= 2;
+  std::string err = run_ranks(2, two_gpus(), [two](RankCtx& ctx) {
+    for (const char* backend : {"cuda", "nccl"}) {
+      if (std::string(backend) == "nccl" && (!two || !nccl_loadable())) continue;
+      auto c = make_comm(ctx, backend, std::string("where_") + backend);
+      const Device dev = Device::cuda(ctx.device);
+      const int64_t n = 1000;
+      std::vector<float> host(n, 1.0f);
+      const std::string tag = std::string(backend) + ": ";
+      expect_error([&] { c->all_reduce(Tensor(host.data(), n, DataType::kFloat32, dev), ReduceOp::SUM); },
+                   ErrorCode::kInvalidArgument, {"the input", "is not CUDA memory"}, tag + "host input");
+      DevBuf good(n * 4);
+      expect_error(
+          [&] {
+            c->all_gather_single(Tensor(good.p, n, DataType::kFloat32, dev),
+                                 Tensor(host.data(), n / 2, DataType::kFloat32, dev));
+          },
+          ErrorCode::kInvalidArgument, {"is not CUDA memory"}, tag + "host input of all_gather");
+      if (two) {
+        const int other = 1 - ctx.device;
+        CU(cudaSetDevice(other));
+        DevBuf far(n * 4);
+        CU(cudaSetDevice(ctx.device));
+        const std::string on_other = "its memory is on cuda:" + std::to_string(other);
+        expect_error([&] { c->all_reduce(Tensor(far.p, n, DataType::kFloat32, dev), ReduceOp::SUM); },
+                     ErrorCode::kInvalidArgument, {"the input", on_other.c_str()}, tag + "input on the other GPU");
+        expect_error(
+            [&] {
+              c->all_gather_single(Tensor(far.p, 2 * n, DataType::kFloat32, dev),
+                                   Tensor(good.p, n, DataType::kFloat32, dev));
+            },
+            ErrorCode::kInvalidArgument, {"the output", on_other.c_str()}, tag + "output on the other GPU");
+        // A tensor that says it is on the other GPU: refused by the core's device check.
+        expect_error(
+            [&] {
+              c->all_reduce(Tensor(far.p, n, DataType::kFloat32, Device::cuda(other)), ReduceOp::SUM);
+            },
+            ErrorCode::kInvalidArgument, {"is on device cuda:", "bound to cuda:"}, tag + "tensor of the other GPU");
+      }
+      // The comm still works, and memory of this GPU passes (cached verdicts included).
+      for (int rep = 0; rep < 2; ++rep) check_allreduce(*c, ctx, DataType::kFloat32, ReduceOp::SUM, 4099, 5 + rep);
+    }
+  });
+  EXPECT_EQ(err, "");
+}
+
 TEST(CudaBackend, TwoCommsAtOnce) {
   REQUIRE_GPUS(1);
   std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {

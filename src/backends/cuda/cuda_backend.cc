@@ -31,6 +31,7 @@ void CudaBackend::init(const BackendContext& ctx) {
   const std::string where = comm_context(ctx) + "cuda init: ";
   device_ = usable_device(ctx.device, where);
   DeviceGuard g(device_);
+  ptr_check_.bind(device_);
   int sms = 0;
   COMMX_CUDA_CHECK_CTX(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_), where);
   tuning_ = Tuning::resolve(ctx.size, sms, ctx.options.hints);
@@ -375,6 +376,7 @@ Work CudaBackend::delegate(const OpDesc& op, cudaStream_t s) {
 Work CudaBackend::run(const OpDesc& op, bool async_op) {
   const std::string where = op_context(ctx_, op);
   if (aborted_.load()) throw Error(ErrorCode::kAborted, where + "the cuda comm was aborted");
+  ptr_check_.check(op, where);
   if (std::exception_ptr e = device_error(where + "an earlier op failed: ")) std::rethrow_exception(e);
   DeviceGuard g(device_);
   cudaStream_t caller = caller_stream(op_stream(op));

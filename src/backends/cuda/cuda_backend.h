@@ -19,6 +19,7 @@
 #include "cuda/peer_memory.h"
 #include "cuda/tuning.h"
 #include "cuda_common/event_work.h"
+#include "cuda_common/pointer_check.h"
 
 namespace commx::cuda {
 
@@ -32,7 +33,9 @@ class CudaBackend : public Backend {
   bool supports(OpType type, DataType dtype, ReduceKind kind) const override;
   void abort() override;
   void finalize() override;
-  bool accepts_device(const Device& d) const override { return d.is_cuda(); }
+  bool accepts_device(const Device& d) const override {
+    return d.is_cuda() && (device_ < 0 || d.index < 0 || d.index == device_);
+  }
 
   // For tests and the benchmark: which all-reduce algorithm an op of `bytes` would use.
   AllReduceAlgo allreduce_algo(uint64_t bytes, const Hints& hints) const;
@@ -65,6 +68,7 @@ class CudaBackend : public Backend {
   cudaEvent_t last_done() const { return last_work_ ? last_work_->event() : last_event_; }
   std::shared_ptr<EventWork> last_work_;
   HookGate gate_;  // closed at finalize
+  PointerCheck ptr_check_;  // tensors must be memory of this GPU
   cudaEvent_t last_event_ = nullptr;
   cudaEvent_t ready_event_ = nullptr;  // work queued on the caller's stream before an async op
   cudaStream_t last_stream_ = nullptr;

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "commx/error.h"
+#include "cuda_common/cuda_util.h"
 
 namespace commx::cuda {
 namespace {
@@ -33,33 +34,10 @@ struct Driver {
   std::string error;  // non-empty: some entry point is missing
 };
 
-template <typename F>
-void fetch(F& fn, const char* name, std::string& error) {
-  void* p = nullptr;
-  cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-  // 12000: the ABI of each function as of CUDA 12.0 (all of these are older and unchanged).
-#if CUDART_VERSION >= 12050
-  cudaError_t e = cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q);
-#else
-  cudaError_t e = cudaGetDriverEntryPoint(name, &p, cudaEnableDefault, &q);
-#endif
-  if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !p) {
-    cudaGetLastError();
-    if (error.empty())
-      error = std::string("driver entry point ") + name + " not found (" +
-              (e != cudaSuccess                               ? cudaGetErrorString(e)
-               : q == cudaDriverEntryPointVersionNotSufficent ? "driver too old"
-                                                              : "symbol not found") +
-              ")";
-    return;
-  }
-  fn = reinterpret_cast<F>(p);
-}
-
 const Driver& drv() {
   static const Driver d = [] {
     Driver x;
-#define COMMX_CU_FETCH(name) fetch(x.name, #name, x.error);
+#define COMMX_CU_FETCH(name) fetch_driver_fn(x.name, #name, x.error);
     COMMX_CU_FETCH(cuGetErrorName)
     COMMX_CU_FETCH(cuGetErrorString)
     COMMX_CU_FETCH(cuDeviceGet)

@@ -41,6 +41,28 @@ int resolve_device(const Device& d) {
   return cur;
 }
 
+void* driver_entry_point(const char* name, std::string& error) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+  // 12000: the ABI of each function as of CUDA 12.0 (all we fetch are older and unchanged).
+#if CUDART_VERSION >= 12050
+  cudaError_t e = cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q);
+#else
+  cudaError_t e = cudaGetDriverEntryPoint(name, &p, cudaEnableDefault, &q);
+#endif
+  if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !p) {
+    cudaGetLastError();
+    if (error.empty())
+      error = std::string("driver entry point ") + name + " not found (" +
+              (e != cudaSuccess                               ? cudaGetErrorString(e)
+               : q == cudaDriverEntryPointVersionNotSufficent ? "driver too old"
+                                                              : "symbol not found") +
+              ")";
+    return nullptr;
+  }
+  return p;
+}
+
 int usable_device(const Device& d, const std::string& where) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);

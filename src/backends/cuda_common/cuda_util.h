@@ -41,6 +41,13 @@ class DeviceGuard {
 int device_count();
 // Resolves Device::cuda(-1) to the current device.
 int resolve_device(const Device& d);
+// A CUDA driver function fetched through the runtime (nothing links libcuda), null when missing;
+// `error` then says why (the first failure is kept).
+void* driver_entry_point(const char* name, std::string& error);
+template <typename F>
+void fetch_driver_fn(F& fn, const char* name, std::string& error) {
+  fn = reinterpret_cast<F>(driver_entry_point(name, error));
+}
 // resolve_device, after checking that CUDA works here and the index names a visible GPU: throws
 // Unsupported (no driver or GPU) or InvalidArgument (index out of range), prefixed by `where`.
 int usable_device(const Device& d, const std::string& where);

@@ -71,6 +71,7 @@ void NcclBackend::init(const BackendContext& ctx) {
   std::string where = comm_context(ctx) + "nccl init: ";
   device_ = cuda::usable_device(ctx.device, where);
   cuda::DeviceGuard g(device_);
+  ptr_check_.bind(device_);
   ncclUniqueId id;
   if (ctx.rank == 0) {
     ncclResult_t r = api_->GetUniqueId(&id);
@@ -287,6 +288,7 @@ Work NcclBackend::run(const OpDesc& op, bool async_op) {
     throw Error(ErrorCode::kAborted, op_context(ctx_, op) + "the nccl comm was aborted");
   cuda::DeviceGuard g(device_);
   std::string where = op_context(ctx_, op);
+  ptr_check_.check(op, where);
   cudaStream_t caller = cuda::caller_stream(cuda::op_stream(op));
   bool capturing = cuda::is_capturing(caller);
   cudaStream_t s = caller;

@@ -12,6 +12,7 @@
 
 #include "commx/backend.h"
 #include "cuda_common/event_work.h"
+#include "cuda_common/pointer_check.h"
 #include "nccl/nccl_api.h"
 
 namespace commx::nccl {
@@ -26,7 +27,9 @@ class NcclBackend : public Backend {
   bool supports(OpType type, DataType dtype, ReduceKind kind) const override;
   void abort() override;
   void finalize() override;
-  bool accepts_device(const Device& d) const override { return d.is_cuda(); }
+  bool accepts_device(const Device& d) const override {
+    return d.is_cuda() && (device_ < 0 || d.index < 0 || d.index == device_);
+  }
 
  private:
   void enqueue(const OpDesc& op, cudaStream_t s);
@@ -35,12 +38,13 @@ class NcclBackend : public Backend {
 
   const Api* api_ = nullptr;
   BackendContext ctx_;
-  int device_ = 0;
+  int device_ = -1;  // set once init found the device usable
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;  // the comm's stream for async_op=true
   float* scratch_ = nullptr;       // one float for barrier
   std::mutex abort_mu_;
   cuda::HookGate gate_;  // closed at finalize
+  cuda::PointerCheck ptr_check_;  // tensors must be memory of this GPU
   std::atomic<bool> aborted_{false};
   bool comm_gone_ = false;  // guarded by abort_mu_
 };

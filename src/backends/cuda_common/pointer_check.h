@@ -1,0 +1,44 @@
+// Checks that the memory behind an op's tensors is usable by the comm's GPU: device memory of
+// that GPU, managed memory or mapped host memory. A buffer on another GPU, or plain host memory
+// behind a tensor that claims a GPU, is refused with an error naming the tensor and where its
+// memory is, instead of a kernel faulting or silently reading over the peer link.
+// Layer: backends (GPU).
+//
+// One driver query (~0.5 us) per allocation; its verdict is then cached for the allocation's
+// address range (a map lookup per tensor). Memory freed and allocated again at the same addresses
+// on another GPU of the process would keep the old verdict; caching allocators (PyTorch's
+// included) keep a device's address ranges on that device.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "commx/backend.h"
+
+namespace commx::cuda {
+
+class PointerCheck {
+ public:
+  // Binds the check to `device` (before that, every pointer passes).
+  void bind(int device) { device_ = device; }
+  // Throws InvalidArgument prefixed by `where` for the first tensor of `op` that fails.
+  void check(const OpDesc& op, const std::string& where);
+
+ private:
+  struct Range {
+    uintptr_t end;
+    int device;  // owning GPU; -1: usable from any GPU (managed or mapped host memory)
+  };
+  // role, or role[index] when index >= 0, names the tensor in the error.
+  void check_tensor(const Tensor& t, const char* role, int index, const std::string& where);
+  // The cached range holding p, or null.
+  const Range* find(uintptr_t p) const;
+
+  int device_ = -1;
+  std::mutex mu_;
+  std::map<uintptr_t, Range> ranges_;  // by start address
+};
+
+}  // namespace commx::cuda
