@@ -3,6 +3,8 @@
 
 #include <cuda.h>
 
+#include <iostream>
+
 #include "commx/error.h"
 #include "cuda_common/cuda_util.h"
 
@@ -11,19 +13,79 @@ namespace {
 
 using PointerGetAttributes = decltype(&::cuPointerGetAttributes);
 
-PointerGetAttributes query_fn() {
+// The driver call that gives an allocation's address range (the runtime has none).
+PointerGetAttributes range_fn() {
   static const PointerGetAttributes fn = [] {
     std::string error;
     PointerGetAttributes f = nullptr;
     fetch_driver_fn(f, "cuPointerGetAttributes", error);
-    return f;  // null: no driver entry point, nothing is checked
+    return f;  // null: verdicts are not cached
   }();
   return fn;
 }
 
 constexpr size_t kMaxRanges = 4096;  // beyond this the cache starts over
+constexpr int kNotCuda = -2;         // Where::owner of memory CUDA does not know
+
+std::string role_name(const char* role, int index) {
+  return index < 0 ? std::string(role) : std::string(role) + "[" + std::to_string(index) + "]";
+}
 
 }  // namespace
+
+// What CUDA says of p: owner = its GPU, -1 for managed or host memory any GPU may use, kNotCuda
+// for memory CUDA does not know; [start, end) = its allocation (end 0 when unknown). False when
+// CUDA cannot tell (the pointer then passes).
+bool PointerCheck::where_is(uintptr_t p, int& owner, uintptr_t& start, uintptr_t& end) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, reinterpret_cast<const void*>(p)) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  start = end = 0;
+  switch (a.type) {
+    case cudaMemoryTypeDevice: owner = a.device; break;
+    case cudaMemoryTypeManaged:
+    case cudaMemoryTypeHost: owner = -1; break;
+    default: owner = kNotCuda; return true;
+  }
+  // Both attributes are 8 bytes wide (CUdeviceptr, size_t).
+  CUdeviceptr s = 0;
+  size_t size = 0;
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+  void* data[] = {&s, &size};
+  PointerGetAttributes fn = range_fn();
+  if (fn && fn(2, attrs, data, static_cast<CUdeviceptr>(p)) == CUDA_SUCCESS && size > 0 && s <= p &&
+      p < s + size) {
+    start = static_cast<uintptr_t>(s);
+    end = start + size;
+  }
+  return true;
+}
+
+void PointerCheck::bind(int device) {
+  // Self-check on memory of our own: if CUDA's answers do not read as expected on this driver,
+  // checking stays off rather than refusing good buffers.
+  void* probe = nullptr;
+  if (cudaMalloc(&probe, 256) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  int owner = kNotCuda;
+  uintptr_t start = 0, end = 0;
+  const uintptr_t p = reinterpret_cast<uintptr_t>(probe);
+  const bool ok = where_is(p, owner, start, end) && owner == device && (end == 0 || (start <= p && p < end));
+  cudaFree(probe);
+  if (!ok) {
+    static bool said = false;
+    if (!said)
+      std::cerr << "commx: cannot tell where GPU memory lives on this driver; tensors are not "
+                   "checked to be on their comm's GPU\n";
+    said = true;
+    return;
+  }
+  device_ = device;
+}
 
 const PointerCheck::Range* PointerCheck::find(uintptr_t p) const {
   auto it = ranges_.upper_bound(p);
@@ -32,49 +94,34 @@ const PointerCheck::Range* PointerCheck::find(uintptr_t p) const {
   return p < it->second.end ? &it->second : nullptr;
 }
 
-namespace {
-std::string role_name(const char* role, int index) {
-  return index < 0 ? std::string(role) : std::string(role) + "[" + std::to_string(index) + "]";
-}
-}  // namespace
-
 void PointerCheck::check_tensor(const Tensor& t, const char* role, int index,
                                 const std::string& where) {
   if (t.count == 0 || t.data == nullptr) return;
   const uintptr_t p = reinterpret_cast<uintptr_t>(t.data);
-  const Range* r = find(p);
-  if (!r) {
-    PointerGetAttributes fn = query_fn();
-    if (!fn) return;
-    unsigned int type = 0;
-    int ordinal = -1;
-    bool managed = false;
-    CUdeviceptr start = 0;
-    size_t size = 0;
-    CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                   CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-                                   CU_POINTER_ATTRIBUTE_RANGE_SIZE};
-    void* data[] = {&type, &ordinal, &managed, &start, &size};
-    if (fn(5, attrs, data, static_cast<CUdeviceptr>(p)) != CUDA_SUCCESS) return;  // cannot tell
-    if (type == 0)
+  int owner = -1;
+  if (const Range* r = find(p)) {
+    owner = r->device;
+  } else {
+    uintptr_t start = 0, end = 0;
+    if (!where_is(p, owner, start, end)) return;
+    if (owner == kNotCuda)
       throw Error(ErrorCode::kInvalidArgument,
                   where + role_name(role, index) + " (" + t.device.str() +
                       ") is not CUDA memory: a host pointer behind a GPU tensor?");
-    if (size == 0 || start > p) return;  // no range to cache
-    if (ranges_.size() >= kMaxRanges) ranges_.clear();
-    const uintptr_t end = static_cast<uintptr_t>(start) + size;
-    // Ranges cached before that overlap this one were freed since.
-    auto it = ranges_.lower_bound(static_cast<uintptr_t>(start));
-    if (it != ranges_.begin() && std::prev(it)->second.end > start) --it;
-    while (it != ranges_.end() && it->first < end) it = ranges_.erase(it);
-    const int owner = managed || type != CU_MEMORYTYPE_DEVICE ? -1 : ordinal;
-    r = &ranges_.emplace(static_cast<uintptr_t>(start), Range{end, owner}).first->second;
+    if (end != 0) {
+      if (ranges_.size() >= kMaxRanges) ranges_.clear();
+      // Ranges cached before that overlap this one were freed since.
+      auto it = ranges_.lower_bound(start);
+      if (it != ranges_.begin() && std::prev(it)->second.end > start) --it;
+      while (it != ranges_.end() && it->first < end) it = ranges_.erase(it);
+      ranges_.emplace(start, Range{end, owner});
+    }
   }
-  if (r->device >= 0 && r->device != device_)
+  if (owner >= 0 && owner != device_)
     throw Error(ErrorCode::kInvalidArgument,
-                where + role_name(role, index) + " claims " + t.device.str() + " but its memory is on cuda:" +
-                    std::to_string(r->device) + "; the comm is bound to cuda:" +
-                    std::to_string(device_));
+                where + role_name(role, index) + " claims " + t.device.str() +
+                    " but its memory is on cuda:" + std::to_string(owner) +
+                    "; the comm is bound to cuda:" + std::to_string(device_));
 }
 
 void PointerCheck::check(const OpDesc& op, const std::string& where) {

@@ -21,8 +21,9 @@ namespace commx::cuda {
 
 class PointerCheck {
  public:
-  // Binds the check to `device` (before that, every pointer passes).
-  void bind(int device) { device_ = device; }
+  // Binds the check to `device` (before that, every pointer passes); stays off if CUDA's answer
+  // for a probe allocation on `device` does not read as expected.
+  void bind(int device);
   // Throws InvalidArgument prefixed by `where` for the first tensor of `op` that fails.
   void check(const OpDesc& op, const std::string& where);
 
@@ -35,6 +36,7 @@ class PointerCheck {
   void check_tensor(const Tensor& t, const char* role, int index, const std::string& where);
   // The cached range holding p, or null.
   const Range* find(uintptr_t p) const;
+  static bool where_is(uintptr_t p, int& owner, uintptr_t& start, uintptr_t& end);
 
   int device_ = -1;
   std::mutex mu_;
