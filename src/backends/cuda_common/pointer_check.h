@@ -15,6 +15,8 @@
 #include <mutex>
 #include <string>
 
+#include <cuda_runtime_api.h>
+
 #include "commx/backend.h"
 
 namespace commx::cuda {
@@ -33,7 +35,9 @@ class PointerCheck {
     int device;  // owning GPU; -1: usable from any GPU (managed or mapped host memory)
   };
   // role, or role[index] when index >= 0, names the tensor in the error.
-  void check_tensor(const Tensor& t, const char* role, int index, const std::string& where);
+  // `s`: the op's stream (memory CUDA does not know passes while it captures a graph).
+  void check_tensor(const Tensor& t, const char* role, int index, cudaStream_t s,
+                    const std::string& where);
   // The cached range holding p, or null.
   const Range* find(uintptr_t p) const;
   static bool where_is(uintptr_t p, int& owner, uintptr_t& start, uintptr_t& end);
