@@ -55,7 +55,7 @@ if [ "${GPU_CI_BENCH:-1}" = 1 ]; then
     grep -E "error|skipping|rank" "$LOGS/lowp.log" | grep -v "^nccl  all_reduce bf16 eager" | head -40
   fi
   if [ "${GPU_CI_SYMM:-1}" = 1 ]; then
-    timeout 200 python3 tools/gpu_bench/symm_mem_bench.py --ranks "$NR" --dtypes bf16 --max 64M --factor 4 \
+    timeout 200 python3 tools/gpu_bench/symm_mem_bench.py --ranks "$NR" --dtypes bf16 --min 4 --max 64M --factor 4 \
       --json "$OUT/symm_mem.json" > "$LOGS/symm_mem.log" 2>&1 || rc=1
   fi
   if [ "${GPU_CI_TUNE:-0}" = 2 ]; then
