@@ -39,6 +39,12 @@ TEST(CudaTuning, LL128OnlyWhereMeasured) {
     for (uint64_t b = 1; b <= (1ull << 34); b *= 2)
       EXPECT_NE(choose_allreduce(t, b, {}), AllReduceAlgo::kLL128) << world << " ranks, " << b;
   }
+  // Links that may tear a 128-byte store (PCIe, a shared GPU): never by size, hints still work.
+  t = Tuning::resolve(2, 132, {}, false);
+  for (uint64_t b = 1; b <= (1ull << 34); b *= 2)
+    EXPECT_NE(choose_allreduce(t, b, {}), AllReduceAlgo::kLL128) << "pcie, " << b;
+  t = Tuning::resolve(2, 132, {{"dda_ll128_max_bytes", "1M"}, {"dda_ll128_min_bytes", "64K"}}, false);
+  EXPECT_EQ(choose_allreduce(t, 256 << 10, {}), AllReduceAlgo::kLL128);
   // Hints move or close the range.
   t = Tuning::resolve(4, 132, {{"dda_ll128_max_bytes", "512K"}, {"dda_ll128_min_bytes", "8K"}});
   EXPECT_EQ(choose_allreduce(t, 8 << 10, {}), AllReduceAlgo::kLL);

@@ -74,6 +74,10 @@ void CudaBackend::init(const BackendContext& ctx) {
     pm_ = PeerMemory::create(*ctx.store, ctx.rank, ctx.size, device_,
                              kSignalBytes + 2 * tuning_.buffer_bytes, where, peer_mem);
     native_problem_ = pm_->problem();
+    // LL128 by size only over links that deliver a 128-byte store whole (NVLink): not over PCIe,
+    // nor between time-sliced contexts of one GPU, where it was never stress-tested.
+    if (pm_->shares_gpu() || !pm_->atomic_links())
+      tuning_ = Tuning::resolve(ctx.size, sms, ctx.options.hints, false);
     // Several ranks on one GPU (time-sliced contexts): multi-block latency kernels returned wrong
     // all_reduce results at 8 ranks on 4 H200s (32 KiB, eager), one block returned none
     // (bench/results/scaling_h200x4). Until the cause is found, one block there.

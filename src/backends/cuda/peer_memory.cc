@@ -37,6 +37,25 @@ Bytes to_bytes(const PeerInfo& p) {
   return b;
 }
 
+// Whether every two GPUs of the comm are linked with native atomics (NVLink, not PCIe), asked for
+// every pair from the records every rank has (every rank maps every peer, so it sees every GPU):
+// the same answer on every rank.
+bool links_have_native_atomics(const std::vector<PeerInfo>& infos) {
+  for (size_t a = 0; a < infos.size(); ++a)
+    for (size_t b = a + 1; b < infos.size(); ++b) {
+      if (std::strcmp(infos[a].bus_id, infos[b].bus_id) == 0) continue;
+      int da = -1, db = -1, v = 0;
+      if (cudaDeviceGetByPCIBusId(&da, infos[a].bus_id) != cudaSuccess ||
+          cudaDeviceGetByPCIBusId(&db, infos[b].bus_id) != cudaSuccess ||
+          cudaDeviceGetP2PAttribute(&v, cudaDevP2PAttrNativeAtomicSupported, da, db) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+      }
+      if (!v) return false;
+    }
+  return true;
+}
+
 }  // namespace
 
 const char* peer_mem_name(PeerMemKind k) { return k == PeerMemKind::kVmm ? "vmm" : "ipc"; }
@@ -165,6 +184,7 @@ std::unique_ptr<PeerMemory> PeerMemory::create(Store& store, int rank, int world
     pm->close();
     return pm;
   }
+  pm->atomic_links_ = links_have_native_atomics(infos);
   // kVmm: the allocations of peers in other processes arrive as file descriptors.
   std::vector<UniqueFd> fds(world);
   if (vmm) {

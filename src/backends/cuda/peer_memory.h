@@ -47,6 +47,9 @@ class PeerMemory {
   PeerMemKind kind() const { return kind_; }
   // Whether two ranks of this comm run on one GPU (the same answer on every rank).
   bool shares_gpu() const { return shares_gpu_; }
+  // Whether every two GPUs are linked with native atomics (NVLink; not PCIe), the same answer on
+  // every rank: LL128 relies on such links delivering a warp's 128-byte store whole.
+  bool atomic_links() const { return atomic_links_; }
   // Unmaps peers and frees the own buffer (both paths: mappings, address ranges, handles);
   // idempotent.
   void close();
@@ -63,6 +66,7 @@ class PeerMemory {
   std::vector<std::unique_ptr<VmmBuffer>> peer_vmm_;  // kVmm: peers of other processes
   std::string problem_;
   bool shares_gpu_ = false;
+  bool atomic_links_ = false;
 };
 
 }  // namespace commx::cuda

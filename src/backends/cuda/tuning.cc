@@ -45,7 +45,7 @@ const char* algo_name(AllReduceAlgo a) {
   return "?";
 }
 
-Tuning Tuning::resolve(int world, int sms, const Hints& h) {
+Tuning Tuning::resolve(int world, int sms, const Hints& h, bool ll128_links) {
   Tuning t;
   // Measured on H200s (graph, bf16; bench/results/cuda_h200x2_run2 and scaling_h200x4_s2):
   // 2 ranks: LL beats flat up to 256 KiB, flat beats tree up to 4 MiB (tie at 8 MiB).
@@ -57,7 +57,8 @@ Tuning Tuning::resolve(int world, int sms, const Hints& h) {
   // LL128 (2 ranks, graph, bf16, bench/results/cuda_h200x2_s4/crossover.log): behind LL up to
   // 16 KiB, level at 32 KiB, then ahead of LL and flat: 256 KiB 3.74 vs LL 4.41 us, 1 MiB 6.63
   // vs flat 8.64, 4 MiB 17.7 vs 18.8 (NCCL 8.54, 14.33, 32.7). Not measured at more ranks: opt-in.
-  if (world <= 2) {
+  // Over PCIe a 128-byte store may arrive torn (NCCL turns its LL128 off there): opt-in too.
+  if (world <= 2 && ll128_links) {
     t.ll128_min_bytes = 32u << 10;
     t.ll128_max_bytes = 4u << 20;
   }

@@ -27,7 +27,9 @@ struct Tuning {
   int max_blocks_large = 0;       // COMMX_CUDA_MAX_BLOCKS_LARGE: bandwidth paths (tree, exchange)
 
   // Defaults for `world` ranks on a GPU with `sms` multiprocessors, then env, then comm hints.
-  static Tuning resolve(int world, int sms, const Hints& comm_hints);
+  // ll128_links: the GPUs are linked so that LL128 is safe (PeerMemory::atomic_links); when false
+  // LL128 is used only where env or hints ask for it.
+  static Tuning resolve(int world, int sms, const Hints& comm_hints, bool ll128_links = true);
 };
 
 // Picks the all-reduce algorithm for `bytes`; op hint "algorithm" (ll, ll128, flat, tree, nccl)
