@@ -64,27 +64,29 @@ bool PointerCheck::where_is(uintptr_t p, int& owner, uintptr_t& start, uintptr_t
 }
 
 void PointerCheck::bind(int device) {
-  // Self-check on memory of our own: if CUDA's answers do not read as expected on this driver,
-  // checking stays off rather than refusing good buffers.
-  void* probe = nullptr;
-  if (cudaMalloc(&probe, 256) != cudaSuccess) {
+  // Self-check on memory of our own, once per GPU and process: if CUDA's answers do not read as
+  // expected on this driver, checking stays off rather than refusing good buffers.
+  static std::mutex mu;
+  static std::map<int, bool> usable;
+  std::lock_guard<std::mutex> g(mu);
+  auto it = usable.find(device);
+  if (it == usable.end()) {
+    bool ok = false;
+    void* probe = nullptr;
+    if (cudaMalloc(&probe, 256) == cudaSuccess) {
+      int owner = kNotCuda;
+      uintptr_t start = 0, end = 0;
+      const uintptr_t p = reinterpret_cast<uintptr_t>(probe);
+      ok = where_is(p, owner, start, end) && owner == device && (end == 0 || (start <= p && p < end));
+      cudaFree(probe);
+    }
     cudaGetLastError();
-    return;
+    if (!ok)
+      std::cerr << "commx: cannot tell where memory of cuda:" << device
+                << " lives on this driver; tensors are not checked to be on their comm's GPU\n";
+    it = usable.emplace(device, ok).first;
   }
-  int owner = kNotCuda;
-  uintptr_t start = 0, end = 0;
-  const uintptr_t p = reinterpret_cast<uintptr_t>(probe);
-  const bool ok = where_is(p, owner, start, end) && owner == device && (end == 0 || (start <= p && p < end));
-  cudaFree(probe);
-  if (!ok) {
-    static bool said = false;
-    if (!said)
-      std::cerr << "commx: cannot tell where GPU memory lives on this driver; tensors are not "
-                   "checked to be on their comm's GPU\n";
-    said = true;
-    return;
-  }
-  device_ = device;
+  if (it->second) device_ = device;
 }
 
 const PointerCheck::Range* PointerCheck::find(uintptr_t p) const {
