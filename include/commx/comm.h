@@ -100,6 +100,12 @@ class Comm : public std::enable_shared_from_this<Comm> {
   // list). An empty list returns null; a caller absent from a non-empty list is an error.
   std::shared_ptr<Comm> split(const std::vector<int>& ranks, const std::string& name,
                               CommOptions options = {});
+  // Fault tolerance, as NCCL's ncclCommShrink: a new comm of every rank not in `exclude`, in rank
+  // order, made by those ranks alone (the excluded ones, e.g. dead or hung, take no part). Works
+  // on a comm that failed or was aborted. Every caller must pass the same list; a caller listed
+  // in it is an error.
+  std::shared_ptr<Comm> shrink(const std::vector<int>& exclude, const std::string& name,
+                               CommOptions options = {});
 
   // Non-blocking: fails pending work with Aborted; later ops throw Aborted.
   void abort();

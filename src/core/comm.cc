@@ -322,6 +322,29 @@ std::shared_ptr<Comm> Comm::split(const std::vector<int>& ranks, const std::stri
   return comm;
 }
 
+std::shared_ptr<Comm> Comm::shrink(const std::vector<int>& exclude, const std::string& name,
+                                   CommOptions options) {
+  CommImpl& c = *impl_;
+  const std::string where = "[comm '" + c.name + "' rank " + std::to_string(c.rank) + "] shrink: ";
+  std::vector<bool> out(c.size, false);
+  for (int r : exclude) {
+    if (r < 0 || r >= c.size)
+      throw Error(ErrorCode::kInvalidArgument,
+                  where + "excluded rank " + std::to_string(r) + " is out of range [0, " +
+                      std::to_string(c.size) + ")");
+    if (out[r])
+      throw Error(ErrorCode::kInvalidArgument, where + "rank " + std::to_string(r) + " is excluded twice");
+    out[r] = true;
+  }
+  if (out[c.rank])
+    throw Error(ErrorCode::kInvalidArgument,
+                where + "this rank is in the exclude list (only the ranks that stay call shrink)");
+  std::vector<int> keep;
+  for (int r = 0; r < c.size; ++r)
+    if (!out[r]) keep.push_back(r);
+  return split(keep, name, std::move(options));
+}
+
 void Comm::abort() {
   CommImpl& c = *impl_;
   if (c.aborted.exchange(true)) return;

@@ -231,6 +231,12 @@ class TcpTransport final : public Transport {
       for (int q : active_) {
         if (!peers_[q].done()) mark_broken(q, e);
       }
+      // A dead peer leaves the comm unusable: close every connection, so that ranks still
+      // waiting on this one (which may never talk to the dead rank) fail now, not at their
+      // timeout, and can shrink the comm together.
+      if (e.code() == ErrorCode::kPeerFailure)
+        for (int q = 0; q < static_cast<int>(peers_.size()); ++q)
+          if (q != rank_) mark_broken(q, e);
       finish_exchange();
       throw;
     }

@@ -117,6 +117,53 @@ TEST(Faults, KilledRankIsReportedQuickly) {
   }
 }
 
+// A rank dies; the others see PeerFailure naming it, shrink the comm without it, and go on: the
+// new comm has the survivors in rank order and its collectives are right. Bad exclude lists are
+// clear errors. Over shared memory and TCP.
+TEST(Faults, ShrinkDropsADeadRankAndTheRestGoOn) {
+  for (const char* transport : {"shm", "tcp"}) {
+    auto res = run_forked(4, [transport](RankEnv& env) {
+      CommOptions co;
+      co.hints["transport"] = transport;
+      auto comm = env.comm("doomed", co);
+      std::vector<float> v(33, 1.0f);
+      comm->all_reduce(make_tensor(v.data(), 33), ReduceOp::SUM);
+      if (env.rank == 2) raise(SIGKILL);
+      // Over TCP a rank that never talks to rank 2 hears of it from a peer that closed on it.
+      expect_error(
+          env, ErrorCode::kPeerFailure,
+          [&] { comm->all_reduce(make_tensor(v.data(), 33), ReduceOp::SUM); }, "all_reduce with a dead rank");
+      expect_error(
+          env, ErrorCode::kInvalidArgument, [&] { comm->shrink({env.rank}, "self"); }, "shrink excluding itself");
+      expect_error(env, ErrorCode::kInvalidArgument, [&] { comm->shrink({4}, "far"); }, "shrink out of range");
+      expect_error(env, ErrorCode::kInvalidArgument, [&] { comm->shrink({2, 2}, "twice"); }, "shrink twice");
+      auto small = comm->shrink({2}, "survivors");
+      const int expect_rank = env.rank < 2 ? env.rank : env.rank - 1;
+      env.check(small && small->size() == 3 && small->rank() == expect_rank,
+                "shrunk comm: size " + std::to_string(small ? small->size() : -1) + ", rank " +
+                    std::to_string(small ? small->rank() : -1));
+      // Rank-dependent odd-sized data: element i of old rank r is r * 1000 + i.
+      const int64_t n = 1001;
+      std::vector<float> x(n), want(n, 0.0f);
+      for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(env.rank * 1000 + i);
+      for (int r : {0, 1, 3})
+        for (int64_t i = 0; i < n; ++i) want[i] += static_cast<float>(r * 1000 + i);
+      small->all_reduce(make_tensor(x.data(), n), ReduceOp::SUM);
+      env.check(x == want, "all_reduce on the shrunk comm");
+      std::vector<float> mine(5, static_cast<float>(env.rank)), all(15, -1.0f);
+      small->all_gather_single(make_tensor(all.data(), 15), make_tensor(mine.data(), 5));
+      for (int q = 0; q < 3; ++q)
+        env.check(all[q * 5] == static_cast<float>(q < 2 ? q : 3), "all_gather slot " + std::to_string(q));
+      small->barrier();
+    }, 60);
+    ASSERT_EQ(res.status.size(), 4u);
+    for (int r : {0, 1, 3})
+      EXPECT_TRUE(res.status[r] >= 0 && WIFEXITED(res.status[r]) && WEXITSTATUS(res.status[r]) == 0)
+          << transport << " " << res.describe();
+    EXPECT_TRUE(res.status[2] >= 0 && WIFSIGNALED(res.status[2])) << res.describe();
+  }
+}
+
 TEST(Faults, AbortEndsPendingWork) {
   auto res = run_forked(2, [](RankEnv& env) {
     auto comm = env.comm("abort");

@@ -7,6 +7,7 @@
 // timeout: seen on 2 H200s, where such a rank never returned from its op. So each device loads
 // every kernel once, while nothing of ours runs, and raises the stack limit to the largest local
 // memory need, as NCCL does for its kernels.
+#include <iostream>
 #include <mutex>
 #include <set>
 
@@ -24,7 +25,12 @@ void preload_kernels(int device, const std::string& where) {
   if (done.count(device)) return;
   DeviceGuard dg(device);
   KernelPreload p;
-  t_kernel_preload = &p;
+  // Reset on every exit: a launcher that throws (a bad COMMX_* value) must not leave later
+  // launches on this thread in preload mode.
+  struct Scope {
+    explicit Scope(KernelPreload* p) { t_kernel_preload = p; }
+    ~Scope() { t_kernel_preload = nullptr; }
+  } scope(&p);
   preload_reduce_kernels();
   preload_collective_kernels();
   for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16})
@@ -33,12 +39,17 @@ void preload_kernels(int device, const std::string& where) {
       cfg.format = f;
       launch_lowp_round(PeerSet{}, LowpRound{}, t, cfg, 1, nullptr);
     }
-  t_kernel_preload = nullptr;
   COMMX_CUDA_CHECK_CTX(p.error, where + "loading the kernels: ");
+  // Best effort: the limit reserves memory for every resident thread, which a full GPU may not
+  // have; without it a first launch may still wait to grow local memory.
   size_t stack = 0;
-  COMMX_CUDA_CHECK_CTX(cudaDeviceGetLimit(&stack, cudaLimitStackSize), where);
-  if (p.max_local_bytes > stack)
-    COMMX_CUDA_CHECK_CTX(cudaDeviceSetLimit(cudaLimitStackSize, p.max_local_bytes), where);
+  if (cudaDeviceGetLimit(&stack, cudaLimitStackSize) == cudaSuccess && p.max_local_bytes > stack) {
+    cudaError_t e = cudaDeviceSetLimit(cudaLimitStackSize, p.max_local_bytes);
+    if (e != cudaSuccess)
+      std::cerr << "commx cuda: could not raise the stack limit of cuda:" << device << " to "
+                << p.max_local_bytes << " bytes (" << cudaGetErrorString(e) << ")\n";
+  }
+  cudaGetLastError();
   done.insert(device);
 }
 

@@ -172,19 +172,24 @@ std::unique_ptr<PeerMemory> PeerMemory::create(Store& store, int rank, int world
   for (int a = 0; a < world && !pm->shares_gpu_; ++a)
     for (int b = a + 1; b < world; ++b)
       if (std::strcmp(infos[a].bus_id, infos[b].bus_id) == 0) pm->shares_gpu_ = true;
-  // Every rank must take the same decision: share the verdicts.
-  store.set("cuda_ipc/p2p/" + std::to_string(rank), Bytes(problem.begin(), problem.end()));
+  // Every rank must take the same decisions: share the verdicts, each a flag (whether every two
+  // GPUs are linked with native atomics, as this rank sees it) and the problem found, if any.
+  bool atomic = problem.empty() && links_have_native_atomics(infos);
+  const std::string record = (atomic ? "1" : "0") + problem;
+  store.set("cuda_ipc/p2p/" + std::to_string(rank), Bytes(record.begin(), record.end()));
   for (int r = 0; r < world && problem.empty(); ++r) {
     if (r == rank) continue;
     Bytes b = store.get("cuda_ipc/p2p/" + std::to_string(r));
-    problem.assign(b.begin(), b.end());
+    if (b.empty()) throw Error(ErrorCode::kInternal, ctx + "empty verdict from rank " + std::to_string(r));
+    atomic = atomic && b[0] == '1';
+    problem.assign(b.begin() + 1, b.end());
   }
   if (!problem.empty()) {
     pm->problem_ = problem;
     pm->close();
     return pm;
   }
-  pm->atomic_links_ = links_have_native_atomics(infos);
+  pm->atomic_links_ = atomic;
   // kVmm: the allocations of peers in other processes arrive as file descriptors.
   std::vector<UniqueFd> fds(world);
   if (vmm) {

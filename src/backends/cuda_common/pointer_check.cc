@@ -89,38 +89,37 @@ void PointerCheck::bind(int device) {
   if (it->second) device_ = device;
 }
 
-const PointerCheck::Range* PointerCheck::find(uintptr_t p) const {
+bool PointerCheck::cached(uintptr_t p) const {
   auto it = ranges_.upper_bound(p);
-  if (it == ranges_.begin()) return nullptr;
+  if (it == ranges_.begin()) return false;
   --it;
-  return p < it->second.end ? &it->second : nullptr;
+  return p < it->second;
 }
 
 void PointerCheck::check_tensor(const Tensor& t, const char* role, int index, cudaStream_t s,
                                 const std::string& where) {
   if (t.count == 0 || t.data == nullptr) return;
   const uintptr_t p = reinterpret_cast<uintptr_t>(t.data);
+  if (cached(p)) return;
   int owner = -1;
-  if (const Range* r = find(p)) {
-    owner = r->device;
-  } else {
-    uintptr_t start = 0, end = 0;
-    if (!where_is(p, owner, start, end)) return;
-    // A graph's own allocations (cudaMallocAsync during capture) are unknown to CUDA until the
-    // graph runs: while the op's stream captures, such a pointer passes.
-    if (owner == kNotCuda && is_capturing(s)) return;
-    if (owner == kNotCuda)
-      throw Error(ErrorCode::kInvalidArgument,
-                  where + role_name(role, index) + " (" + t.device.str() +
-                      ") is not CUDA memory: a host pointer behind a GPU tensor?");
-    if (end != 0) {
-      if (ranges_.size() >= kMaxRanges) ranges_.clear();
-      // Ranges cached before that overlap this one were freed since.
-      auto it = ranges_.lower_bound(start);
-      if (it != ranges_.begin() && std::prev(it)->second.end > start) --it;
-      while (it != ranges_.end() && it->first < end) it = ranges_.erase(it);
-      ranges_.emplace(start, Range{end, owner});
-    }
+  uintptr_t start = 0, end = 0;
+  if (!where_is(p, owner, start, end)) return;
+  // A graph's own allocations (cudaMallocAsync during capture) are unknown to CUDA until the
+  // graph runs: while the op's stream captures, such a pointer passes.
+  if (owner == kNotCuda && is_capturing(s)) return;
+  if (owner == kNotCuda)
+    throw Error(ErrorCode::kInvalidArgument,
+                where + role_name(role, index) + " (" + t.device.str() +
+                    ") is not CUDA memory: a host pointer behind a GPU tensor?");
+  // Only memory of this GPU is cached: host memory may be unregistered and other GPUs' ranges
+  // freed and reused here, so those are asked again each time (rare, ~0.5 us).
+  if (end != 0 && owner == device_) {
+    if (ranges_.size() >= kMaxRanges) ranges_.clear();
+    // Ranges cached before that overlap this one were freed since.
+    auto it = ranges_.lower_bound(start);
+    if (it != ranges_.begin() && std::prev(it)->second > start) --it;
+    while (it != ranges_.end() && it->first < end) it = ranges_.erase(it);
+    ranges_.emplace(start, end);
   }
   if (owner >= 0 && owner != device_)
     throw Error(ErrorCode::kInvalidArgument,

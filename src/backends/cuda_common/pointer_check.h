@@ -4,10 +4,10 @@
 // memory is, instead of a kernel faulting or silently reading over the peer link.
 // Layer: backends (GPU).
 //
-// One driver query (~0.5 us) per allocation; its verdict is then cached for the allocation's
-// address range (a map lookup per tensor). Memory freed and allocated again at the same addresses
-// on another GPU of the process would keep the old verdict; caching allocators (PyTorch's
-// included) keep a device's address ranges on that device.
+// One query (~0.5 us) per allocation of the comm's GPU, whose address range is then cached (a map
+// lookup per tensor); other memory is asked again every time. Memory of this GPU freed and mapped
+// again at the same addresses as another kind of memory would keep its verdict; caching
+// allocators (PyTorch's included) keep a GPU's address ranges on that GPU.
 #pragma once
 
 #include <cstdint>
@@ -30,21 +30,17 @@ class PointerCheck {
   void check(const OpDesc& op, const std::string& where);
 
  private:
-  struct Range {
-    uintptr_t end;
-    int device;  // owning GPU; -1: usable from any GPU (managed or mapped host memory)
-  };
   // role, or role[index] when index >= 0, names the tensor in the error.
   // `s`: the op's stream (memory CUDA does not know passes while it captures a graph).
   void check_tensor(const Tensor& t, const char* role, int index, cudaStream_t s,
                     const std::string& where);
-  // The cached range holding p, or null.
-  const Range* find(uintptr_t p) const;
+  // Whether p lies in a cached range (memory of this GPU).
+  bool cached(uintptr_t p) const;
   static bool where_is(uintptr_t p, int& owner, uintptr_t& start, uintptr_t& end);
 
   int device_ = -1;
   std::mutex mu_;
-  std::map<uintptr_t, Range> ranges_;  // by start address
+  std::map<uintptr_t, uintptr_t> ranges_;  // start -> end of allocations of this GPU
 };
 
 }  // namespace commx::cuda

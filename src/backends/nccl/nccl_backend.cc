@@ -67,9 +67,9 @@ std::exception_ptr aborted_error(const std::string& where) {
 
 void NcclBackend::init(const BackendContext& ctx) {
   ctx_ = ctx;
-  api_ = &api();
   std::string where = comm_context(ctx) + "nccl init: ";
-  device_ = cuda::usable_device(ctx.device, where);
+  device_ = cuda::usable_device(ctx.device, where);  // first: a missing GPU is the clearer error
+  api_ = &api();
   cuda::DeviceGuard g(device_);
   ptr_check_.bind(device_);
   ncclUniqueId id;
