@@ -339,7 +339,25 @@ void bind_comm(py::module_& m) {
             return make_py_comm(std::move(child), p.store_owner);
           },
           py::arg("ranks"), py::arg("name"), hints, timeout,
-          "Collective; the new rank is the position in `ranks`; an empty list returns None.");
+          "Collective; the new rank is the position in `ranks`; an empty list returns None.")
+      .def(
+          "shrink",
+          [](PyComm& p, std::vector<int> exclude, const std::string& name, py::object h,
+             py::object to) -> std::shared_ptr<PyComm> {
+            commx::CommOptions o;
+            o.timeout = to_timeout(to);
+            o.hints = to_hints(h);
+            std::shared_ptr<commx::Comm> child;
+            {
+              py::gil_scoped_release nogil;
+              child = get(p).shrink(exclude, name, o);
+            }
+            return make_py_comm(std::move(child), p.store_owner);
+          },
+          py::arg("exclude"), py::arg("name"), hints, timeout,
+          "Collective among the ranks not in `exclude` (they take no part, e.g. dead ones): a new "
+          "comm of the others in rank order (as ncclCommShrink). Works on a failed or aborted "
+          "comm.");
 
   m.def(
       "new_comm",

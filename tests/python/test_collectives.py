@@ -289,6 +289,28 @@ def test_split(backend):
     run_ranks(3, _split, backend)
 
 
+def _shrink(rank, size, store, backend):
+    comm = make_comm(backend, rank, size, store)
+    t = np.array([1.0], np.float32)
+    comm.all_reduce(t, commx.ReduceOp.SUM)
+    if rank == 1:
+        return True  # leaves: the others go on without it
+    with pytest.raises(commx.InvalidArgumentError, match="exclude list"):
+        comm.shrink([rank], "self")
+    sub = comm.shrink([1], "survivors")
+    assert sub.get_rank() == (0 if rank == 0 else 1) and sub.get_size() == 2
+    t = np.arange(5, dtype=np.float32) + 10 * rank
+    sub.all_reduce(t, commx.ReduceOp.SUM)
+    np.testing.assert_array_equal(t, np.arange(5, dtype=np.float32) * 2 + 20)  # ranks 0 and 2
+    sub.finalize()
+    return True
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_shrink(backend):
+    run_ranks(3, _shrink, backend)
+
+
 def _timeout(rank, size, store, backend):
     comm = make_comm(backend, rank, size, store)
     comm.barrier()
