@@ -49,6 +49,22 @@ std::shared_ptr<PyComm> make_py_comm(std::shared_ptr<commx::Comm> comm, py::obje
   return p;
 }
 
+// A comm made from `p` (split, shrink) by `make(options)`, with the GIL released meanwhile; null
+// stays None.
+template <typename Make>
+std::shared_ptr<PyComm> child_comm(PyComm& p, py::object h, py::object to, Make&& make) {
+  commx::CommOptions o;
+  o.timeout = to_timeout(to);
+  o.hints = to_hints(h);
+  std::shared_ptr<commx::Comm> child;
+  {
+    py::gil_scoped_release nogil;
+    child = make(std::move(o));
+  }
+  if (!child) return nullptr;
+  return make_py_comm(std::move(child), p.store_owner);
+}
+
 // Send/recv collected in Python and issued together.
 struct PyBatchOp {
   std::shared_ptr<commx::Comm> comm;
@@ -326,33 +342,16 @@ void bind_comm(py::module_& m) {
       .def(
           "split",
           [](PyComm& p, std::vector<int> ranks, const std::string& name, py::object h,
-             py::object to) -> std::shared_ptr<PyComm> {
-            commx::CommOptions o;
-            o.timeout = to_timeout(to);
-            o.hints = to_hints(h);
-            std::shared_ptr<commx::Comm> child;
-            {
-              py::gil_scoped_release nogil;
-              child = get(p).split(ranks, name, o);
-            }
-            if (!child) return nullptr;
-            return make_py_comm(std::move(child), p.store_owner);
+             py::object to) {
+            return child_comm(p, h, to, [&](commx::CommOptions o) { return get(p).split(ranks, name, o); });
           },
           py::arg("ranks"), py::arg("name"), hints, timeout,
           "Collective; the new rank is the position in `ranks`; an empty list returns None.")
       .def(
           "shrink",
           [](PyComm& p, std::vector<int> exclude, const std::string& name, py::object h,
-             py::object to) -> std::shared_ptr<PyComm> {
-            commx::CommOptions o;
-            o.timeout = to_timeout(to);
-            o.hints = to_hints(h);
-            std::shared_ptr<commx::Comm> child;
-            {
-              py::gil_scoped_release nogil;
-              child = get(p).shrink(exclude, name, o);
-            }
-            return make_py_comm(std::move(child), p.store_owner);
+             py::object to) {
+            return child_comm(p, h, to, [&](commx::CommOptions o) { return get(p).shrink(exclude, name, o); });
           },
           py::arg("exclude"), py::arg("name"), hints, timeout,
           "Collective among the ranks not in `exclude` (they take no part, e.g. dead ones): a new "
