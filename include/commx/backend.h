@@ -47,6 +47,26 @@ inline bool is_reduction(OpType t) {
          t == OpType::kReduceScatterSingle || t == OpType::kReduceScatterV;
 }
 
+// What a backend implements for a one-sided window (commx/window.h checks every argument first,
+// so a backend sees only ranks in range and byte ranges inside the target's buffer).
+class WindowImpl {
+ public:
+  virtual ~WindowImpl() = default;
+  // This rank's buffer; rank r's buffer as this process may load and store it (empty when it
+  // cannot be mapped here).
+  virtual Tensor local() = 0;
+  virtual Tensor remote(int rank) = 0;
+  // Copies `bytes` from `src` into rank dst's buffer at byte `offset`; done on return.
+  virtual void put(const void* src, size_t bytes, int dst, size_t offset) = 0;
+  // Tells dst that every put of this rank to it issued before has landed.
+  virtual void signal(int dst) = 0;
+  // How many signals src sent this rank so far (non-blocking).
+  virtual uint64_t signals_from(int src) = 0;
+  // Until src sent `target` signals: throws Timeout (past `timeout`), PeerFailure (src died) or
+  // Aborted (the comm was aborted), each naming src, prefixed by `where`.
+  virtual void wait_signals(int src, uint64_t target, Timeout timeout, const std::string& where) = 0;
+};
+
 struct P2POp {
   bool is_send = true;
   Tensor tensor;
@@ -103,6 +123,10 @@ class Backend {
   virtual void finalize() {}
   // Which devices this backend accepts tensors on.
   virtual bool accepts_device(const Device& d) const = 0;
+  // One-sided window of `count` elements of `dtype` on every rank (collective; see
+  // commx/window.h); errors start with `where`. Backends without windows keep this default,
+  // which throws Unsupported.
+  virtual std::shared_ptr<WindowImpl> new_window(int64_t count, DataType dtype, const std::string& where);
 };
 
 // "[comm 'name' rank r/n] " -- errors about the comm itself (init, finalize) start so.
@@ -129,7 +153,7 @@ std::unique_ptr<Backend> create_backend(const std::string& name);
 // Plugin ABI: a backend library exports these two C symbols.
 //   uint32_t commx_plugin_abi_version();        returns kBackendAbiVersion it was built with
 //   void commx_plugin_register();                calls register_backend(...)
-inline constexpr uint32_t kBackendAbiVersion = 1;
+inline constexpr uint32_t kBackendAbiVersion = 2;  // 2: Backend::new_window
 
 }  // namespace commx
 

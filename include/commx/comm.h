@@ -17,6 +17,7 @@ namespace commx {
 
 class Comm;
 class CommImpl;
+class Window;
 
 // Send/recv issued together (torchcomms' batch_op_create()).
 class BatchOp {
@@ -106,6 +107,10 @@ class Comm : public std::enable_shared_from_this<Comm> {
   // in it is an error.
   std::shared_ptr<Comm> shrink(const std::vector<int>& exclude, const std::string& name,
                                CommOptions options = {});
+
+  // Collective: a one-sided window of `count` elements of `dtype` on every rank, zeroed (see
+  // commx/window.h). Unsupported where the backend has none (today: cpu over shared memory).
+  std::shared_ptr<Window> new_window(int64_t count, DataType dtype);
 
   // Non-blocking: fails pending work with Aborted; later ops throw Aborted.
   void abort();

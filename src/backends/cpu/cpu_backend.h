@@ -23,6 +23,7 @@ namespace commx {
 
 struct ShmColl;
 struct GenericColl;
+class CpuWindow;
 
 class CpuBackend : public HostBackend {
  public:
@@ -31,6 +32,8 @@ class CpuBackend : public HostBackend {
   std::string name() const override { return "cpu"; }
   void init(const BackendContext& ctx) override;
   bool supports(OpType type, DataType dtype, ReduceKind kind) const override;
+  // One-sided windows over shared memory (cpu_window.h): every rank on one host.
+  std::shared_ptr<WindowImpl> new_window(int64_t count, DataType dtype, const std::string& where) override;
   void abort() override;
   void finalize() override;
 
@@ -60,6 +63,10 @@ class CpuBackend : public HostBackend {
   std::mutex failed_mu_;
   std::string failed_;  // set when an op failed midway: the ranks' step counters no longer agree
   bool finalized_ = false;
+  std::mutex windows_mu_;
+  std::vector<std::weak_ptr<CpuWindow>> windows_;  // woken by abort, closed by finalize
+  int window_count_ = 0;
+  void for_each_window(void (CpuWindow::*fn)());
   // Low-precision (FP8) collectives: settings from hints/env, this rank's codec counters, buffers
   // kept between ops (src/lowp, docs/low_precision.md).
   lowp::LowpSettings lowp_;
