@@ -35,6 +35,7 @@ from ._C import (  # noqa: F401
     TensorView,
     TimeoutError,
     UnsupportedError,
+    Window,
     Work,
     WorkStatus,
 )
@@ -45,6 +46,7 @@ from ._stores import as_commx_store
 # torchcomms' type names, so code written against torchcomms reads the same.
 TorchComm = Comm
 TorchWork = Work
+TorchCommWindow = Window
 
 __version__ = "0.1.0"
 
@@ -52,7 +54,8 @@ __all__ = [
     "AbortedError", "BackendHandle", "BatchSendRecv", "Comm", "CudaError", "Error", "ErrorCode",
     "FileStore", "HashStore", "InternalError", "InvalidArgumentError", "NcclError", "OpDesc",
     "OpType", "PeerFailureError", "PrefixStore", "PythonStore", "ReduceOp", "Store",
-    "SystemCallError", "TCPStore", "TimeoutError", "TorchComm", "TorchWork", "UnsupportedError",
-    "Work", "WorkStatus", "as_commx_store", "load_backend", "new_comm", "register_backend",
+    "SystemCallError", "TCPStore", "TimeoutError", "TorchComm", "TorchCommWindow", "TorchWork",
+    "UnsupportedError",
+    "Window", "Work", "WorkStatus", "as_commx_store", "load_backend", "new_comm", "register_backend",
     "registered_backends",
 ]

@@ -112,6 +112,7 @@ void bind_comm(py::module_& m) {
 
   py::class_<PyComm, std::shared_ptr<PyComm>> c(m, "Comm",
                                                 "A communicator (torchcomms' TorchComm).");
+  bind_comm_window(c);
   c.def("get_rank", [](PyComm& p) { return get(p).rank(); })
       .def("get_size", [](PyComm& p) { return get(p).size(); })
       .def("get_name", [](PyComm& p) { return get(p).name(); })

@@ -8,6 +8,7 @@ PYBIND11_MODULE(_C, m) {
   commx_py::bind_types(m);
   commx_py::bind_stores(m);
   commx_py::bind_work(m);
+  commx_py::bind_window(m);
   commx_py::bind_comm(m);
   commx_py::bind_python_backends(m);
 }

@@ -365,3 +365,42 @@ def _gil_released(rank, size, store, backend):
 def test_gil_released_while_communicating(backend):
     ticks = run_ranks(2, _gil_released, backend)
     assert ticks[0] > 50, ticks  # a Python thread kept running during the blocking op
+
+
+def _window(rank, size, store, backend):
+    comm = make_comm(backend, rank, size, store, name="win")
+    if backend != "cpu":
+        with pytest.raises(commx.UnsupportedError, match="no one-sided windows"):
+            comm.new_window(4, "float32")
+        return True
+    n = 7
+    for dtype in (np.float32, np.int64, "float64"):
+        win = comm.new_window(size * n, dtype)
+        np_type = np.dtype(dtype)
+        for rnd in range(2):
+            for dst in range(size):
+                block = (np.arange(n) + 1000 * rank + 100 * dst + 10 * rnd).astype(np_type)
+                win.put(block, dst, rank * n)
+                win.signal(dst)
+            works = [win.wait_signal(src, async_op=True) for src in range(size)]
+            for w in works:
+                w.wait()
+                assert w.is_completed()
+            mine = win.local()
+            for src in range(size):
+                want = (np.arange(n) + 1000 * src + 100 * rank + 10 * rnd).astype(np_type)
+                np.testing.assert_array_equal(mine[src * n:(src + 1) * n], want)
+            theirs = win.map_remote_tensor((rank + 1) % size)
+            assert theirs[rank * n] == 1000 * rank + 100 * ((rank + 1) % size) + 10 * rnd
+            comm.barrier()
+    with pytest.raises(commx.InvalidArgumentError, match="do not fit"):
+        win.put(np.zeros(n + 1, np.float64), 0, size * n - n)
+    with pytest.raises(commx.TimeoutError, match="rank"):
+        win.wait_signal(0, timeout=0.2)
+    comm.barrier()
+    return True
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_window(backend):
+    run_ranks(3, _window, backend)
