@@ -97,8 +97,19 @@ TEST(Faults, KilledRankIsReportedQuickly) {
         raise(SIGKILL);
       }
       auto t0 = std::chrono::steady_clock::now();
-      std::string msg = expect_error(
-          env, ErrorCode::kPeerFailure, [&] { op(false); }, "a collective with a dead rank");
+      // In the large modes rank 3 may have done its part of the op it started before it died
+      // (under load the op can finish within its 2 ms): then the survivors' copy of that op
+      // succeeds, rightly, and the next one must fail.
+      std::string msg;
+      for (int attempt = 0; attempt < (large ? 2 : 1) && msg.empty(); ++attempt) {
+        try {
+          op(false);
+        } catch (const Error& e) {
+          msg = e.what();
+          env.check(e.code() == ErrorCode::kPeerFailure, "a collective with a dead rank: " + msg);
+        }
+      }
+      env.check(!msg.empty(), "a collective with a dead rank: no error");
       double ms = since_ms(t0);
       env.check(ms < 3000, "peer failure took " + std::to_string(ms) + " ms");
       // Over TCP a rank that never talks to rank 3 sees the peer that gave up on it fail instead
