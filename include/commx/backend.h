@@ -62,6 +62,9 @@ class WindowImpl {
   virtual void signal(int dst) = 0;
   // How many signals src sent this rank so far (non-blocking).
   virtual uint64_t signals_from(int src) = 0;
+  // Non-blocking: why a signal from src can no longer come (src died, the comm was aborted or
+  // finalized), prefixed by `where`; null while it may.
+  virtual std::exception_ptr wait_error(int src, const std::string& where) = 0;
   // Until src sent `target` signals: throws Timeout (past `timeout`), PeerFailure (src died) or
   // Aborted (the comm was aborted), each naming src, prefixed by `where`.
   virtual void wait_signals(int src, uint64_t target, Timeout timeout, const std::string& where) = 0;

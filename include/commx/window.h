@@ -10,12 +10,12 @@
 //
 // put completes when the data is in the target's buffer. A signal counts every put its sender
 // issued to that target before it; wait_signal(src) waits for the next signal from src (the k-th
-// call returns once src sent k signals). Waits are bounded by the comm's timeout (or the one
-// given): Timeout, PeerFailure (src died) and Aborted name the rank waited for.
+// call returns once src sent k signals; a wait that timed out gives its turn back unless a later
+// wait on src was issued meanwhile). Waits are bounded by the comm's timeout (or the one given):
+// Timeout, PeerFailure (src died) and Aborted (abort or finalize) name the rank waited for.
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -26,6 +26,7 @@
 namespace commx {
 
 class Comm;
+struct SignalCounts;
 
 class Window {
  public:
@@ -55,8 +56,7 @@ class Window {
   std::shared_ptr<WindowImpl> impl_;
   int64_t count_;
   DataType dtype_;
-  std::mutex mu_;
-  std::vector<uint64_t> awaited_;  // signals asked for so far, per source
+  std::shared_ptr<SignalCounts> counts_;  // signals asked for so far, per source
 };
 
 }  // namespace commx

@@ -2,52 +2,100 @@
 // Layer: core.
 #include "commx/window.h"
 
+#include <algorithm>
+
 #include "commx/comm.h"
 #include "commx/error.h"
 #include "core/comm_impl.h"
 
 namespace commx {
+
+// Signals asked for so far, per source: shared by a Window and its pending waits.
+struct SignalCounts {
+  std::mutex mu;
+  std::vector<uint64_t> awaited;
+};
+
 namespace {
 
-// The Work of an async wait_signal: complete once src sent `target` signals.
+// The Work of a wait_signal: complete once src sent `target` signals. Polling (is_completed,
+// status) never blocks and sees a dead source, an abort and the deadline too. A wait that timed
+// out gives its signal back when no later wait on that source was issued, so a retry waits for
+// the same signal.
 class SignalWork : public WorkState {
  public:
-  SignalWork(std::shared_ptr<WindowImpl> impl, int src, uint64_t target, Timeout timeout,
-             std::string where)
-      : impl_(std::move(impl)), src_(src), target_(target), timeout_(timeout), where_(std::move(where)) {}
+  SignalWork(std::shared_ptr<WindowImpl> impl, std::shared_ptr<SignalCounts> counts, int src,
+             uint64_t target, Timeout timeout, std::string where)
+      : impl_(std::move(impl)), counts_(std::move(counts)), src_(src), target_(target),
+        deadline_(std::chrono::steady_clock::now() + timeout), timeout_(timeout),
+        where_(std::move(where)) {}
+
   bool is_completed() override {
     std::lock_guard<std::mutex> g(mu_);
-    if (status_ == WorkStatus::kInProgress && impl_->signals_from(src_) >= target_)
-      status_ = WorkStatus::kCompleted;
+    poll();
     return status_ != WorkStatus::kInProgress;
   }
   WorkStatus status() override {
-    is_completed();
     std::lock_guard<std::mutex> g(mu_);
+    poll();
     return status_;
-  }
-  void wait_blocking() override {
-    std::lock_guard<std::mutex> g(mu_);
-    if (error_) std::rethrow_exception(error_);
-    if (status_ == WorkStatus::kCompleted) return;
-    try {
-      impl_->wait_signals(src_, target_, timeout_, where_);
-      status_ = WorkStatus::kCompleted;
-    } catch (const Error& e) {
-      error_ = std::current_exception();
-      status_ = e.code() == ErrorCode::kTimeout ? WorkStatus::kTimedOut : WorkStatus::kError;
-      throw;
-    }
   }
   std::exception_ptr error() override {
     std::lock_guard<std::mutex> g(mu_);
+    poll();
     return error_;
+  }
+  void wait_blocking() override {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      poll();
+      if (error_) std::rethrow_exception(error_);
+      if (status_ == WorkStatus::kCompleted) return;
+    }
+    auto left = std::chrono::duration_cast<Timeout>(deadline_ - std::chrono::steady_clock::now());
+    try {
+      impl_->wait_signals(src_, target_, std::max(left, Timeout(0)), where_);
+      std::lock_guard<std::mutex> g(mu_);
+      if (status_ == WorkStatus::kInProgress) status_ = WorkStatus::kCompleted;
+    } catch (const Error& e) {
+      std::lock_guard<std::mutex> g(mu_);
+      fail(std::current_exception(), e.code() == ErrorCode::kTimeout);
+    }
+    std::lock_guard<std::mutex> g(mu_);
+    if (error_) std::rethrow_exception(error_);
   }
 
  private:
+  // Caller holds mu_.
+  void poll() {
+    if (status_ != WorkStatus::kInProgress) return;
+    if (impl_->signals_from(src_) >= target_) {
+      status_ = WorkStatus::kCompleted;
+    } else if (std::exception_ptr e = impl_->wait_error(src_, where_)) {
+      fail(e, false);
+    } else if (std::chrono::steady_clock::now() >= deadline_) {
+      fail(std::make_exception_ptr(Error(
+               ErrorCode::kTimeout, where_ + "timed out after " + std::to_string(timeout_.count()) +
+                                        " ms waiting for a window signal from rank(s) " +
+                                        std::to_string(src_))),
+           true);
+    }
+  }
+  void fail(std::exception_ptr e, bool timed_out) {
+    if (status_ != WorkStatus::kInProgress) return;
+    error_ = e;
+    status_ = timed_out ? WorkStatus::kTimedOut : WorkStatus::kError;
+    if (timed_out) {
+      std::lock_guard<std::mutex> g(counts_->mu);
+      if (counts_->awaited[src_] == target_) --counts_->awaited[src_];
+    }
+  }
+
   std::shared_ptr<WindowImpl> impl_;
+  std::shared_ptr<SignalCounts> counts_;
   int src_;
   uint64_t target_;
+  std::chrono::steady_clock::time_point deadline_;
   Timeout timeout_;
   std::string where_;
   std::mutex mu_;
@@ -60,7 +108,9 @@ class SignalWork : public WorkState {
 Window::Window(std::shared_ptr<Comm> comm, std::shared_ptr<WindowImpl> impl, int64_t count,
                DataType dtype)
     : comm_(std::move(comm)), impl_(std::move(impl)), count_(count), dtype_(dtype),
-      awaited_(comm_->size(), 0) {}
+      counts_(std::make_shared<SignalCounts>()) {
+  counts_->awaited.assign(comm_->size(), 0);
+}
 
 std::string Window::where(const char* op) const {
   return "[comm '" + comm_->name() + "' rank " + std::to_string(comm_->rank()) + "/" +
@@ -117,11 +167,11 @@ Work Window::wait_signal(int src, bool async_op, std::optional<Timeout> timeout)
   check_rank(src, "wait_signal", "src");
   uint64_t target;
   {
-    std::lock_guard<std::mutex> g(mu_);
-    target = ++awaited_[src];
+    std::lock_guard<std::mutex> g(counts_->mu);
+    target = ++counts_->awaited[src];
   }
-  auto work = std::make_shared<SignalWork>(impl_, src, target, timeout.value_or(comm_->timeout()),
-                                           where("wait_signal"));
+  auto work = std::make_shared<SignalWork>(impl_, counts_, src, target,
+                                           timeout.value_or(comm_->timeout()), where("wait_signal"));
   if (!async_op) work->wait_blocking();
   return Work(work);
 }
@@ -136,6 +186,7 @@ std::shared_ptr<Window> Comm::new_window(int64_t count, DataType dtype) {
   const std::string w = "[comm '" + name() + "' rank " + std::to_string(rank()) + "/" +
                         std::to_string(size()) + "] new_window: ";
   if (is_aborted()) throw Error(ErrorCode::kAborted, w + "the comm was aborted");
+  if (impl_->finalized.load()) throw Error(ErrorCode::kInvalidArgument, w + "the comm was finalized");
   if (count < 0) throw Error(ErrorCode::kInvalidArgument, w + "negative count " + std::to_string(count));
   auto impl = impl_->backend->new_window(count, dtype, w);
   return std::make_shared<Window>(shared_from_this(), std::move(impl), count, dtype);

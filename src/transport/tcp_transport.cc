@@ -594,7 +594,8 @@ class TcpTransport final : public Transport {
   Error eof_error(int q) const {
     return peer_failure(q, "connection closed by the peer while receiving message #" +
                                std::to_string(peers_[q].recv_seq) +
-                               " (peer process exited or aborted?)");
+                               " (its process exited or aborted, or it gave up on this comm "
+                               "after another of its peers failed)");
   }
 
   void progress_recv(int q) {

@@ -77,7 +77,7 @@ TEST(Window, AsyncWaitCompletesOnlyAfterTheSignal) {
     auto comm = env.comm("async");
     auto win = comm->new_window(4, DataType::kFloat32);
     if (env.rank == 1) {
-      std::this_thread::sleep_for(200ms);
+      env.store->get("looked");  // rank 0 saw its wait pending
       float v[4] = {1, 2, 3, 4};
       win->put(Tensor(v, 4, DataType::kFloat32, Device::cpu()), 0, 0, true).wait();
       win->signal(0, true).wait();
@@ -86,6 +86,7 @@ TEST(Window, AsyncWaitCompletesOnlyAfterTheSignal) {
     }
     Work w = win->wait_signal(1, true);
     env.check(!w.is_completed() && w.status() == WorkStatus::kInProgress, "pending before the signal");
+    env.store->set_str("looked", "1");
     w.wait();
     env.check(w.is_completed() && w.status() == WorkStatus::kCompleted, "completed after the signal");
     const float* got = static_cast<const float*>(win->local().data);
@@ -117,6 +118,15 @@ TEST(Window, BadCallsAreClearErrors) {
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     env.check(ms >= 290 && ms < 2000, "timeout after " + std::to_string(ms) + " ms");
     env.check(has(m, "rank(s) " + std::to_string(1 - env.rank)) && has(m, "window wait_signal"), m);
+    // The timed-out wait gave its turn back: one signal satisfies the retry.
+    comm->barrier();  // both ranks timed out before either signals
+    win->signal(1 - env.rank);
+    win->wait_signal(1 - env.rank, false, 10s);
+    // A put from this rank's own buffer into itself (overlapping ranges).
+    float* mine = static_cast<float*>(win->local().data);
+    for (int i = 0; i < 10; ++i) mine[i] = static_cast<float>(i);
+    win->put(Tensor(mine, 6, DataType::kFloat32, Device::cpu()), env.rank, 2);
+    env.check(mine[2] == 0 && mine[7] == 5, "overlapping put is a memmove");
     // A window over TCP, and ranks that disagree on the size.
     CommOptions tcp;
     tcp.hints["transport"] = "tcp";
@@ -130,12 +140,41 @@ TEST(Window, BadCallsAreClearErrors) {
   EXPECT_TRUE(res.all_ok()) << res.describe();
 }
 
+TEST(Window, FinalizeEndsAPendingWait) {
+  auto res = run_forked(2, [](RankEnv& env) {
+    auto comm = env.comm("fin");
+    auto win = comm->new_window(8, DataType::kFloat32);
+    comm->barrier();
+    if (env.rank == 1) {
+      Work w = win->wait_signal(0, true);
+      std::thread finisher([&] {
+        std::this_thread::sleep_for(100ms);
+        comm->finalize();
+      });
+      std::string m = expect_error(env, ErrorCode::kAborted, [&] { w.wait(); }, "finalized wait");
+      finisher.join();
+      env.check(has(m, "finalized") && has(m, "rank 0"), m);
+      expect_error(env, ErrorCode::kInvalidArgument, [&] { win->signal(0); }, "signal after finalize");
+    }
+    env.store->set_str("fin_done_" + std::to_string(env.rank), "1");
+    env.store->get("fin_done_" + std::to_string(1 - env.rank));
+  });
+  EXPECT_TRUE(res.all_ok()) << res.describe();
+}
+
 TEST(Window, DeadSourceAndAbortEndTheWait) {
   auto res = run_forked(3, [](RankEnv& env) {
     auto comm = env.comm("dead");
     auto win = comm->new_window(8, DataType::kFloat32);
     if (env.rank == 2) raise(SIGKILL);
     if (env.rank == 0) {
+      // Polling alone sees the dead source (no wait() call).
+      Work polled = win->wait_signal(2, true);
+      auto p0 = std::chrono::steady_clock::now();
+      while (!polled.is_completed() && std::chrono::steady_clock::now() - p0 < 5s)
+        std::this_thread::sleep_for(1ms);
+      env.check(polled.status() == WorkStatus::kError && polled.error() != nullptr,
+                "polling ends in an error once the source died");
       auto t0 = std::chrono::steady_clock::now();
       std::string m = expect_error(env, ErrorCode::kPeerFailure, [&] { win->wait_signal(2); }, "dead source");
       env.check(has(m, "rank 2") && has(m, "window wait_signal"), m);
@@ -152,7 +191,7 @@ TEST(Window, DeadSourceAndAbortEndTheWait) {
     });
     std::string m = expect_error(env, ErrorCode::kAborted, [&] { w.wait(); }, "aborted wait");
     aborter.join();
-    env.check(has(m, "rank(s) 0"), m);
+    env.check(has(m, "rank 0") && has(m, "aborted"), m);
     expect_error(env, ErrorCode::kAborted, [&] { win->signal(0); }, "signal after abort");
     env.store->set_str("rank1_done", "1");
   });

@@ -278,30 +278,32 @@ bool CpuBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
 
 std::shared_ptr<WindowImpl> CpuBackend::new_window(int64_t count, DataType dtype,
                                                    const std::string& where) {
+  if (finalized_) throw Error(ErrorCode::kInvalidArgument, where + "the comm was finalized");
   if (!use_shm_)
     throw Error(ErrorCode::kUnsupported,
                 where + "the cpu backend's windows need every rank on one host over shared memory; "
                         "this comm uses the " + transport_name() + " transport");
   const std::string key = "cpu/window/" + std::to_string(window_count_++);
   auto w = std::make_shared<CpuWindow>(*ctx_.store, key, ctx_.rank, ctx_.size, count, dtype,
-                                       ctx_.options.timeout.value_or(kDefaultTimeout), group_.get(),
-                                       &aborted_, &tuning_.wait, where);
+                                       ctx_.options.timeout.value_or(kDefaultTimeout), tuning_.wait,
+                                       where);
+  if (aborted_.load()) w->stop("aborted");
   std::lock_guard<std::mutex> g(windows_mu_);
   std::erase_if(windows_, [](const std::weak_ptr<CpuWindow>& x) { return x.expired(); });
   windows_.push_back(w);
   return w;
 }
 
-void CpuBackend::for_each_window(void (CpuWindow::*fn)()) {
+void CpuBackend::stop_windows(const char* why) {
   std::lock_guard<std::mutex> g(windows_mu_);
   for (auto& x : windows_)
-    if (auto w = x.lock()) ((*w).*fn)();
+    if (auto w = x.lock()) w->stop(why);
 }
 
 void CpuBackend::abort() {
   aborted_.store(true);
   if (ShmWord* w = sleeping_on_.load()) futex_wake_all(*w);
-  for_each_window(&CpuWindow::wake);
+  stop_windows("aborted");
   if (transport_) transport_->abort();
   fail_queued(ctx_, "the comm was aborted before this op started");
 }
@@ -310,7 +312,7 @@ void CpuBackend::finalize() {
   if (finalized_) return;
   finalized_ = true;
   drain();
-  for_each_window(&CpuWindow::close);
+  stop_windows("finalized");
   transport_.reset();
   group_.reset();
 }

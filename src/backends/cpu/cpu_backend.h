@@ -64,9 +64,9 @@ class CpuBackend : public HostBackend {
   std::string failed_;  // set when an op failed midway: the ranks' step counters no longer agree
   bool finalized_ = false;
   std::mutex windows_mu_;
-  std::vector<std::weak_ptr<CpuWindow>> windows_;  // woken by abort, closed by finalize
+  std::vector<std::weak_ptr<CpuWindow>> windows_;  // stopped by abort and finalize
   int window_count_ = 0;
-  void for_each_window(void (CpuWindow::*fn)());
+  void stop_windows(const char* why);
   // Low-precision (FP8) collectives: settings from hints/env, this rank's codec counters, buffers
   // kept between ops (src/lowp, docs/low_precision.md).
   lowp::LowpSettings lowp_;

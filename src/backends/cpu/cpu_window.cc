@@ -11,19 +11,20 @@
 namespace commx {
 
 CpuWindow::CpuWindow(Store& store, const std::string& key, int rank, int size, int64_t count,
-                     DataType dtype, Timeout timeout, PeerWatch* watch,
-                     const std::atomic<bool>* aborted, const WaitTuning* tuning,
+                     DataType dtype, Timeout timeout, const WaitTuning& tuning,
                      const std::string& where)
     : rank_(rank),
       count_(count),
       dtype_(dtype),
       header_bytes_((static_cast<size_t>(size) * sizeof(ShmWord) + 4095) / 4096 * 4096),
-      watch_(watch),
-      aborted_(aborted),
       tuning_(tuning),
       peers_(size),
-      bases_(size, nullptr) {
-  const size_t total = header_bytes_ + static_cast<size_t>(count) * dtype_size(dtype);
+      bases_(size, nullptr),
+      watches_(size) {
+  const size_t es = dtype_size(dtype);
+  if (count < 0 || static_cast<uint64_t>(count) > (SIZE_MAX / 2 - header_bytes_) / es)
+    throw Error(ErrorCode::kInvalidArgument, where + std::to_string(count) + " elements do not fit memory");
+  const size_t total = header_bytes_ + static_cast<size_t>(count) * es;
   try {
     own_.create(key, total);  // zero-filled: no signals, a zeroed buffer
     bases_[rank] = own_.base();
@@ -44,6 +45,7 @@ CpuWindow::CpuWindow(Store& store, const std::string& key, int rank, int size, i
                     "rank " + std::to_string(r) + " made a window of " + std::to_string(bytes) +
                         " bytes, this rank " + std::to_string(total) +
                         " (every rank must pass the same count and dtype)");
+      watches_[r] = ProcessWatch(pid);  // while the peer is surely alive
       peers_[r] = std::make_unique<ShmSegment>();
       peers_[r]->open(pid, fd, total, "rank " + std::to_string(r));
       bases_[r] = peers_[r]->base();
@@ -61,7 +63,7 @@ CpuWindow::CpuWindow(Store& store, const std::string& key, int rank, int size, i
 Tensor CpuWindow::remote(int rank) { return Tensor(data(rank), count_, dtype_, Device::cpu()); }
 
 void CpuWindow::put(const void* src, size_t bytes, int dst, size_t offset) {
-  if (bytes) std::memcpy(data(dst) + offset, src, bytes);
+  if (bytes) std::memmove(data(dst) + offset, src, bytes);  // src may be a window buffer itself
 }
 
 void CpuWindow::signal(int dst) {
@@ -71,26 +73,39 @@ void CpuWindow::signal(int dst) {
 
 uint64_t CpuWindow::signals_from(int src) { return load_acquire(signal_word(rank_, src).value); }
 
+std::exception_ptr CpuWindow::wait_error(int src, const std::string& where) {
+  if (stopped_.load())
+    return std::make_exception_ptr(Error(ErrorCode::kAborted, where + "the comm was " + why_.load() +
+                                                                  " while waiting for a signal from rank " +
+                                                                  std::to_string(src)));
+  if (src != rank_ && !alive(src))
+    return std::make_exception_ptr(Error(ErrorCode::kPeerFailure,
+                                         where + "rank " + std::to_string(src) +
+                                             " died (its process exited) before sending the signal "
+                                             "waited for"));
+  return nullptr;
+}
+
 void CpuWindow::wait_signals(int src, uint64_t target, Timeout timeout, const std::string& where) {
-  if (closed_.load())
-    throw Error(ErrorCode::kAborted, where + "the comm was finalized while this wait was pending");
+  if (std::exception_ptr e = wait_error(src, where)) std::rethrow_exception(e);
   ShmWord& w = signal_word(rank_, src);
-  WaitScope ws{Clock::now() + timeout, aborted_, watch_, tuning_, &sleeping_on_};
+  // stopped_ is part of the predicate: stop() wakes the sleeper, which then leaves the wait.
+  WaitScope ws{Clock::now() + timeout, nullptr, this, &tuning_, &sleeping_on_};
   const int peers[1] = {src};
   try {
-    shm_wait([&] { return load_acquire(w.value) >= target; }, w, peers, "a window signal", ws);
+    shm_wait([&] { return stopped_.load() || load_acquire(w.value) >= target; }, w, peers,
+             "a window signal", ws);
   } catch (...) {
     rethrow_with_prefix(where);
   }
+  if (load_acquire(w.value) < target)
+    if (std::exception_ptr e = wait_error(src, where)) std::rethrow_exception(e);
 }
 
-void CpuWindow::wake() {
+void CpuWindow::stop(const char* why) {
+  why_.store(why);
+  stopped_.store(true);
   if (ShmWord* w = sleeping_on_.load()) futex_wake_all(*w);
-}
-
-void CpuWindow::close() {
-  closed_.store(true);
-  wake();
 }
 
 }  // namespace commx
