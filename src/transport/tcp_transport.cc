@@ -33,6 +33,8 @@ namespace {
 
 constexpr uint32_t kHelloMagic = 0x54584d43;  // "CMXT"
 constexpr uint32_t kFrameMagic = 0x46584d43;  // "CMXF"
+// A frame without payload whose `bytes` is the rank the sender lost: it gave up on the comm.
+constexpr uint32_t kAbortMagic = 0x41584d43;  // "CMXA"
 constexpr uint32_t kProtocolVersion = 1;
 constexpr size_t kMaxCommName = 4096;
 constexpr size_t kStageBytes = 64 << 10;
@@ -228,15 +230,13 @@ class TcpTransport final : public Transport {
       }
       run(deadline);
     } catch (const Error& e) {
-      for (int q : active_) {
-        if (!peers_[q].done()) mark_broken(q, e);
+      if (e.code() == ErrorCode::kPeerFailure) {
+        give_up(e);
+      } else {
+        for (int q : active_) {
+          if (!peers_[q].done()) mark_broken(q, e);
+        }
       }
-      // A dead peer leaves the comm unusable: close every connection, so that ranks still
-      // waiting on this one (which may never talk to the dead rank) fail now, not at their
-      // timeout, and can shrink the comm together.
-      if (e.code() == ErrorCode::kPeerFailure)
-        for (int q = 0; q < static_cast<int>(peers_.size()); ++q)
-          if (q != rank_) mark_broken(q, e);
       finish_exchange();
       throw;
     }
@@ -344,6 +344,22 @@ class TcpTransport final : public Transport {
     active_.clear();
   }
 
+  // A lost peer leaves the comm unusable: every connected peer gets one abort frame naming the
+  // lost rank (unless a frame to it is half sent), then every link closes. Ranks still waiting on
+  // this one (which may never talk to the lost rank) fail now, naming it, not at their timeout,
+  // and can shrink the comm together.
+  void give_up(const Error& e) {
+    const FrameHeader abort_frame{static_cast<uint64_t>(lost_rank_), 0, kAbortMagic};
+    for (int q = 0; q < static_cast<int>(peers_.size()); ++q) {
+      if (q == rank_) continue;
+      Peer& p = peers_[q];
+      const bool half_sent = p.si < p.sends.size() && p.soff > 0;
+      if (p.conn == Conn::kConnected && p.fd >= 0 && !half_sent && lost_rank_ >= 0 && lost_rank_ != q)
+        (void)!send(p.fd, &abort_frame, sizeof(abort_frame), MSG_NOSIGNAL | MSG_DONTWAIT);
+      mark_broken(q, e);
+    }
+  }
+
   void mark_broken(int q, const Error& e) {
     Peer& p = peers_[q];
     if (p.conn == Conn::kBroken) return;
@@ -373,6 +389,7 @@ class TcpTransport final : public Transport {
   }
 
   Error peer_failure(int q, const std::string& what) const {
+    if (lost_rank_ < 0) lost_rank_ = q;
     return Error(ErrorCode::kPeerFailure, prefix_ + peer_name(q) + " failed: " + what);
   }
 
@@ -610,6 +627,13 @@ class TcpTransport final : public Transport {
         FrameHeader h;
         std::memcpy(&h, p.stage.data() + p.rpos, sizeof(h));
         p.rpos += sizeof(h);
+        if (h.magic == kAbortMagic) {
+          const int lost = static_cast<int>(h.bytes);
+          if (lost_rank_ < 0) lost_rank_ = lost;
+          throw Error(ErrorCode::kPeerFailure,
+                      prefix_ + "rank " + std::to_string(lost) + " failed (" + peer_name(q) +
+                          " lost it and gave up on this comm)");
+        }
         if (h.magic != kFrameMagic || h.seq != p.recv_seq) {
           throw Error(ErrorCode::kInternal,
                       prefix_ + "protocol error on the link from " + peer_name(q) +
@@ -876,6 +900,7 @@ class TcpTransport final : public Transport {
   std::shared_ptr<Store> store_;
   const std::string comm_name_;
   std::string prefix_;
+  mutable int lost_rank_ = -1;  // the first rank this one lost (told to peers when it gives up)
   std::string tag_;
   std::string address_;
   std::chrono::milliseconds refused_grace_{2000};
