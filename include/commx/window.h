@@ -8,8 +8,9 @@
 //   win->signal(1);                                 // rank 1 may read it
 //   ... on rank 1: win->wait_signal(/*src=*/0); read win->local().
 //
-// put completes when the data is in the target's buffer. A signal counts every put its sender
-// issued to that target before it; wait_signal(src) waits for the next signal from src (the k-th
+// After put returns, `t` may be reused; the data is in the target's buffer before the target
+// sees the sender's next signal (over shared memory already on return). A signal counts every
+// put its sender issued to that target before it; wait_signal(src) waits for the next signal from src (the k-th
 // call returns once src sent k signals; a wait that timed out gives its turn back unless a later
 // wait on src was issued meanwhile). Waits are bounded by the comm's timeout (or the one given):
 // Timeout, PeerFailure (src died) and Aborted (abort or finalize) name the rank waited for.
@@ -37,10 +38,11 @@ class Window {
   DataType dtype() const { return dtype_; }
   // This rank's buffer.
   Tensor local() const;
-  // Rank r's buffer, loaded and stored directly (the cpu backend maps every buffer of the host).
+  // Rank r's buffer, loaded and stored directly (the cpu backend over shared memory maps every
+  // buffer of the host; over TCP only this rank's: an empty tensor for the others).
   Tensor remote(int rank) const;
   // Copies `t` (the window's dtype, on the comm's device) into rank dst's buffer at element
-  // `target_offset`. async_op only changes the return: the copy is done when put returns.
+  // `target_offset`. async_op only changes the return: `t` may be reused when put returns.
   Work put(const Tensor& t, int dst, int64_t target_offset, bool async_op = false);
   // Tells dst that this rank's earlier puts to it have landed.
   Work signal(int dst, bool async_op = false);

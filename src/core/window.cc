@@ -18,6 +18,18 @@ struct SignalCounts {
 
 namespace {
 
+// Rethrows the commx::Error being handled with `prefix` before its message (same code).
+[[noreturn]] void rethrow_prefixed(const std::string& prefix) {
+  try {
+    throw;
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    const std::string code = std::string(error_code_name(e.code())) + ": ";
+    if (msg.rfind(code, 0) == 0) msg = msg.substr(code.size());
+    throw Error(e.code(), prefix + msg);
+  }
+}
+
 // The Work of a wait_signal: complete once src sent `target` signals. Polling (is_completed,
 // status) never blocks and sees a dead source, an abort and the deadline too. A wait that timed
 // out gives its signal back when no later wait on that source was issued, so a retry waits for
@@ -152,14 +164,22 @@ Work Window::put(const Tensor& t, int dst, int64_t target_offset, bool async_op)
                     " do not fit rank " + std::to_string(dst) + "'s window of " +
                     std::to_string(count_) + " elements");
   const size_t es = dtype_size(dtype_);
-  impl_->put(t.data, static_cast<size_t>(t.count) * es, dst, static_cast<size_t>(target_offset) * es);
+  try {
+    impl_->put(t.data, static_cast<size_t>(t.count) * es, dst, static_cast<size_t>(target_offset) * es);
+  } catch (const Error&) {
+    rethrow_prefixed(w);
+  }
   return Work();
 }
 
 Work Window::signal(int dst, bool async_op) {
   (void)async_op;  // a signal is one store into dst's memory
   check_rank(dst, "signal", "dst");
-  impl_->signal(dst);
+  try {
+    impl_->signal(dst);
+  } catch (const Error&) {
+    rethrow_prefixed(where("signal"));
+  }
   return Work();
 }
 

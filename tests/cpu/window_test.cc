@@ -1,8 +1,8 @@
-// One-sided windows of the cpu backend (commx/window.h) on forked ranks: every rank puts into
-// every rank's buffer and signals it, at world sizes 1..8, twice over; direct loads through
-// remote(); an async wait that completes only after the signal; clear errors for bad puts, a
-// signal that never comes (Timeout), a dead source (PeerFailure), abort, a comm over TCP and
-// ranks that disagree on the size. Layer: tests.
+// One-sided windows of the cpu backend (commx/window.h) on forked ranks, over shared memory and
+// over TCP: every rank puts into every rank's buffer and signals it, at world sizes 1..8, twice
+// over; direct loads through remote() (shared memory); an async wait that completes only after
+// the signal; clear errors for bad puts, a signal that never comes (Timeout), a dead source
+// (PeerFailure), abort, finalize and ranks that disagree on the size. Layer: tests.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -21,13 +21,23 @@ namespace {
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+const char* const kTransports[] = {"shm", "tcp"};
+
+std::shared_ptr<Comm> comm_over(RankEnv& env, const std::string& name, const char* transport) {
+  CommOptions o;
+  o.hints["transport"] = transport;
+  return env.comm(name + "_" + transport, o);
+}
+
 // Element i of the block rank `src` puts into rank `dst` in round `round`.
 int64_t value(int src, int dst, int round, int64_t i) { return src * 1000003 + dst * 1009 + round * 7 + i; }
 
 TEST(Window, EveryRankPutsIntoEveryRankAndSignals) {
+  for (const char* tr : kTransports)
   for (int world : {1, 2, 3, 5, 8}) {
-    auto res = run_forked(world, [](RankEnv& env) {
-      auto comm = env.comm("win");
+    auto res = run_forked(world, [tr](RankEnv& env) {
+      auto comm = comm_over(env, "win", tr);
+      const bool shm = std::string(tr) == "shm";
       const int W = env.size, me = env.rank;
       const int64_t n = 37;  // odd: blocks do not line up with anything
       for (DataType t : {DataType::kInt64, DataType::kFloat32}) {
@@ -56,8 +66,13 @@ TEST(Window, EveryRankPutsIntoEveryRankAndSignals) {
                                               std::to_string(i) + " from rank " + std::to_string(src)))
                 return;
             }
-          // remote(): this rank's block in every buffer, loaded directly.
+          // remote(): this rank's block in every buffer, loaded directly (over TCP only this
+          // rank's buffer is in this process).
           for (int dst = 0; dst < W; ++dst) {
+            if (!shm && dst != me) {
+              env.check(win->remote(dst).data == nullptr, "over TCP a peer's buffer is not mapped");
+              continue;
+            }
             const char* theirs = static_cast<const char*>(win->remote(dst).data);
             int64_t got = 0, want = value(me, dst, round, n - 1);
             if (t == DataType::kInt64) std::memcpy(&got, theirs + (me * n + n - 1) * es, es);
@@ -68,13 +83,14 @@ TEST(Window, EveryRankPutsIntoEveryRankAndSignals) {
         }
       }
     });
-    EXPECT_TRUE(res.all_ok()) << "world " << world << ": " << res.describe();
+    EXPECT_TRUE(res.all_ok()) << tr << " world " << world << ": " << res.describe();
   }
 }
 
 TEST(Window, AsyncWaitCompletesOnlyAfterTheSignal) {
-  auto res = run_forked(2, [](RankEnv& env) {
-    auto comm = env.comm("async");
+  for (const char* tr : kTransports) {
+  auto res = run_forked(2, [tr](RankEnv& env) {
+    auto comm = comm_over(env, "async", tr);
     auto win = comm->new_window(4, DataType::kFloat32);
     if (env.rank == 1) {
       env.store->get("looked");  // rank 0 saw its wait pending
@@ -93,18 +109,20 @@ TEST(Window, AsyncWaitCompletesOnlyAfterTheSignal) {
     env.check(got[0] == 1 && got[3] == 4, "the put is visible after the signal");
     comm->barrier();
   });
-  EXPECT_TRUE(res.all_ok()) << res.describe();
+  EXPECT_TRUE(res.all_ok()) << tr << ": " << res.describe();
+  }
 }
 
 TEST(Window, BadCallsAreClearErrors) {
-  auto res = run_forked(2, [](RankEnv& env) {
-    auto comm = env.comm("bad");
+  for (const char* tr : kTransports) {
+  auto res = run_forked(2, [tr](RankEnv& env) {
+    auto comm = comm_over(env, "bad", tr);
     auto win = comm->new_window(10, DataType::kFloat32);
     std::vector<float> v(4, 1.0f);
     std::vector<double> d(4, 1.0);
     const Tensor t(v.data(), 4, DataType::kFloat32, Device::cpu());
     std::string m = expect_error(env, ErrorCode::kInvalidArgument, [&] { win->put(t, 1, 7); }, "put past the end");
-    env.check(has(m, "window put") && has(m, "rank 1's window of 10") && has(m, "comm 'bad' rank"), m);
+    env.check(has(m, "window put") && has(m, "rank 1's window of 10") && has(m, "comm 'bad_"), m);
     m = expect_error(env, ErrorCode::kInvalidArgument, [&] { win->put(t, 2, 0); }, "dst out of range");
     env.check(has(m, "dst 2 is out of range"), m);
     m = expect_error(env, ErrorCode::kInvalidArgument,
@@ -127,22 +145,22 @@ TEST(Window, BadCallsAreClearErrors) {
     for (int i = 0; i < 10; ++i) mine[i] = static_cast<float>(i);
     win->put(Tensor(mine, 6, DataType::kFloat32, Device::cpu()), env.rank, 2);
     env.check(mine[2] == 0 && mine[7] == 5, "overlapping put is a memmove");
-    // A window over TCP, and ranks that disagree on the size.
-    CommOptions tcp;
-    tcp.hints["transport"] = "tcp";
-    auto over_tcp = env.comm("bad_tcp", tcp);
-    m = expect_error(env, ErrorCode::kUnsupported, [&] { over_tcp->new_window(4, DataType::kFloat32); }, "tcp");
-    env.check(has(m, "one host") && has(m, "new_window"), m);
-    m = expect_error(env, ErrorCode::kInvalidArgument,
-                     [&] { comm->new_window(env.rank == 0 ? 8 : 9, DataType::kFloat32); }, "sizes differ");
-    env.check(has(m, "same count"), m);
+    // Ranks that disagree on the size (shared memory: the segments differ).
+    if (std::string(tr) == "shm") {
+      m = expect_error(env, ErrorCode::kInvalidArgument,
+                       [&] { comm->new_window(env.rank == 0 ? 8 : 9, DataType::kFloat32); }, "sizes differ");
+      env.check(has(m, "same count"), m);
+    }
+    comm->barrier();
   });
-  EXPECT_TRUE(res.all_ok()) << res.describe();
+  EXPECT_TRUE(res.all_ok()) << tr << ": " << res.describe();
+  }
 }
 
 TEST(Window, FinalizeEndsAPendingWait) {
-  auto res = run_forked(2, [](RankEnv& env) {
-    auto comm = env.comm("fin");
+  for (const char* tr : kTransports) {
+  auto res = run_forked(2, [tr](RankEnv& env) {
+    auto comm = comm_over(env, "fin", tr);
     auto win = comm->new_window(8, DataType::kFloat32);
     comm->barrier();
     if (env.rank == 1) {
@@ -159,12 +177,14 @@ TEST(Window, FinalizeEndsAPendingWait) {
     env.store->set_str("fin_done_" + std::to_string(env.rank), "1");
     env.store->get("fin_done_" + std::to_string(1 - env.rank));
   });
-  EXPECT_TRUE(res.all_ok()) << res.describe();
+  EXPECT_TRUE(res.all_ok()) << tr << ": " << res.describe();
+  }
 }
 
 TEST(Window, DeadSourceAndAbortEndTheWait) {
-  auto res = run_forked(3, [](RankEnv& env) {
-    auto comm = env.comm("dead");
+  for (const char* tr : kTransports) {
+  auto res = run_forked(3, [tr](RankEnv& env) {
+    auto comm = comm_over(env, "dead", tr);
     auto win = comm->new_window(8, DataType::kFloat32);
     if (env.rank == 2) raise(SIGKILL);
     if (env.rank == 0) {
@@ -198,7 +218,8 @@ TEST(Window, DeadSourceAndAbortEndTheWait) {
   ASSERT_EQ(res.status.size(), 3u);
   for (int r : {0, 1})
     EXPECT_TRUE(res.status[r] >= 0 && WIFEXITED(res.status[r]) && WEXITSTATUS(res.status[r]) == 0)
-        << res.describe();
+        << tr << ": " << res.describe();
+  }
 }
 
 }  // namespace

@@ -367,8 +367,12 @@ def test_gil_released_while_communicating(backend):
     assert ticks[0] > 50, ticks  # a Python thread kept running during the blocking op
 
 
-def _window(rank, size, store, backend):
-    comm = make_comm(backend, rank, size, store, name="win")
+def _window(rank, size, store, backend, transport):
+    if backend == "cpu":
+        comm = commx.new_comm("cpu", "cpu", "win", store=store, rank=rank, size=size, timeout=30,
+                              hints={"transport": transport})
+    else:
+        comm = make_comm(backend, rank, size, store, name="win")
     if backend != "cpu":
         with pytest.raises(commx.UnsupportedError, match="no one-sided windows"):
             comm.new_window(4, "float32")
@@ -390,8 +394,12 @@ def _window(rank, size, store, backend):
             for src in range(size):
                 want = (np.arange(n) + 1000 * src + 100 * rank + 10 * rnd).astype(np_type)
                 np.testing.assert_array_equal(mine[src * n:(src + 1) * n], want)
-            theirs = win.map_remote_tensor((rank + 1) % size)
-            assert theirs[rank * n] == 1000 * rank + 100 * ((rank + 1) % size) + 10 * rnd
+            if transport == "shm":
+                theirs = win.map_remote_tensor((rank + 1) % size)
+                assert theirs[rank * n] == 1000 * rank + 100 * ((rank + 1) % size) + 10 * rnd
+            else:  # over TCP only this rank's buffer is here
+                with pytest.raises(commx.UnsupportedError, match="not mapped"):
+                    win.map_remote_tensor((rank + 1) % size)
             comm.barrier()
     with pytest.raises(commx.InvalidArgumentError, match="do not fit"):
         win.put(np.zeros(n + 1, np.float64), 0, size * n - n)
@@ -402,5 +410,6 @@ def _window(rank, size, store, backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_window(backend):
-    run_ranks(3, _window, backend)
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_window(backend, transport):
+    run_ranks(3, _window, backend, transport)

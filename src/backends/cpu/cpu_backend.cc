@@ -12,6 +12,7 @@
 #include "core/env.h"
 #include "lowp/lowp_dispatch.h"
 #include "backends/cpu/cpu_window.h"
+#include "backends/cpu/tcp_window.h"
 #include "transport/shm_segment.h"
 #include "transport/shm_transport.h"
 #include "transport/tcp_transport.h"
@@ -279,25 +280,35 @@ bool CpuBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
 std::shared_ptr<WindowImpl> CpuBackend::new_window(int64_t count, DataType dtype,
                                                    const std::string& where) {
   if (finalized_) throw Error(ErrorCode::kInvalidArgument, where + "the comm was finalized");
-  if (!use_shm_)
-    throw Error(ErrorCode::kUnsupported,
-                where + "the cpu backend's windows need every rank on one host over shared memory; "
-                        "this comm uses the " + transport_name() + " transport");
   const std::string key = "cpu/window/" + std::to_string(window_count_++);
-  auto w = std::make_shared<CpuWindow>(*ctx_.store, key, ctx_.rank, ctx_.size, count, dtype,
-                                       ctx_.options.timeout.value_or(kDefaultTimeout), tuning_.wait,
-                                       where);
-  if (aborted_.load()) w->stop("aborted");
+  const Timeout timeout = ctx_.options.timeout.value_or(kDefaultTimeout);
+  std::shared_ptr<WindowImpl> impl;
+  std::function<void(const char*)> stop;
+  if (use_shm_) {
+    auto w = std::make_shared<CpuWindow>(*ctx_.store, key, ctx_.rank, ctx_.size, count, dtype,
+                                         timeout, tuning_.wait, where);
+    stop = [weak = std::weak_ptr<CpuWindow>(w)](const char* why) {
+      if (auto x = weak.lock()) x->stop(why);
+    };
+    impl = w;
+  } else {
+    auto w = std::make_shared<TcpWindow>(*ctx_.store, key, ctx_.rank, ctx_.size, count, dtype,
+                                         timeout, ctx_.options.hints, tuning_.wait, where);
+    stop = [weak = std::weak_ptr<TcpWindow>(w)](const char* why) {
+      if (auto x = weak.lock()) x->stop(why);
+    };
+    impl = w;
+  }
+  if (aborted_.load()) stop("aborted");
   std::lock_guard<std::mutex> g(windows_mu_);
-  std::erase_if(windows_, [](const std::weak_ptr<CpuWindow>& x) { return x.expired(); });
-  windows_.push_back(w);
-  return w;
+  std::erase_if(windows_, [](const auto& x) { return x.first.expired(); });
+  windows_.emplace_back(impl, std::move(stop));
+  return impl;
 }
 
 void CpuBackend::stop_windows(const char* why) {
   std::lock_guard<std::mutex> g(windows_mu_);
-  for (auto& x : windows_)
-    if (auto w = x.lock()) w->stop(why);
+  for (auto& x : windows_) x.second(why);
 }
 
 void CpuBackend::abort() {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -23,7 +24,6 @@ namespace commx {
 
 struct ShmColl;
 struct GenericColl;
-class CpuWindow;
 
 class CpuBackend : public HostBackend {
  public:
@@ -32,7 +32,8 @@ class CpuBackend : public HostBackend {
   std::string name() const override { return "cpu"; }
   void init(const BackendContext& ctx) override;
   bool supports(OpType type, DataType dtype, ReduceKind kind) const override;
-  // One-sided windows over shared memory (cpu_window.h): every rank on one host.
+  // One-sided windows: over shared memory when every rank is on one host (cpu_window.h), else
+  // over TCP links (tcp_window.h).
   std::shared_ptr<WindowImpl> new_window(int64_t count, DataType dtype, const std::string& where) override;
   void abort() override;
   void finalize() override;
@@ -64,7 +65,8 @@ class CpuBackend : public HostBackend {
   std::string failed_;  // set when an op failed midway: the ranks' step counters no longer agree
   bool finalized_ = false;
   std::mutex windows_mu_;
-  std::vector<std::weak_ptr<CpuWindow>> windows_;  // stopped by abort and finalize
+  // Live windows and how to stop their waits (abort, finalize).
+  std::vector<std::pair<std::weak_ptr<WindowImpl>, std::function<void(const char*)>>> windows_;
   int window_count_ = 0;
   void stop_windows(const char* why);
   // Low-precision (FP8) collectives: settings from hints/env, this rank's codec counters, buffers

@@ -1,0 +1,279 @@
+// TcpWindow (tcp_window.h). Layer: backends/cpu.
+#include "backends/cpu/tcp_window.h"
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "commx/error.h"
+#include "store/socket_io.h"
+#include "transport/socket_addr.h"
+
+namespace commx {
+namespace {
+
+constexpr uint32_t kHelloMagic = 0x48584d43;  // "CMXH"
+constexpr uint32_t kMsgMagic = 0x57584d43;    // "CMXW"
+enum Kind : uint32_t { kPut = 1, kSignal = 2, kBye = 3 };
+
+struct Hello {
+  uint32_t magic;
+  int32_t rank;
+};
+
+struct Message {
+  uint32_t magic;
+  uint32_t kind;
+  uint64_t offset;
+  uint64_t bytes;
+};
+static_assert(sizeof(Message) == 24);
+
+Error system_error(const char* what) {
+  return Error(ErrorCode::kSystem, std::string(what) + ": " + std::strerror(errno));
+}
+
+}  // namespace
+
+TcpWindow::TcpWindow(Store& store, const std::string& key, int rank, int size, int64_t count,
+                     DataType dtype, Timeout timeout, const Hints& hints, const WaitTuning& tuning,
+                     const std::string& where)
+    : rank_(rank),
+      size_(size),
+      count_(count),
+      dtype_(dtype),
+      bytes_(static_cast<size_t>(count) * dtype_size(dtype)),
+      timeout_(timeout),
+      tuning_(tuning),
+      buffer_(new char[bytes_ > 0 ? bytes_ : 1]()),
+      signals_(new ShmWord[size]()),
+      out_(size, -1),
+      in_(size, -1),
+      send_mu_(new std::mutex[size]),
+      in_state_(new std::atomic<int>[size]) {
+  for (int r = 0; r < size; ++r) in_state_[r].store(r == rank ? kOpen : kDead);
+  const auto deadline = sockio::deadline_after(timeout);
+  int listen_fd = -1;
+  try {
+    SockAddr a = resolve_address(choose_bind_address(hints), 0);
+    listen_fd = socket(a.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (listen_fd < 0) throw system_error("socket");
+    if (bind(listen_fd, a.get(), a.len) != 0) throw system_error("bind");
+    if (listen(listen_fd, SOMAXCONN) != 0) throw system_error("listen");
+    SockAddr bound;
+    bound.len = sizeof(bound.storage);
+    if (getsockname(listen_fd, bound.get(), &bound.len) != 0) throw system_error("getsockname");
+    store.set_str(key + "/" + std::to_string(rank), bound.to_string());
+    // Outgoing links: connect to every peer (its listener exists once its address is published).
+    for (int r = 0; r < size; ++r) {
+      if (r == rank) continue;
+      SockAddr peer = parse_host_port(store.get_str(key + "/" + std::to_string(r)), "window address");
+      std::string host = peer.to_string();  // "1.2.3.4:5" or "[::1]:5"
+      host = host.substr(0, host.rfind(':'));
+      if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+      std::string why;
+      int fd = sockio::try_connect(host, peer.port(), deadline, why);
+      if (fd < 0)
+        throw Error(ErrorCode::kPeerFailure, "cannot connect to rank " + std::to_string(r) + ": " + why);
+      out_[r] = fd;
+      Hello h{kHelloMagic, rank};
+      if (sockio::send_all(fd, &h, sizeof(h), deadline, why) != sockio::IoStatus::kOk)
+        throw Error(ErrorCode::kPeerFailure, "hello to rank " + std::to_string(r) + ": " + why);
+    }
+    // Incoming links: one from every peer, told apart by their hello.
+    for (int got = 0; got < size - 1;) {
+      pollfd p{listen_fd, POLLIN, 0};
+      int n = poll(&p, 1, sockio::poll_ms_left(deadline));
+      if (n == 0)
+        throw Error(ErrorCode::kTimeout, "only " + std::to_string(got) + " of " +
+                                             std::to_string(size - 1) + " peers connected in time");
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw system_error("poll");
+      }
+      int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      Hello h{};
+      std::string why;
+      if (sockio::recv_exact(fd, &h, sizeof(h), deadline, why) != sockio::IoStatus::kOk ||
+          h.magic != kHelloMagic || h.rank < 0 || h.rank >= size || h.rank == rank || in_[h.rank] >= 0) {
+        close(fd);  // not one of ours
+        continue;
+      }
+      in_[h.rank] = fd;
+      in_state_[h.rank].store(kOpen);
+      ++got;
+    }
+    close(listen_fd);
+    listen_fd = -1;
+    wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (wake_fd_ < 0) throw system_error("eventfd");
+    server_ = std::thread([this] { serve(); });
+  } catch (...) {
+    if (listen_fd >= 0) close(listen_fd);
+    for (int fd : out_)
+      if (fd >= 0) close(fd);
+    for (int fd : in_)
+      if (fd >= 0) close(fd);
+    if (wake_fd_ >= 0) close(wake_fd_);
+    rethrow_with_prefix(where);
+  }
+}
+
+TcpWindow::~TcpWindow() {
+  stop("finalized");
+  uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof(one));
+  if (server_.joinable()) server_.join();
+  for (int r = 0; r < size_; ++r) {
+    if (out_[r] < 0) continue;
+    Message bye{kMsgMagic, kBye, 0, 0};
+    (void)!send(out_[r], &bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT);
+    close(out_[r]);
+  }
+  for (int fd : in_)
+    if (fd >= 0) close(fd);
+  close(wake_fd_);
+}
+
+Tensor TcpWindow::local() { return Tensor(buffer_.get(), count_, dtype_, Device::cpu()); }
+
+Tensor TcpWindow::remote(int rank) { return rank == rank_ ? local() : Tensor(); }
+
+void TcpWindow::send_message(int dst, uint32_t kind, uint64_t offset, const void* data,
+                             uint64_t bytes) {
+  Message m{kMsgMagic, kind, offset, bytes};
+  std::lock_guard<std::mutex> g(send_mu_[dst]);
+  if (out_[dst] < 0)
+    throw Error(ErrorCode::kPeerFailure, "the link to rank " + std::to_string(dst) + " failed earlier");
+  const auto deadline = sockio::deadline_after(timeout_);
+  std::string why;
+  sockio::IoStatus s = sockio::send_all(out_[dst], &m, sizeof(m), deadline, why);
+  if (s == sockio::IoStatus::kOk && bytes > 0) s = sockio::send_all(out_[dst], data, bytes, deadline, why);
+  if (s == sockio::IoStatus::kOk) return;
+  close(out_[dst]);  // the stream is cut mid-message: no later message may follow on it
+  out_[dst] = -1;
+  throw Error(s == sockio::IoStatus::kTimeout ? ErrorCode::kTimeout : ErrorCode::kPeerFailure,
+              "sending to rank " + std::to_string(dst) + ": " + why);
+}
+
+void TcpWindow::put(const void* src, size_t bytes, int dst, size_t offset) {
+  if (dst == rank_) {
+    if (bytes) std::memmove(buffer_.get() + offset, src, bytes);
+    return;
+  }
+  send_message(dst, kPut, offset, src, bytes);
+}
+
+void TcpWindow::signal(int dst) {
+  if (dst == rank_) {
+    ring_bell(signals_[rank_]);
+    return;
+  }
+  send_message(dst, kSignal, 0, nullptr, 0);
+}
+
+uint64_t TcpWindow::signals_from(int src) { return load_acquire(signals_[src].value); }
+
+std::exception_ptr TcpWindow::wait_error(int src, const std::string& where) {
+  if (stopped_.load())
+    return std::make_exception_ptr(Error(ErrorCode::kAborted, where + "the comm was " + why_.load() +
+                                                                  " while waiting for a signal from rank " +
+                                                                  std::to_string(src)));
+  const int state = in_state_[src].load();
+  if (state == kOpen) return nullptr;
+  return std::make_exception_ptr(Error(
+      ErrorCode::kPeerFailure,
+      where + "rank " + std::to_string(src) +
+          (state == kClosed ? " closed its window" : " failed: its link closed (its process exited?)") +
+          " before sending the signal waited for"));
+}
+
+void TcpWindow::wait_signals(int src, uint64_t target, Timeout timeout, const std::string& where) {
+  if (std::exception_ptr e = wait_error(src, where)) std::rethrow_exception(e);
+  ShmWord& w = signals_[src];
+  WaitScope ws{Clock::now() + timeout, nullptr, this, &tuning_, &sleeping_on_};
+  const int peers[1] = {src};
+  try {
+    shm_wait([&] { return stopped_.load() || load_acquire(w.value) >= target; }, w, peers,
+             "a window signal", ws);
+  } catch (...) {
+    if (load_acquire(w.value) >= target) return;  // landed with the link's last message
+    rethrow_with_prefix(where);
+  }
+  if (load_acquire(w.value) < target)
+    if (std::exception_ptr e = wait_error(src, where)) std::rethrow_exception(e);
+}
+
+void TcpWindow::stop(const char* why) {
+  why_.store(why);
+  stopped_.store(true);
+  if (ShmWord* w = sleeping_on_.load()) futex_wake_all(*w);
+}
+
+void TcpWindow::lose(int src, Link why) {
+  close(in_[src]);
+  in_[src] = -1;
+  in_state_[src].store(why);
+  futex_wake_all(signals_[src]);  // a waiter on src looks again
+}
+
+bool TcpWindow::serve_one(int src) {
+  Message m{};
+  std::string why;
+  const auto deadline = sockio::deadline_after(timeout_);
+  if (sockio::recv_exact(in_[src], &m, sizeof(m), deadline, why) != sockio::IoStatus::kOk ||
+      m.magic != kMsgMagic) {
+    lose(src, kDead);
+    return false;
+  }
+  switch (m.kind) {
+    case kPut:
+      // Bounds were checked by the sender's Window; a stream that disagrees is cut.
+      if (m.offset > bytes_ || m.bytes > bytes_ - m.offset ||
+          sockio::recv_exact(in_[src], buffer_.get() + m.offset, m.bytes, deadline, why) !=
+              sockio::IoStatus::kOk) {
+        lose(src, kDead);
+        return false;
+      }
+      return true;
+    case kSignal:
+      ring_bell(signals_[src]);  // after the puts above it on this link
+      return true;
+    case kBye:
+      lose(src, kClosed);
+      return false;
+    default:
+      lose(src, kDead);
+      return false;
+  }
+}
+
+void TcpWindow::serve() {
+  std::vector<pollfd> fds;
+  std::vector<int> who;
+  for (;;) {
+    fds.clear();
+    who.clear();
+    fds.push_back({wake_fd_, POLLIN, 0});
+    for (int r = 0; r < size_; ++r)
+      if (in_[r] >= 0) {
+        fds.push_back({in_[r], POLLIN, 0});
+        who.push_back(r);
+      }
+    int n = poll(fds.data(), fds.size(), -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (fds[0].revents) return;  // destroyed
+    for (size_t i = 1; i < fds.size(); ++i)
+      if (fds[i].revents) serve_one(who[i - 1]);
+  }
+}
+
+}  // namespace commx
