@@ -354,8 +354,14 @@ class TcpTransport final : public Transport {
       if (q == rank_) continue;
       Peer& p = peers_[q];
       const bool half_sent = p.si < p.sends.size() && p.soff > 0;
-      if (p.conn == Conn::kConnected && p.fd >= 0 && !half_sent && lost_rank_ >= 0 && lost_rank_ != q)
+      if (p.conn == Conn::kConnected && p.fd >= 0 && !half_sent && lost_rank_ >= 0 && lost_rank_ != q) {
         (void)!send(p.fd, &abort_frame, sizeof(abort_frame), MSG_NOSIGNAL | MSG_DONTWAIT);
+        // Read what the peer sent meanwhile: closing with unread bytes resets the connection,
+        // which may drop the frame before the peer reads it.
+        char sink[4096];
+        for (int i = 0; i < 64 && recv(p.fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; ++i) {
+        }
+      }
       mark_broken(q, e);
     }
   }
@@ -627,7 +633,7 @@ class TcpTransport final : public Transport {
         FrameHeader h;
         std::memcpy(&h, p.stage.data() + p.rpos, sizeof(h));
         p.rpos += sizeof(h);
-        if (h.magic == kAbortMagic) {
+        if (h.magic == kAbortMagic && h.bytes < peers_.size()) {
           const int lost = static_cast<int>(h.bytes);
           if (lost_rank_ < 0) lost_rank_ = lost;
           throw Error(ErrorCode::kPeerFailure,

@@ -307,8 +307,15 @@ std::shared_ptr<WindowImpl> CpuBackend::new_window(int64_t count, DataType dtype
 }
 
 void CpuBackend::stop_windows(const char* why) {
-  std::lock_guard<std::mutex> g(windows_mu_);
-  for (auto& x : windows_) x.second(why);
+  // Outside the lock, with each window held: a window dropped meanwhile is destroyed (its thread
+  // joined) after this returns, not under the lock.
+  std::vector<std::pair<std::shared_ptr<WindowImpl>, std::function<void(const char*)>>> live;
+  {
+    std::lock_guard<std::mutex> g(windows_mu_);
+    for (auto& x : windows_)
+      if (auto w = x.first.lock()) live.emplace_back(std::move(w), x.second);
+  }
+  for (auto& x : live) x.second(why);
 }
 
 void CpuBackend::abort() {

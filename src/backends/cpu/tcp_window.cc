@@ -128,11 +128,16 @@ TcpWindow::~TcpWindow() {
   stop("finalized");
   uint64_t one = 1;
   (void)!write(wake_fd_, &one, sizeof(one));
+  // A service thread blocked inside a message from a stalled peer wakes up too.
+  for (int fd : in_)
+    if (fd >= 0) shutdown(fd, SHUT_RD);
   if (server_.joinable()) server_.join();
+  const auto deadline = sockio::deadline_after(std::chrono::milliseconds(200));
   for (int r = 0; r < size_; ++r) {
     if (out_[r] < 0) continue;
     Message bye{kMsgMagic, kBye, 0, 0};
-    (void)!send(out_[r], &bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT);
+    std::string why;
+    (void)sockio::send_all(out_[r], &bye, sizeof(bye), deadline, why);  // best effort
     close(out_[r]);
   }
   for (int fd : in_)
@@ -194,8 +199,9 @@ std::exception_ptr TcpWindow::wait_error(int src, const std::string& where) {
 }
 
 void TcpWindow::wait_signals(int src, uint64_t target, Timeout timeout, const std::string& where) {
-  if (std::exception_ptr e = wait_error(src, where)) std::rethrow_exception(e);
   ShmWord& w = signals_[src];
+  if (load_acquire(w.value) >= target) return;  // landed before the link closed or a stop
+  if (std::exception_ptr e = wait_error(src, where)) std::rethrow_exception(e);
   WaitScope ws{Clock::now() + timeout, nullptr, this, &tuning_, &sleeping_on_};
   const int peers[1] = {src};
   try {
@@ -203,6 +209,8 @@ void TcpWindow::wait_signals(int src, uint64_t target, Timeout timeout, const st
              "a window signal", ws);
   } catch (...) {
     if (load_acquire(w.value) >= target) return;  // landed with the link's last message
+    // A closed or broken link: say which (the wait itself only saw "not alive").
+    if (std::exception_ptr e = wait_error(src, where)) std::rethrow_exception(e);
     rethrow_with_prefix(where);
   }
   if (load_acquire(w.value) < target)
@@ -216,9 +224,7 @@ void TcpWindow::stop(const char* why) {
 }
 
 void TcpWindow::lose(int src, Link why) {
-  close(in_[src]);
-  in_[src] = -1;
-  in_state_[src].store(why);
+  in_state_[src].store(why);  // the fd stays open until the destructor (no reuse race)
   futex_wake_all(signals_[src]);  // a waiter on src looks again
 }
 
@@ -261,13 +267,15 @@ void TcpWindow::serve() {
     who.clear();
     fds.push_back({wake_fd_, POLLIN, 0});
     for (int r = 0; r < size_; ++r)
-      if (in_[r] >= 0) {
+      if (in_[r] >= 0 && in_state_[r].load() == kOpen) {
         fds.push_back({in_[r], POLLIN, 0});
         who.push_back(r);
       }
     int n = poll(fds.data(), fds.size(), -1);
     if (n < 0) {
       if (errno == EINTR) continue;
+      for (int r = 0; r < size_; ++r)  // no more service: waits on peers must not hang
+        if (r != rank_ && in_state_[r].load() == kOpen) lose(r, kDead);
       return;
     }
     if (fds[0].revents) return;  // destroyed
