@@ -282,40 +282,30 @@ std::shared_ptr<WindowImpl> CpuBackend::new_window(int64_t count, DataType dtype
   if (finalized_) throw Error(ErrorCode::kInvalidArgument, where + "the comm was finalized");
   const std::string key = "cpu/window/" + std::to_string(window_count_++);
   const Timeout timeout = ctx_.options.timeout.value_or(kDefaultTimeout);
-  std::shared_ptr<WindowImpl> impl;
-  std::function<void(const char*)> stop;
-  if (use_shm_) {
-    auto w = std::make_shared<CpuWindow>(*ctx_.store, key, ctx_.rank, ctx_.size, count, dtype,
-                                         timeout, tuning_.wait, where);
-    stop = [weak = std::weak_ptr<CpuWindow>(w)](const char* why) {
-      if (auto x = weak.lock()) x->stop(why);
-    };
-    impl = w;
-  } else {
-    auto w = std::make_shared<TcpWindow>(*ctx_.store, key, ctx_.rank, ctx_.size, count, dtype,
-                                         timeout, ctx_.options.hints, tuning_.wait, where);
-    stop = [weak = std::weak_ptr<TcpWindow>(w)](const char* why) {
-      if (auto x = weak.lock()) x->stop(why);
-    };
-    impl = w;
-  }
-  if (aborted_.load()) stop("aborted");
+  std::shared_ptr<SignalWaits> w;
+  if (use_shm_)
+    w = std::make_shared<CpuWindow>(*ctx_.store, key, ctx_.rank, ctx_.size, count, dtype, timeout,
+                                    tuning_.wait, where);
+  else
+    w = std::make_shared<TcpWindow>(*ctx_.store, key, ctx_.rank, ctx_.size, count, dtype, timeout,
+                                    ctx_.options.hints, tuning_.wait, where);
+  if (aborted_.load()) w->stop("aborted");
   std::lock_guard<std::mutex> g(windows_mu_);
-  std::erase_if(windows_, [](const auto& x) { return x.first.expired(); });
-  windows_.emplace_back(impl, std::move(stop));
-  return impl;
+  std::erase_if(windows_, [](const std::weak_ptr<SignalWaits>& x) { return x.expired(); });
+  windows_.push_back(w);
+  return w;
 }
 
 void CpuBackend::stop_windows(const char* why) {
   // Outside the lock, with each window held: a window dropped meanwhile is destroyed (its thread
   // joined) after this returns, not under the lock.
-  std::vector<std::pair<std::shared_ptr<WindowImpl>, std::function<void(const char*)>>> live;
+  std::vector<std::shared_ptr<SignalWaits>> live;
   {
     std::lock_guard<std::mutex> g(windows_mu_);
     for (auto& x : windows_)
-      if (auto w = x.first.lock()) live.emplace_back(std::move(w), x.second);
+      if (auto w = x.lock()) live.push_back(std::move(w));
   }
-  for (auto& x : live) x.second(why);
+  for (auto& w : live) w->stop(why);
 }
 
 void CpuBackend::abort() {

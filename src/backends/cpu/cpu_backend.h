@@ -5,7 +5,6 @@
 #pragma once
 
 #include <atomic>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -24,6 +23,7 @@ namespace commx {
 
 struct ShmColl;
 struct GenericColl;
+class SignalWaits;
 
 class CpuBackend : public HostBackend {
  public:
@@ -65,8 +65,7 @@ class CpuBackend : public HostBackend {
   std::string failed_;  // set when an op failed midway: the ranks' step counters no longer agree
   bool finalized_ = false;
   std::mutex windows_mu_;
-  // Live windows and how to stop their waits (abort, finalize).
-  std::vector<std::pair<std::weak_ptr<WindowImpl>, std::function<void(const char*)>>> windows_;
+  std::vector<std::weak_ptr<SignalWaits>> windows_;  // stopped by abort and finalize
   int window_count_ = 0;
   void stop_windows(const char* why);
   // Low-precision (FP8) collectives: settings from hints/env, this rank's codec counters, buffers

@@ -13,11 +13,10 @@ namespace commx {
 CpuWindow::CpuWindow(Store& store, const std::string& key, int rank, int size, int64_t count,
                      DataType dtype, Timeout timeout, const WaitTuning& tuning,
                      const std::string& where)
-    : rank_(rank),
+    : SignalWaits(rank, tuning),
       count_(count),
       dtype_(dtype),
       header_bytes_((static_cast<size_t>(size) * sizeof(ShmWord) + 4095) / 4096 * 4096),
-      tuning_(tuning),
       peers_(size),
       bases_(size, nullptr),
       watches_(size) {
@@ -69,43 +68,6 @@ void CpuWindow::put(const void* src, size_t bytes, int dst, size_t offset) {
 void CpuWindow::signal(int dst) {
   // Sequentially consistent: the puts above are visible to whoever sees the new count.
   ring_bell(signal_word(dst, rank_));
-}
-
-uint64_t CpuWindow::signals_from(int src) { return load_acquire(signal_word(rank_, src).value); }
-
-std::exception_ptr CpuWindow::wait_error(int src, const std::string& where) {
-  if (stopped_.load())
-    return std::make_exception_ptr(Error(ErrorCode::kAborted, where + "the comm was " + why_.load() +
-                                                                  " while waiting for a signal from rank " +
-                                                                  std::to_string(src)));
-  if (src != rank_ && !alive(src))
-    return std::make_exception_ptr(Error(ErrorCode::kPeerFailure,
-                                         where + "rank " + std::to_string(src) +
-                                             " died (its process exited) before sending the signal "
-                                             "waited for"));
-  return nullptr;
-}
-
-void CpuWindow::wait_signals(int src, uint64_t target, Timeout timeout, const std::string& where) {
-  if (std::exception_ptr e = wait_error(src, where)) std::rethrow_exception(e);
-  ShmWord& w = signal_word(rank_, src);
-  // stopped_ is part of the predicate: stop() wakes the sleeper, which then leaves the wait.
-  WaitScope ws{Clock::now() + timeout, nullptr, this, &tuning_, &sleeping_on_};
-  const int peers[1] = {src};
-  try {
-    shm_wait([&] { return stopped_.load() || load_acquire(w.value) >= target; }, w, peers,
-             "a window signal", ws);
-  } catch (...) {
-    rethrow_with_prefix(where);
-  }
-  if (load_acquire(w.value) < target)
-    if (std::exception_ptr e = wait_error(src, where)) std::rethrow_exception(e);
-}
-
-void CpuWindow::stop(const char* why) {
-  why_.store(why);
-  stopped_.store(true);
-  if (ShmWord* w = sleeping_on_.load()) futex_wake_all(*w);
 }
 
 }  // namespace commx

@@ -42,13 +42,12 @@ Error system_error(const char* what) {
 TcpWindow::TcpWindow(Store& store, const std::string& key, int rank, int size, int64_t count,
                      DataType dtype, Timeout timeout, const Hints& hints, const WaitTuning& tuning,
                      const std::string& where)
-    : rank_(rank),
+    : SignalWaits(rank, tuning),
       size_(size),
       count_(count),
       dtype_(dtype),
       bytes_(static_cast<size_t>(count) * dtype_size(dtype)),
       timeout_(timeout),
-      tuning_(tuning),
       buffer_(new char[bytes_ > 0 ? bytes_ : 1]()),
       signals_(new ShmWord[size]()),
       out_(size, -1),
@@ -180,47 +179,6 @@ void TcpWindow::signal(int dst) {
     return;
   }
   send_message(dst, kSignal, 0, nullptr, 0);
-}
-
-uint64_t TcpWindow::signals_from(int src) { return load_acquire(signals_[src].value); }
-
-std::exception_ptr TcpWindow::wait_error(int src, const std::string& where) {
-  if (stopped_.load())
-    return std::make_exception_ptr(Error(ErrorCode::kAborted, where + "the comm was " + why_.load() +
-                                                                  " while waiting for a signal from rank " +
-                                                                  std::to_string(src)));
-  const int state = in_state_[src].load();
-  if (state == kOpen) return nullptr;
-  return std::make_exception_ptr(Error(
-      ErrorCode::kPeerFailure,
-      where + "rank " + std::to_string(src) +
-          (state == kClosed ? " closed its window" : " failed: its link closed (its process exited?)") +
-          " before sending the signal waited for"));
-}
-
-void TcpWindow::wait_signals(int src, uint64_t target, Timeout timeout, const std::string& where) {
-  ShmWord& w = signals_[src];
-  if (load_acquire(w.value) >= target) return;  // landed before the link closed or a stop
-  if (std::exception_ptr e = wait_error(src, where)) std::rethrow_exception(e);
-  WaitScope ws{Clock::now() + timeout, nullptr, this, &tuning_, &sleeping_on_};
-  const int peers[1] = {src};
-  try {
-    shm_wait([&] { return stopped_.load() || load_acquire(w.value) >= target; }, w, peers,
-             "a window signal", ws);
-  } catch (...) {
-    if (load_acquire(w.value) >= target) return;  // landed with the link's last message
-    // A closed or broken link: say which (the wait itself only saw "not alive").
-    if (std::exception_ptr e = wait_error(src, where)) std::rethrow_exception(e);
-    rethrow_with_prefix(where);
-  }
-  if (load_acquire(w.value) < target)
-    if (std::exception_ptr e = wait_error(src, where)) std::rethrow_exception(e);
-}
-
-void TcpWindow::stop(const char* why) {
-  why_.store(why);
-  stopped_.store(true);
-  if (ShmWord* w = sleeping_on_.load()) futex_wake_all(*w);
 }
 
 void TcpWindow::lose(int src, Link why) {

@@ -13,13 +13,11 @@
 #include <thread>
 #include <vector>
 
-#include "commx/backend.h"
-#include "transport/shm_sync.h"
-#include "transport/shm_wait.h"
+#include "backends/cpu/signal_waits.h"
 
 namespace commx {
 
-class TcpWindow : public WindowImpl, private PeerWatch {
+class TcpWindow : public SignalWaits {
  public:
   // Collective: listens (address chosen as the TCP transport does, from `hints`), publishes the
   // address under `key`, connects to every peer and accepts every peer, within `timeout`.
@@ -31,27 +29,25 @@ class TcpWindow : public WindowImpl, private PeerWatch {
   Tensor remote(int rank) override;  // only this rank's buffer lives here
   void put(const void* src, size_t bytes, int dst, size_t offset) override;
   void signal(int dst) override;
-  uint64_t signals_from(int src) override;
-  std::exception_ptr wait_error(int src, const std::string& where) override;
-  void wait_signals(int src, uint64_t target, Timeout timeout, const std::string& where) override;
-  // The comm was aborted or finalized: pending and later waits end (Aborted).
-  void stop(const char* why);
 
  private:
   enum Link : int { kOpen, kClosed, kDead };  // state of the link from a peer
   bool alive(int peer) override { return peer == rank_ || in_state_[peer].load() == kOpen; }
+  ShmWord& signal_word_from(int src) override { return signals_[src]; }
+  std::string loss(int src) override {
+    return in_state_[src].load() == kClosed ? " closed its window"
+                                            : " failed: its link closed (its process exited?)";
+  }
   void send_message(int dst, uint32_t kind, uint64_t offset, const void* data, uint64_t bytes);
   void serve();
   bool serve_one(int src);  // false when the link ended
   void lose(int src, Link why);
 
-  int rank_;
   int size_;
   int64_t count_;
   DataType dtype_;
   size_t bytes_;
   Timeout timeout_;
-  WaitTuning tuning_;
   std::unique_ptr<char[]> buffer_;
   std::unique_ptr<ShmWord[]> signals_;  // signals_[src]: signals received from src
   std::vector<int> out_, in_;
@@ -59,9 +55,6 @@ class TcpWindow : public WindowImpl, private PeerWatch {
   std::unique_ptr<std::atomic<int>[]> in_state_;
   int wake_fd_ = -1;
   std::thread server_;
-  std::atomic<bool> stopped_{false};
-  std::atomic<const char*> why_{"aborted"};
-  std::atomic<ShmWord*> sleeping_on_{nullptr};
 };
 
 }  // namespace commx
