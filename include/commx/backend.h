@@ -133,9 +133,11 @@ class Backend {
 };
 
 // "[comm 'name' rank r/n] " -- errors about the comm itself (init, finalize) start so.
+inline std::string comm_context(const std::string& comm_name, int rank, int size) {
+  return "[comm '" + comm_name + "' rank " + std::to_string(rank) + "/" + std::to_string(size) + "] ";
+}
 inline std::string comm_context(const BackendContext& ctx) {
-  return "[comm '" + ctx.comm_name + "' rank " + std::to_string(ctx.rank) + "/" +
-         std::to_string(ctx.size) + "] ";
+  return comm_context(ctx.comm_name, ctx.rank, ctx.size);
 }
 // "[comm 'name' rank r/n] op #seq: " -- every error about an op starts so.
 std::string op_context(const std::string& comm_name, int rank, int size, const OpDesc& op);

@@ -21,6 +21,10 @@ enum class ErrorCode {
 
 const char* error_code_name(ErrorCode c);
 
+// Called in a catch block: rethrows the commx::Error being handled with `prefix` put before its
+// message (same code); any other exception passes unchanged.
+[[noreturn]] void rethrow_with_prefix(const std::string& prefix);
+
 class Error : public std::runtime_error {
  public:
   Error(ErrorCode code, const std::string& msg)

@@ -325,7 +325,7 @@ std::shared_ptr<Comm> Comm::split(const std::vector<int>& ranks, const std::stri
 std::shared_ptr<Comm> Comm::shrink(const std::vector<int>& exclude, const std::string& name,
                                    CommOptions options) {
   CommImpl& c = *impl_;
-  const std::string where = "[comm '" + c.name + "' rank " + std::to_string(c.rank) + "] shrink: ";
+  const std::string where = comm_context(c.name, c.rank, c.size) + "shrink: ";
   std::vector<bool> out(c.size, false);
   for (int r : exclude) {
     if (r < 0 || r >= c.size)

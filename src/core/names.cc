@@ -187,8 +187,18 @@ const char* op_type_name(OpType t) {
 }
 
 std::string op_context(const std::string& comm_name, int rank, int size, const OpDesc& op) {
-  return "[comm '" + comm_name + "' rank " + std::to_string(rank) + "/" + std::to_string(size) + "] " +
-         op.name() + " #" + std::to_string(op.seq) + ": ";
+  return comm_context(comm_name, rank, size) + op.name() + " #" + std::to_string(op.seq) + ": ";
+}
+
+[[noreturn]] void rethrow_with_prefix(const std::string& prefix) {
+  try {
+    throw;
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    std::string code = std::string(error_code_name(e.code())) + ": ";
+    if (msg.rfind(code, 0) == 0) msg = msg.substr(code.size());
+    throw Error(e.code(), prefix + msg);
+  }
 }
 
 const char* work_status_name(WorkStatus s) {

@@ -18,18 +18,6 @@ struct SignalCounts {
 
 namespace {
 
-// Rethrows the commx::Error being handled with `prefix` before its message (same code).
-[[noreturn]] void rethrow_prefixed(const std::string& prefix) {
-  try {
-    throw;
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    const std::string code = std::string(error_code_name(e.code())) + ": ";
-    if (msg.rfind(code, 0) == 0) msg = msg.substr(code.size());
-    throw Error(e.code(), prefix + msg);
-  }
-}
-
 // The Work of a wait_signal: complete once src sent `target` signals. Polling (is_completed,
 // status) never blocks and sees a dead source, an abort and the deadline too. A wait that timed
 // out gives its signal back when no later wait on that source was issued, so a retry waits for
@@ -125,8 +113,7 @@ Window::Window(std::shared_ptr<Comm> comm, std::shared_ptr<WindowImpl> impl, int
 }
 
 std::string Window::where(const char* op) const {
-  return "[comm '" + comm_->name() + "' rank " + std::to_string(comm_->rank()) + "/" +
-         std::to_string(comm_->size()) + "] window " + op + ": ";
+  return comm_context(comm_->name(), comm_->rank(), comm_->size()) + "window " + op + ": ";
 }
 
 void Window::check_rank(int r, const char* op, const char* role) const {
@@ -167,7 +154,7 @@ Work Window::put(const Tensor& t, int dst, int64_t target_offset, bool async_op)
   try {
     impl_->put(t.data, static_cast<size_t>(t.count) * es, dst, static_cast<size_t>(target_offset) * es);
   } catch (const Error&) {
-    rethrow_prefixed(w);
+    rethrow_with_prefix(w);
   }
   return Work();
 }
@@ -178,7 +165,7 @@ Work Window::signal(int dst, bool async_op) {
   try {
     impl_->signal(dst);
   } catch (const Error&) {
-    rethrow_prefixed(where("signal"));
+    rethrow_with_prefix(where("signal"));
   }
   return Work();
 }
@@ -203,8 +190,7 @@ std::shared_ptr<WindowImpl> Backend::new_window(int64_t count, DataType dtype, c
 }
 
 std::shared_ptr<Window> Comm::new_window(int64_t count, DataType dtype) {
-  const std::string w = "[comm '" + name() + "' rank " + std::to_string(rank()) + "/" +
-                        std::to_string(size()) + "] new_window: ";
+  const std::string w = comm_context(name(), rank(), size()) + "new_window: ";
   if (is_aborted()) throw Error(ErrorCode::kAborted, w + "the comm was aborted");
   if (impl_->finalized.load()) throw Error(ErrorCode::kInvalidArgument, w + "the comm was finalized");
   if (count < 0) throw Error(ErrorCode::kInvalidArgument, w + "negative count " + std::to_string(count));

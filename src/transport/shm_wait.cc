@@ -94,15 +94,4 @@ void wait_slow(const std::function<bool()>& pred, ShmWord& word, std::span<const
   }
 }
 
-[[noreturn]] void rethrow_with_prefix(const std::string& prefix) {
-  try {
-    throw;
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    std::string code = std::string(error_code_name(e.code())) + ": ";
-    if (msg.rfind(code, 0) == 0) msg = msg.substr(code.size());
-    throw Error(e.code(), prefix + msg);
-  }
-}
-
 }  // namespace commx

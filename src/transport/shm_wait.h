@@ -61,7 +61,4 @@ inline void shm_wait(Pred&& pred, ShmWord& word, std::span<const int> peers, con
   wait_slow(std::function<bool()>(pred), word, peers, what, scope);
 }
 
-// Rethrows a commx::Error with `prefix` put before its message (same code).
-[[noreturn]] void rethrow_with_prefix(const std::string& prefix);
-
 }  // namespace commx
