@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <chrono>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -42,7 +43,18 @@ struct Args {
   std::string json = "gpu_bench.json", md = "gpu_bench.md";
   std::string algo;       // cuda all_reduce algorithm hint (flat/tree), empty = auto
   uint64_t error_max = 0;  // --error: measure the error of all_reduce up to this size
+  // Eager mode as a host-bound client issues: the last rank spins `skew_us` on the host before
+  // each op (the ranks arrive apart), every rank `gap_us` (ops arrive with gaps between them).
+  double skew_us = 0, gap_us = 0;
 };
+
+// Busy-waits `us` microseconds on the host (a sleep would oversleep at this scale).
+void host_spin_us(double us) {
+  if (us <= 0) return;
+  auto end = std::chrono::steady_clock::now() + std::chrono::nanoseconds(static_cast<int64_t>(us * 1e3));
+  while (std::chrono::steady_clock::now() < end) {
+  }
+}
 
 // "backend[+variant]" of --backend.
 struct Spec {
@@ -261,7 +273,10 @@ class Runner {
       if (mode == "graph") {
         for (; ops + per_launch <= batch; ops += per_launch) CK(cudaGraphLaunch(exec, s_));
       } else {
-        for (; ops < batch; ++ops) issue(op, t, bytes, in, out);
+        for (; ops < batch; ++ops) {
+          host_spin_us(a_.gap_us + (rank_ == world_ - 1 ? a_.skew_us : 0));
+          issue(op, t, bytes, in, out);
+        }
       }
       CK(cudaEventRecord(e1, s_));
       CK(cudaEventSynchronize(e1));
@@ -416,6 +431,7 @@ int rank_main(int rank, const Args& a, uint16_t port) {
        << "\", \"mode\": \"" << r.mode << "\", \"bytes\": " << r.bytes << ", \"time_us\": " << r.us
        << ", \"algbw_gbps\": " << r.algbw << ", \"busbw_gbps\": " << r.busbw << ", \"wrong\": " << r.wrong;
     if (r.error >= 0) js << ", \"error\": " << r.error;
+    if (r.mode == "eager") js << ", \"skew_us\": " << a.skew_us << ", \"gap_us\": " << a.gap_us;
     js << "}" << (i + 1 < rows.size() ? ",\n" : "\n");
   }
   js << "]}\n";
@@ -486,11 +502,13 @@ int main(int argc, char** argv) {
     else if (k == "--md") a.md = next();
     else if (k == "--algo") a.algo = next();
     else if (k == "--error") a.error_max = parse_size(next());
+    else if (k == "--skew-us") a.skew_us = std::stod(next());
+    else if (k == "--gap-us") a.gap_us = std::stod(next());
     else {
       std::cerr << "usage: commx-gpu-bench [--ranks N] [--backend cuda,nccl] [--dtypes bf16,f32] "
                    "[--ops all_reduce,all_gather,reduce_scatter,all_to_all] [--modes eager,graph] "
                    "[--min 8] [--max 256M] [--factor 2] [--reps 7] [--algo flat|tree] "
-                   "[--error MAXSIZE] (backends: cuda, nccl, cuda+fp8, cuda+fp8x2, nccl+fp8) "
+                   "[--error MAXSIZE] [--skew-us US] [--gap-us US] (backends: cuda, nccl, cuda+fp8, cuda+fp8x2, nccl+fp8) "
                    "[--json f] [--md f]\n";
       return 2;
     }

@@ -141,7 +141,7 @@ AllReduceAlgo CudaBackend::allreduce_algo(uint64_t bytes, const Hints& hints) co
 }
 
 PeerSet CudaBackend::peers(const OpDesc& op) const {
-  return make_peer_set(pm_.get(), ctx_.rank, ctx_.size, tuning_.buffer_bytes, state_, ctl_dev_, op);
+  return make_peer_set(pm_.get(), ctx_.rank, ctx_.size, tuning_, state_, ctl_dev_, op);
 }
 
 std::exception_ptr CudaBackend::device_error(const std::string& where) const {
@@ -450,6 +450,7 @@ void CudaBackend::finalize() {
   if (have_last_) {
     auto deadline = std::chrono::steady_clock::now() + ctx_.options.timeout.value_or(kDefaultTimeout);
     bool aborted = false;
+    RelaxedCaptureMode relaxed;  // a comm may be dropped while another stream captures
     while (cudaEventQuery(last_done()) == cudaErrorNotReady) {
       if (std::chrono::steady_clock::now() > deadline) {
         if (aborted) {

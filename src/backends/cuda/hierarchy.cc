@@ -159,8 +159,8 @@ Hierarchy::~Hierarchy() {
 }
 
 PeerSet Hierarchy::peers(const OpDesc& op) const {
-  return make_peer_set(pm_.get(), layout_.local_rank, layout_.local_size, tuning_.buffer_bytes,
-                       state_, ctl_, op);
+  return make_peer_set(pm_.get(), layout_.local_rank, layout_.local_size, tuning_, state_, ctl_,
+                       op);
 }
 
 void Hierarchy::inter_all_reduce(const OpDesc& op, const void* in, void* out, int64_t count,

@@ -48,6 +48,7 @@ struct PeerSet {
   DevState* state;
   HostCtl* ctl;  // device pointer of the host-mapped control block
   unsigned long long timeout_ns;
+  unsigned int poll_sleep_ns;  // longest sleep between polls of a wait (0: never sleep)
   unsigned long long seq;  // for error reports
   int op;
 };

@@ -5,7 +5,7 @@
 
 namespace commx::cuda {
 
-PeerSet make_peer_set(const PeerMemory* pm, int rank, int world, uint64_t half_bytes,
+PeerSet make_peer_set(const PeerMemory* pm, int rank, int world, const Tuning& t,
                       DevState* state, HostCtl* ctl, const OpDesc& op) {
   PeerSet ps{};
   for (int r = 0; r < world && pm; ++r) {
@@ -14,7 +14,8 @@ PeerSet make_peer_set(const PeerMemory* pm, int rank, int world, uint64_t half_b
   }
   ps.rank = rank;
   ps.world = world;
-  ps.half_bytes = half_bytes;
+  ps.half_bytes = t.buffer_bytes;
+  ps.poll_sleep_ns = t.poll_sleep_ns;
   ps.state = state;
   ps.ctl = ctl;
   auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(op.timeout).count();

@@ -7,11 +7,13 @@
 #include "commx/backend.h"
 #include "cuda/kernel_params.h"
 #include "cuda/peer_memory.h"
+#include "cuda/tuning.h"
 
 namespace commx::cuda {
 
-// `pm` may be null (a world of one rank: no peers to reach).
-PeerSet make_peer_set(const PeerMemory* pm, int rank, int world, uint64_t half_bytes,
+// `pm` may be null (a world of one rank: no peers to reach). From `t`: the buffer half and the
+// waits' poll backoff.
+PeerSet make_peer_set(const PeerMemory* pm, int rank, int world, const Tuning& t,
                       DevState* state, HostCtl* ctl, const OpDesc& op);
 
 }  // namespace commx::cuda

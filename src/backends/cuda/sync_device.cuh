@@ -41,24 +41,48 @@ __device__ __forceinline__ void report_error(const PeerSet& ps, int code, int pe
   }
 }
 
+// The state of one bounded wait. A poll that found nothing calls miss(): the first kTightPolls
+// misses poll again at once (a peer in step lands within microseconds); later misses sleep
+// (__nanosleep, doubling up to PeerSet::poll_sleep_ns) so that a rank that arrived early does
+// not poll every line of its buffer at full rate while its late peer's NVLink writes land in that
+// buffer: tens of thousands of threads polling that way slowed the incoming writes to ~1 GB/s,
+// so an LL all_reduce whose peer came 100 us late took 0.5-1.1 ms instead of ~0.1 ms. The clock
+// is read every 64 misses against the op's timeout, the host's abort flag (a PCIe read of mapped
+// host memory) every 1024.
+inline constexpr unsigned int kTightPolls = 32;
+
+struct PollWait {
+  unsigned int misses = 0;
+  unsigned int sleep_ns = 0;
+  unsigned long long start = 0;
+
+  // kDevOk: poll again; else the error to report (kDevTimeout, kDevAborted).
+  __device__ __forceinline__ int miss(const PeerSet& ps) {
+    ++misses;
+    if (misses == 1) start = global_timer_ns();
+    if (misses <= kTightPolls) return kDevOk;
+    if (ps.poll_sleep_ns) {
+      sleep_ns = sleep_ns ? min(sleep_ns * 2u, ps.poll_sleep_ns) : min(32u, ps.poll_sleep_ns);
+      __nanosleep(sleep_ns);
+    }
+    if ((misses & 63u) != 0) return kDevOk;
+    if ((misses & 1023u) == 0 && ps.ctl->abort) return kDevAborted;
+    if (global_timer_ns() - start > ps.timeout_ns) return kDevTimeout;
+    return kDevOk;
+  }
+};
+
 // Spins until *flag >= value. Returns false after reporting a timeout or abort.
 __device__ __forceinline__ bool wait_flag(const PeerSet& ps, const unsigned long long* flag,
                                           unsigned long long value, int peer) {
-  if (ld_acquire_sys(flag) >= value) return true;
-  const unsigned long long start = global_timer_ns();
-  for (unsigned int spins = 1;; ++spins) {
-    if (ld_acquire_sys(flag) >= value) return true;
-    if ((spins & 255u) == 0) {
-      if (ps.ctl->abort) {
-        report_error(ps, kDevAborted, peer);
-        return false;
-      }
-      if (global_timer_ns() - start > ps.timeout_ns) {
-        report_error(ps, kDevTimeout, peer);
-        return false;
-      }
+  PollWait w;
+  while (ld_acquire_sys(flag) < value) {
+    if (int err = w.miss(ps)) {
+      report_error(ps, err, peer);
+      return false;
     }
   }
+  return true;
 }
 
 // Flag value of barrier `i` (0..3) of the op numbered `epoch`: strictly increasing over ops, so
@@ -117,23 +141,16 @@ __device__ __forceinline__ void st_ll(char* p, uint32_t d0, uint32_t d1, uint32_
 __device__ __forceinline__ bool ld_ll(const PeerSet& ps, const char* p, uint32_t flag, int peer,
                                       uint32_t& d0, uint32_t& d1) {
   uint32_t f0, f1;
-  unsigned long long start = 0;
-  for (unsigned int spins = 0;; ++spins) {
+  PollWait w;
+  for (;;) {
     asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
                  : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
                  : "l"(p)
                  : "memory");
     if (f0 == flag && f1 == flag) return true;
-    if (spins == 0) start = global_timer_ns();
-    if ((spins & 255u) == 255u) {
-      if (ps.ctl->abort) {
-        report_error(ps, kDevAborted, peer);
-        return false;
-      }
-      if (global_timer_ns() - start > ps.timeout_ns) {
-        report_error(ps, kDevTimeout, peer);
-        return false;
-      }
+    if (int err = w.miss(ps)) {
+      report_error(ps, err, peer);
+      return false;
     }
   }
 }
@@ -170,29 +187,24 @@ __device__ __forceinline__ uint64_t ll128_flag(unsigned long long epoch) {
 
 // Polls the 128-byte line at `p` (this lane's 16 bytes: p + 16 * (lane & 7)) until every active
 // group of the warp sees its flag; whole warps call it (warp-uniform control flow), `active`
-// false for a group without a line. The warp retries as a whole (__any_sync), bounded like
-// ld_ll: clock-based timeout and the host's abort flag every 256 spins, reported by lane 0 with
-// `peer`. Returns false (warp-uniformly) after a timeout or abort.
+// false for a group without a line. The warp retries as a whole (__any_sync), bounded and backing
+// off like every wait (PollWait, the same state in every lane; lane 0's verdict is the warp's),
+// reported by lane 0 with `peer`. Returns false (warp-uniformly) after a timeout or abort.
 __device__ __forceinline__ bool ld_ll128_wait(const PeerSet& ps, const char* p, bool active,
                                               uint64_t flag, int peer, uint64_t& w0, uint64_t& w1) {
   const int lane = threadIdx.x & 31;
   const bool flag_lane = (lane & 7) == 7;
-  unsigned long long start = 0;
+  PollWait w;
   w0 = w1 = 0;
-  for (unsigned int spins = 0;; ++spins) {
+  for (;;) {
     __syncwarp();  // one load instruction per line (the whole group reads it at once)
     if (active) ld_ll128(p, w0, w1);
     const bool bad = active && flag_lane && w1 != flag;
     if (!__any_sync(0xffffffffu, bad)) return true;
-    if (spins == 0) start = global_timer_ns();
-    if ((spins & 255u) == 255u) {
-      int err = kDevOk;
-      if (lane == 0) {
-        if (ps.ctl->abort) err = kDevAborted;
-        else if (global_timer_ns() - start > ps.timeout_ns) err = kDevTimeout;
-        if (err != kDevOk) report_error(ps, err, peer);
-      }
-      if (__shfl_sync(0xffffffffu, err, 0) != kDevOk) return false;
+    const int err = __shfl_sync(0xffffffffu, w.miss(ps), 0);
+    if (err != kDevOk) {
+      if (lane == 0) report_error(ps, err, peer);
+      return false;
     }
   }
 }

@@ -68,6 +68,9 @@ Tuning Tuning::resolve(int world, int sms, const Hints& h, bool ll128_links) {
   // (COMMX_CUDA_BUFFER_BYTES lowers it).
   t.buffer_bytes = 256ull << 20;
   t.max_blocks = std::min(sms > 0 ? sms : kMaxBlocks, kMaxBlocks);
+  // A wait that has missed a while sleeps between polls (sync_device.cuh PollWait): an early
+  // rank must not flood the buffer its late peer writes into.
+  t.poll_sleep_ns = 1000;
   // Two blocks per SM keep more NVLink stores in flight (256 MiB: 850 us vs 892 us).
   t.max_blocks_large = std::min(sms > 0 ? 2 * sms : kMaxBlocks, kMaxBlocks);
   if (auto e = env_first({"COMMX_DDA_ENABLE", "RCCL_DDA_ENABLE"}))
@@ -80,6 +83,9 @@ Tuning Tuning::resolve(int world, int sms, const Hints& h, bool ll128_links) {
   override_bytes(t.tree_max_bytes, "COMMX_DDA_TREE_MAX_BYTES", h, "dda_tree_max_bytes");
   override_bytes(t.buffer_bytes, "COMMX_CUDA_BUFFER_BYTES", h, "buffer_bytes");
   t.buffer_bytes = std::max<uint64_t>(t.buffer_bytes & ~uint64_t(4095), 1u << 20);
+  uint64_t sleep = t.poll_sleep_ns;
+  override_bytes(sleep, "COMMX_CUDA_POLL_SLEEP_NS", h, "poll_sleep_ns");
+  t.poll_sleep_ns = static_cast<unsigned int>(std::min<uint64_t>(sleep, 1000000));
   int64_t mb = env_int("COMMX_CUDA_MAX_BLOCKS", t.max_blocks);
   t.max_blocks = static_cast<int>(std::clamp<int64_t>(mb, 1, kMaxBlocks));
   mb = env_int("COMMX_CUDA_MAX_BLOCKS_LARGE", t.max_blocks_large);

@@ -25,6 +25,9 @@ struct Tuning {
   uint64_t buffer_bytes = 0;      // COMMX_CUDA_BUFFER_BYTES: one half of the registered buffer
   int max_blocks = 0;             // COMMX_CUDA_MAX_BLOCKS: latency paths (LL, flat)
   int max_blocks_large = 0;       // COMMX_CUDA_MAX_BLOCKS_LARGE: bandwidth paths (tree, exchange)
+  // COMMX_CUDA_POLL_SLEEP_NS / hint poll_sleep_ns: the longest sleep between two polls of a
+  // device-side wait once it has missed kTightPolls times (sync_device.cuh); 0 never sleeps.
+  unsigned int poll_sleep_ns = 0;
 
   // Defaults for `world` ranks on a GPU with `sms` multiprocessors, then env, then comm hints.
   // ll128_links: the GPUs are linked so that LL128 is safe (PeerMemory::atomic_links); when false

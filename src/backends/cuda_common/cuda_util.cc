@@ -110,4 +110,16 @@ bool is_capturing(cudaStream_t s) {
   return st != cudaStreamCaptureStatusNone;
 }
 
+RelaxedCaptureMode::RelaxedCaptureMode() {
+  if (cudaThreadExchangeStreamCaptureMode(&prev_) != cudaSuccess) {
+    cudaGetLastError();
+    prev_ = cudaStreamCaptureModeRelaxed;  // nothing to restore
+  }
+}
+
+RelaxedCaptureMode::~RelaxedCaptureMode() {
+  if (prev_ != cudaStreamCaptureModeRelaxed && cudaThreadExchangeStreamCaptureMode(&prev_) != cudaSuccess)
+    cudaGetLastError();
+}
+
 }  // namespace commx::cuda

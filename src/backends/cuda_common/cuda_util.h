@@ -60,4 +60,20 @@ const void* op_stream(const OpDesc& op);
 // Whether `s` is being captured into a CUDA graph (no events may be recorded or waited then).
 bool is_capturing(cudaStream_t s);
 
+// While alive, this thread's stream-capture mode is relaxed: it may query events and pointers
+// while a capture is under way (on this thread, or on any thread in the default global mode).
+// Without it, a query of an eager op's event (a Work polled or dropped while torch captures a
+// graph) is an "unsafe" call that invalidates the capture. The queries themselves never touch
+// the captured stream. PyTorch guards its allocator's and watchdog's queries the same way.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode();
+  ~RelaxedCaptureMode();
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode prev_ = cudaStreamCaptureModeRelaxed;
+};
+
 }  // namespace commx::cuda

@@ -109,7 +109,11 @@ void EventWork::poll() {
     fail(e, s);
     return;
   }
-  cudaError_t q = cudaEventQuery(event_);
+  cudaError_t q;
+  {
+    RelaxedCaptureMode relaxed;  // a Work may be polled or dropped while a graph is captured
+    q = cudaEventQuery(event_);
+  }
   if (q == cudaSuccess) {
     // The op may have reported its error just before finishing.
     std::exception_ptr late = hooks_.poll_error ? hooks_.poll_error() : nullptr;

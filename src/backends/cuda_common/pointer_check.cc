@@ -37,6 +37,7 @@ std::string role_name(const char* role, int index) {
 // for memory CUDA does not know; [start, end) = its allocation (end 0 when unknown). False when
 // CUDA cannot tell (the pointer then passes).
 bool PointerCheck::where_is(uintptr_t p, int& owner, uintptr_t& start, uintptr_t& end) {
+  RelaxedCaptureMode relaxed;  // tensors are checked while torch captures graphs too
   cudaPointerAttributes a{};
   if (cudaPointerGetAttributes(&a, reinterpret_cast<const void*>(p)) != cudaSuccess) {
     cudaGetLastError();
