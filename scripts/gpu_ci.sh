@@ -42,6 +42,10 @@ if [ "${GPU_CI_BENCH:-1}" = 1 ]; then
   [ "${GPU_CI_QUICK:-0}" = 1 ] && ARGS="--ranks $NR --backend cuda,nccl --dtypes bf16 --ops all_reduce --modes eager,graph --min 8 --max 256M --factor 4 --reps 5"
   echo "command: commx-gpu-bench $ARGS ${BENCH_ARGS:-}" >> "$OUT/machine.txt"
   timeout 300 "$BUILD/bin/commx-gpu-bench" $ARGS ${BENCH_ARGS:-} --json "$OUT/allreduce.json" --md "$LOGS/allreduce.md" > "$LOGS/bench.log" 2>&1 || rc=1
+  # A late rank (host-bound clients never issue in lock-step): each rank-1 op starts 20 us late.
+  timeout 120 "$BUILD/bin/commx-gpu-bench" --ranks "$NR" --backend cuda,nccl --dtypes bf16 --ops all_reduce \
+    --modes eager --min 8 --max 64M --factor 8 --reps 5 --skew-us 20 \
+    --json "$OUT/allreduce_skew.json" --md "$LOGS/allreduce_skew.md" >> "$LOGS/bench.log" 2>&1 || rc=1
   if [ "${GPU_CI_COLL:-1}" = 1 ]; then
     timeout 200 "$BUILD/bin/commx-gpu-bench" --ranks "$NR" --backend cuda,nccl --dtypes bf16 \
       --ops all_gather,reduce_scatter,all_to_all --modes graph,eager --min 1K --max 256M --factor 4 --reps 5 \

@@ -54,10 +54,11 @@ export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 say "build ok ($BUILD, build-py-gpu)"
 
 rc=0
+[ "${GPU_PY_TESTS:-1}" = 1 ] || exit 0  # build only
 # GPU tests: every binding on CUDA tensors (cuda and nccl backends), the process group, DeviceMesh,
 # quick start and FSDP2-vs-NCCL under torchrun (-s: the losses and torchrun output are logged).
 say "== GPU tests: test_cuda.py + test_torch.py -k cuda"
-timeout "${GPU_PY_TIMEOUT:-480}" "$PY" -m pytest tests/python/test_cuda.py tests/python/test_torch.py \
+timeout "${GPU_PY_TIMEOUT:-480}" "$PY" -m pytest tests/python/test_cuda.py tests/python/test_cuda_graphs.py tests/python/test_torch.py \
   -k "${GPU_PY_K:-cuda}" -v -s -rA --durations=0 -p no:cacheprovider >> "$LOG" 2>&1 || rc=1
 grep -E "^(tests/python/.*(PASSED|FAILED|SKIPPED|ERROR)|PASSED|FAILED|SKIPPED|ERROR) |fsdp2 (commx|nccl) losses|^=+ .* in [0-9.]+s" "$LOG" | tail -40
 if [ "${GPU_PY_CPU:-1}" = 1 ]; then

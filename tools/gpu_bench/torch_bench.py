@@ -97,7 +97,7 @@ class Clients:
         symm_mem.rendezvous(sbuf, self.group_name)
         sbuf.copy_(buf)
         self._symm_src = (buf, sbuf)
-        if nbytes <= self.args.symm_one_shot_max:
+        if nbytes <= self.args.symm_one_shot_max and hasattr(torch.ops.symm_mem, "one_shot_all_reduce_out"):
             out = torch.empty_like(buf)
             return (lambda: torch.ops.symm_mem.one_shot_all_reduce_out(sbuf, "sum", self.group_name, out)), out
         return (lambda: torch.ops.symm_mem.two_shot_all_reduce_(sbuf, "sum", self.group_name)), sbuf
