@@ -1,8 +1,10 @@
-// Python objects -> commx::Tensor through the DLPack protocol (`__dlpack__`), zero-copy.
+// Python objects -> commx::Tensor through the DLPack protocol (`__dlpack__`), zero-copy (plain
+// torch tensors: read directly, torch_tensor.h).
 // Layer: Python bindings.
 #include <string>
 
 #include "common.h"
+#include "torch_tensor.h"
 
 namespace commx_py {
 namespace {
@@ -11,18 +13,11 @@ constexpr int32_t kDLCudaDevice = 2;  // DLDeviceType kDLCUDA
 
 }  // namespace
 
-// The backend takes null as the legacy default stream, which is torch's default stream too.
-void* torch_current_stream(int device_index) {
-  py::module_ sys = py::module_::import("sys");
-  py::dict modules = sys.attr("modules");
-  if (!modules.contains("torch")) return nullptr;
-  py::object cuda = modules["torch"].attr("cuda");
-  py::object stream = cuda.attr("current_stream")(
-      device_index < 0 ? py::object(py::none()) : py::object(py::int_(device_index)));
-  return reinterpret_cast<void*>(stream.attr("cuda_stream").cast<uintptr_t>());
-}
-
 commx::Tensor to_tensor(py::handle obj, KeepAlive& keep, const char* what) {
+  if (std::optional<commx::Tensor> t = torch_tensor(obj, what)) {
+    keep.push_back(py::reinterpret_borrow<py::object>(obj));
+    return *t;
+  }
   if (!py::hasattr(obj, "__dlpack__")) {
     std::string type = py::str(py::type::handle_of(obj).attr("__name__"));
     throw commx::Error(

@@ -10,6 +10,7 @@
 
 #include "commx/error.h"
 #include "core/env.h"
+#include "cuda/allreduce_algorithms.h"
 #include "cuda/exchange.h"
 #include "cuda/kernels.h"
 #include "cuda/peer_set.h"
@@ -31,7 +32,7 @@ void CudaBackend::init(const BackendContext& ctx) {
   const std::string where = comm_context(ctx) + "cuda init: ";
   device_ = usable_device(ctx.device, where);
   DeviceGuard g(device_);
-  ptr_check_.bind(device_);
+  ops_.init(device_, where);
   int sms = 0;
   COMMX_CUDA_CHECK_CTX(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_), where);
   tuning_ = Tuning::resolve(ctx.size, sms, ctx.options.hints);
@@ -47,9 +48,6 @@ void CudaBackend::init(const BackendContext& ctx) {
                        where);
   COMMX_CUDA_CHECK_CTX(cudaMalloc(reinterpret_cast<void**>(&state_), sizeof(DevState)), where);
   COMMX_CUDA_CHECK_CTX(cudaMemset(state_, 0, sizeof(DevState)), where);
-  COMMX_CUDA_CHECK_CTX(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), where);
-  COMMX_CUDA_CHECK_CTX(cudaEventCreateWithFlags(&last_event_, cudaEventDisableTiming), where);
-  COMMX_CUDA_CHECK_CTX(cudaEventCreateWithFlags(&ready_event_, cudaEventDisableTiming), where);
 
   // Ranks on several hosts (or a forced host boundary): the hierarchical path (hierarchy.h).
   HostLayout layout;
@@ -166,41 +164,11 @@ std::exception_ptr CudaBackend::device_error(const std::string& where) const {
 
 void CudaBackend::enqueue_allreduce(const OpDesc& op, int out_rank, cudaStream_t s,
                                     const std::string& where) {
-  const int64_t n = op.input.count;
-  const size_t es = dtype_size(op.input.dtype);
-  const uint64_t bytes = static_cast<uint64_t>(n) * es;
-  const int world = ctx_.size;
-  const uint64_t half = tuning_.buffer_bytes;
-  PeerSet ps = peers(op);
-  ReduceSpec rs = make_reduce_spec(op.input.dtype, op.op, world,
-                                   aligned16(op.input.data) && aligned16(op.output.data));
-  AllReduceAlgo algo = choose_allreduce(tuning_, bytes, op.hints, where);
-  // LL and LL128 need every rank to receive (all_reduce only); reduce takes the flat path instead,
-  // as does an op too large for one buffer half.
-  if (algo == AllReduceAlgo::kLL && out_rank < 0 && ll_bytes_needed(n, es, world) <= half) {
-    launch_allreduce_ll(ps, op.input.data, op.output.data, n, rs,
-                        ll_blocks(bytes, tuning_.max_blocks), s);
-  } else if (algo == AllReduceAlgo::kLL128 && out_rank < 0 &&
-             ll128_bytes_needed(n, es, world) <= half) {
-    launch_allreduce_ll128(ps, op.input.data, op.output.data, n, rs,
-                           ll128_blocks(bytes, tuning_.max_blocks), s);
-  } else if ((algo == AllReduceAlgo::kFlat || algo == AllReduceAlgo::kLL ||
-              algo == AllReduceAlgo::kLL128) &&
-             flat_bytes_needed(n, es, world) <= half) {
-    launch_allreduce_flat(ps, op.input.data, op.output.data, n, out_rank, rs,
-                          blocks_for(bytes, tuning_.max_blocks), s);
-  } else {
-    // Tree, in chunks that fit one half of the buffer (the bandwidth path for large messages).
-    const int64_t unit = static_cast<int64_t>(16 / es) * world;
-    int64_t chunk = static_cast<int64_t>((half / 2 / world - 256) / es) * world;
-    chunk = std::max<int64_t>(chunk / unit * unit, unit);
-    for (int64_t off = 0; off < n; off += chunk) {
-      int64_t len = std::min(chunk, n - off);
-      launch_allreduce_tree(ps, static_cast<const char*>(op.input.data) + off * es,
-                            static_cast<char*>(op.output.data) + off * es, len, out_rank, rs,
-                            blocks_for(len * es / world, tuning_.max_blocks_large), s);
-    }
-  }
+  const AllReduceShape shape{op.input.data, op.output.data, op.input.count,
+                             dtype_size(op.input.dtype), ctx_.size, out_rank, tuning_.buffer_bytes};
+  const AllReduceAlgorithm& algo =
+      fitting_allreduce(choose_allreduce(tuning_, op.input.nbytes(), op.hints, where), shape);
+  algo.enqueue(peers(op), shape, op, tuning_, s);
   COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
 }
 
@@ -380,54 +348,22 @@ Work CudaBackend::delegate(const OpDesc& op, cudaStream_t s) {
 Work CudaBackend::run(const OpDesc& op, bool async_op) {
   const std::string where = op_context(ctx_, op);
   if (aborted_.load()) throw Error(ErrorCode::kAborted, where + "the cuda comm was aborted");
-  ptr_check_.check(op, where);
   if (std::exception_ptr e = device_error(where + "an earlier op failed: ")) std::rethrow_exception(e);
-  DeviceGuard g(device_);
-  cudaStream_t caller = caller_stream(op_stream(op));
-  const bool capturing = is_capturing(caller);
-  cudaStream_t s = caller;
-  if (async_op && !capturing) {
-    // The comm's stream starts after the caller's queued work and after the previous op.
-    if (have_last_ && last_stream_ != stream_)
-      COMMX_CUDA_CHECK_CTX(cudaStreamWaitEvent(stream_, last_done(), 0), where);
-    COMMX_CUDA_CHECK_CTX(cudaEventRecord(ready_event_, caller), where);
-    COMMX_CUDA_CHECK_CTX(cudaStreamWaitEvent(stream_, ready_event_, 0), where);
-    s = stream_;
-  } else if (!capturing && have_last_ && last_stream_ != s) {
-    // Ops of one comm run in issue order even when issued on different streams.
-    COMMX_CUDA_CHECK_CTX(cudaStreamWaitEvent(s, last_done(), 0), where);
-  }
-  Work w;
-  if ((hier_ && hier_->enqueue(op, s, where)) || enqueue_native(op, s, where)) {
-    if (capturing) {
-      w = Work(std::make_shared<DoneWork>());
-    } else {
-      EventWorkHooks hooks;
-      hooks.poll_error = [this, where] {
-        std::exception_ptr e = device_error(where);
-        return e || !hier_ ? e : hier_->inter_error();
-      };
-      hooks.on_timeout = [this] { abort(); };
-      // The device-side bound fires first and names the missing peer; the host bound is a backstop.
-      Timeout host_bound = op.timeout + op.timeout / 10 + std::chrono::milliseconds(200);
-      auto ew = std::make_shared<EventWork>(s, device_, host_bound, where, gate_.guard(std::move(hooks)));
-      // Later ops on other streams wait for this op's own completion event.
-      last_work_ = ew;
-      w = Work(std::move(ew));
-    }
-  } else {
+  EventWorkHooks hooks;
+  hooks.poll_error = [this, where] {
+    std::exception_ptr e = device_error(where);
+    return e || !hier_ ? e : hier_->inter_error();
+  };
+  hooks.on_timeout = [this] { abort(); };
+  // The device-side bound fires first and names the missing peer; the host bound is a backstop.
+  const Timeout host_bound = op.timeout + op.timeout / 10 + std::chrono::milliseconds(200);
+  auto enqueue = [&](cudaStream_t s) -> std::optional<Work> {
+    if ((hier_ && hier_->enqueue(op, s, where)) || enqueue_native(op, s, where)) return std::nullopt;
     if (!native_problem_.empty() && !nccl_ready_)
       throw Error(ErrorCode::kUnsupported, where + native_problem_);
-    w = delegate(op, s);
-    last_work_.reset();
-  }
-  if (!capturing) {
-    if (!last_work_) COMMX_CUDA_CHECK_CTX(cudaEventRecord(last_event_, s), where);
-    last_stream_ = s;
-    have_last_ = true;
-  }
-  if (op.type == OpType::kBarrier && !async_op && !capturing) w.wait_blocking();
-  return w;
+    return delegate(op, s);
+  };
+  return ops_.run(op, async_op, where, enqueue, std::move(hooks), host_bound);
 }
 
 void CudaBackend::abort() {
@@ -443,47 +379,29 @@ void CudaBackend::finalize() {
   if (device_ < 0) return;  // init failed before it touched the device
   DeviceGuard g(device_);
   // Works that outlive the comm stop calling into it; they keep the comm's last device error.
-  auto close_gate = [this] {
-    gate_.close(device_error(comm_context(ctx_)));
-  };
+  auto close_gate = [this] { ops_.close_gate(device_error(comm_context(ctx_))); };
   // Kernels may still touch peer memory: let them end (they are bounded) before unmapping.
-  if (have_last_) {
-    auto deadline = std::chrono::steady_clock::now() + ctx_.options.timeout.value_or(kDefaultTimeout);
-    bool aborted = false;
-    RelaxedCaptureMode relaxed;  // a comm may be dropped while another stream captures
-    while (cudaEventQuery(last_done()) == cudaErrorNotReady) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        if (aborted) {
-          // Only a kernel that is not ours (an NCCL step waiting for a dead peer) gets here; its
-          // memory stays mapped rather than pulled from under it.
-          std::cerr << "commx cuda: comm '" << ctx_.comm_name << "' rank " << ctx_.rank
-                    << ": work still running at finalize; its buffers are left mapped\n";
-          close_gate();
-          return;
-        }
-        ctl_host_->abort = 1;
-        if (nccl_ && nccl_ready_) nccl_->abort();  // its comm must not be destroyed while stuck
-        if (hier_) hier_->abort();
-        aborted = true;
-        deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
+  auto deadline = std::chrono::steady_clock::now() + ctx_.options.timeout.value_or(kDefaultTimeout);
+  if (!ops_.wait_idle(deadline)) {
+    ctl_host_->abort = 1;
+    if (nccl_ && nccl_ready_) nccl_->abort();  // its comm must not be destroyed while stuck
+    if (hier_) hier_->abort();
+    if (!ops_.wait_idle(std::chrono::steady_clock::now() + std::chrono::seconds(5))) {
+      // Only a kernel that is not ours (an NCCL step waiting for a dead peer) gets here; its
+      // memory stays mapped rather than pulled from under it.
+      std::cerr << "commx cuda: comm '" << ctx_.comm_name << "' rank " << ctx_.rank
+                << ": work still running at finalize; its buffers are left mapped\n";
+      close_gate();
+      return;
     }
-    cudaGetLastError();
   }
   close_gate();
-  last_work_.reset();
   if (hier_) hier_->finalize();
   if (nccl_ && nccl_ready_) nccl_->finalize();
   nccl_.reset();
   lowp_.close();
   if (pm_) pm_->close();
-  if (last_event_) cudaEventDestroy(last_event_);
-  last_event_ = nullptr;
-  if (ready_event_) cudaEventDestroy(ready_event_);
-  ready_event_ = nullptr;
-  if (stream_) cudaStreamDestroy(stream_);
-  stream_ = nullptr;
+  ops_.release();
   if (state_) cudaFree(state_);
   state_ = nullptr;
   if (ctl_host_) cudaFreeHost(ctl_host_);

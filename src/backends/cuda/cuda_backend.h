@@ -18,8 +18,7 @@
 #include "cuda/lowp_cuda.h"
 #include "cuda/peer_memory.h"
 #include "cuda/tuning.h"
-#include "cuda_common/event_work.h"
-#include "cuda_common/pointer_check.h"
+#include "cuda_common/device_ops.h"
 
 namespace commx::cuda {
 
@@ -63,16 +62,7 @@ class CudaBackend : public Backend {
   HostCtl* ctl_host_ = nullptr;
   HostCtl* ctl_dev_ = nullptr;
   DevState* state_ = nullptr;
-  cudaStream_t stream_ = nullptr;    // the comm's stream (async_op=true)
-  // End of the last op (its Work's event, else last_event_): orders ops issued on other streams.
-  cudaEvent_t last_done() const { return last_work_ ? last_work_->event() : last_event_; }
-  std::shared_ptr<EventWork> last_work_;
-  HookGate gate_;  // closed at finalize
-  PointerCheck ptr_check_;  // tensors must be memory of this GPU
-  cudaEvent_t last_event_ = nullptr;
-  cudaEvent_t ready_event_ = nullptr;  // work queued on the caller's stream before an async op
-  cudaStream_t last_stream_ = nullptr;
-  bool have_last_ = false;
+  DeviceOps ops_;  // streams, ordering, buffer checks and Works of every op
   std::unique_ptr<Backend> nccl_;
   bool nccl_ready_ = false;
   std::string nccl_problem_;  // why no NCCL delegate can exist (e.g. ranks sharing a GPU)

@@ -98,11 +98,11 @@ AllReduceAlgo choose_allreduce(const Tuning& t, uint64_t bytes, const Hints& op_
   if (auto it = op_hints.find("algorithm"); it != op_hints.end()) {
     if (it->second == "ll") return AllReduceAlgo::kLL;
     if (it->second == "ll128") return AllReduceAlgo::kLL128;
-    if (it->second == "flat") return AllReduceAlgo::kFlat;
-    if (it->second == "tree") return AllReduceAlgo::kTree;
+    if (it->second == "flat" || it->second == "one_shot") return AllReduceAlgo::kFlat;
+    if (it->second == "tree" || it->second == "two_shot") return AllReduceAlgo::kTree;
     if (it->second == "nccl") return AllReduceAlgo::kNccl;
     throw Error(ErrorCode::kInvalidArgument, where + "unknown all_reduce algorithm hint '" +
-                                                 it->second + "' (want ll, ll128, flat, tree or nccl)");
+                                                 it->second + "' (want ll, ll128, flat (one_shot), tree (two_shot) or nccl)");
   }
   if (!t.dda_enable) return AllReduceAlgo::kNccl;
   if (bytes > t.ll128_min_bytes && bytes <= t.ll128_max_bytes) return AllReduceAlgo::kLL128;

@@ -71,7 +71,6 @@ void NcclBackend::init(const BackendContext& ctx) {
   device_ = cuda::usable_device(ctx.device, where);  // first: a missing GPU is the clearer error
   api_ = &api();
   cuda::DeviceGuard g(device_);
-  ptr_check_.bind(device_);
   ncclUniqueId id;
   if (ctx.rank == 0) {
     ncclResult_t r = api_->GetUniqueId(&id);
@@ -87,7 +86,7 @@ void NcclBackend::init(const BackendContext& ctx) {
   ncclResult_t r = api_->CommInitRank(&comm_, ctx.size, id, ctx.rank);
   if (r != ncclSuccess)
     throw Error(ErrorCode::kNccl, where + "ncclCommInitRank: " + api_->GetErrorString(r));
-  COMMX_CUDA_CHECK_CTX(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), where);
+  ops_.init(device_, where);
   COMMX_CUDA_CHECK_CTX(cudaMalloc(reinterpret_cast<void**>(&scratch_), sizeof(float)), where);
   COMMX_CUDA_CHECK_CTX(cudaMemset(scratch_, 0, sizeof(float)), where);
 }
@@ -284,25 +283,8 @@ void NcclBackend::enqueue(const OpDesc& op, cudaStream_t s) {
 }
 
 Work NcclBackend::run(const OpDesc& op, bool async_op) {
-  if (aborted_.load())
-    throw Error(ErrorCode::kAborted, op_context(ctx_, op) + "the nccl comm was aborted");
-  cuda::DeviceGuard g(device_);
-  std::string where = op_context(ctx_, op);
-  ptr_check_.check(op, where);
-  cudaStream_t caller = cuda::caller_stream(cuda::op_stream(op));
-  bool capturing = cuda::is_capturing(caller);
-  cudaStream_t s = caller;
-  if (async_op && !capturing) {
-    // The comm's stream starts after work already queued on the caller's stream.
-    cudaEvent_t ready;
-    COMMX_CUDA_CHECK_CTX(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), where);
-    cudaEventRecord(ready, caller);
-    cudaStreamWaitEvent(stream_, ready, 0);
-    cudaEventDestroy(ready);
-    s = stream_;
-  }
-  enqueue(op, s);
-  if (capturing) return Work(std::make_shared<cuda::DoneWork>());
+  const std::string where = op_context(ctx_, op);
+  if (aborted_.load()) throw Error(ErrorCode::kAborted, where + "the nccl comm was aborted");
   cuda::EventWorkHooks hooks;
   hooks.poll_error = [this, where]() -> std::exception_ptr {
     ncclResult_t ae = ncclSuccess;
@@ -316,11 +298,11 @@ Work NcclBackend::run(const OpDesc& op, bool async_op) {
     return nullptr;
   };
   hooks.on_timeout = [this] { abort_comm(); };
-  auto w = std::make_shared<cuda::EventWork>(s, device_, op.timeout, where,
-                                               gate_.guard(std::move(hooks)));
-  Work work(w);
-  if (op.type == OpType::kBarrier && !async_op) work.wait_blocking();  // a barrier blocks the host
-  return work;
+  auto enqueue_on = [&](cudaStream_t s) -> std::optional<Work> {
+    enqueue(op, s);
+    return std::nullopt;
+  };
+  return ops_.run(op, async_op, where, enqueue_on, std::move(hooks), op.timeout);
 }
 
 void NcclBackend::abort_comm() {
@@ -342,7 +324,7 @@ void NcclBackend::abort() { abort_comm(); }
 
 void NcclBackend::finalize() {
   // Works that outlive the comm stop calling into it (an aborted comm leaves them failed).
-  gate_.close(aborted_ ? aborted_error(comm_context(ctx_)) : nullptr);
+  ops_.close_gate(aborted_ ? aborted_error(comm_context(ctx_)) : nullptr);
   std::lock_guard<std::mutex> lk(abort_mu_);
   if (comm_ && !comm_gone_) {
     cuda::DeviceGuard g(device_);
@@ -350,8 +332,7 @@ void NcclBackend::finalize() {
   }
   comm_gone_ = true;
   comm_ = nullptr;
-  if (stream_) cudaStreamDestroy(stream_);
-  stream_ = nullptr;
+  ops_.release();
   if (scratch_) cudaFree(scratch_);
   scratch_ = nullptr;
 }

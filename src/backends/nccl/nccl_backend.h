@@ -11,8 +11,7 @@
 #include <string>
 
 #include "commx/backend.h"
-#include "cuda_common/event_work.h"
-#include "cuda_common/pointer_check.h"
+#include "cuda_common/device_ops.h"
 #include "nccl/nccl_api.h"
 
 namespace commx::nccl {
@@ -40,11 +39,9 @@ class NcclBackend : public Backend {
   BackendContext ctx_;
   int device_ = -1;  // set once init found the device usable
   ncclComm_t comm_ = nullptr;
-  cudaStream_t stream_ = nullptr;  // the comm's stream for async_op=true
   float* scratch_ = nullptr;       // one float for barrier
   std::mutex abort_mu_;
-  cuda::HookGate gate_;  // closed at finalize
-  cuda::PointerCheck ptr_check_;  // tensors must be memory of this GPU
+  cuda::DeviceOps ops_;  // streams, ordering, buffer checks and Works of every op
   std::atomic<bool> aborted_{false};
   bool comm_gone_ = false;  // guarded by abort_mu_
 };

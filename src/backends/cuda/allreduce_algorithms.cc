@@ -1,0 +1,81 @@
+// The cuda backend's all_reduce table (see allreduce_algorithms.h). Layer: backends (cuda).
+#include "cuda/allreduce_algorithms.h"
+
+#include <algorithm>
+
+#include "commx/error.h"
+#include "cuda/exchange.h"
+#include "cuda/kernels.h"
+
+namespace commx::cuda {
+namespace {
+
+ReduceSpec spec_of(const AllReduceShape& a, const OpDesc& op) {
+  return make_reduce_spec(op.input.dtype, op.op, a.world, aligned16(a.in) && aligned16(a.out));
+}
+
+uint64_t bytes_of(const AllReduceShape& a) { return static_cast<uint64_t>(a.n) * a.elem; }
+
+bool ll_fits(const AllReduceShape& a) {
+  return a.out_rank < 0 && ll_bytes_needed(a.n, a.elem, a.world) <= a.half;
+}
+void ll_enqueue(const PeerSet& ps, const AllReduceShape& a, const OpDesc& op, const Tuning& t,
+                cudaStream_t s) {
+  launch_allreduce_ll(ps, a.in, a.out, a.n, spec_of(a, op), ll_blocks(bytes_of(a), t.max_blocks), s);
+}
+
+bool ll128_fits(const AllReduceShape& a) {
+  return a.out_rank < 0 && ll128_bytes_needed(a.n, a.elem, a.world) <= a.half;
+}
+void ll128_enqueue(const PeerSet& ps, const AllReduceShape& a, const OpDesc& op, const Tuning& t,
+                   cudaStream_t s) {
+  launch_allreduce_ll128(ps, a.in, a.out, a.n, spec_of(a, op), ll128_blocks(bytes_of(a), t.max_blocks), s);
+}
+
+bool flat_fits(const AllReduceShape& a) { return flat_bytes_needed(a.n, a.elem, a.world) <= a.half; }
+void flat_enqueue(const PeerSet& ps, const AllReduceShape& a, const OpDesc& op, const Tuning& t,
+                  cudaStream_t s) {
+  launch_allreduce_flat(ps, a.in, a.out, a.n, a.out_rank, spec_of(a, op),
+                        blocks_for(bytes_of(a), t.max_blocks), s);
+}
+
+// Two-shot (reduce-scatter into owners, then all-gather), in chunks that fit one buffer half:
+// the bandwidth path, and the one that always fits.
+bool two_shot_fits(const AllReduceShape&) { return true; }
+void two_shot_enqueue(const PeerSet& ps, const AllReduceShape& a, const OpDesc& op, const Tuning& t,
+                      cudaStream_t s) {
+  const ReduceSpec rs = spec_of(a, op);
+  const int64_t es = static_cast<int64_t>(a.elem);
+  const int64_t unit = (16 / es) * a.world;
+  int64_t chunk = static_cast<int64_t>((a.half / 2 / a.world - 256) / a.elem) * a.world;
+  chunk = std::max<int64_t>(chunk / unit * unit, unit);
+  for (int64_t off = 0; off < a.n; off += chunk) {
+    const int64_t len = std::min(chunk, a.n - off);
+    launch_allreduce_tree(ps, static_cast<const char*>(a.in) + off * es,
+                          static_cast<char*>(a.out) + off * es, len, a.out_rank, rs,
+                          blocks_for(static_cast<uint64_t>(len * es) / a.world, t.max_blocks_large), s);
+  }
+}
+
+const AllReduceAlgorithm kTable[] = {
+    {AllReduceAlgo::kLL, ll_fits, ll_enqueue, AllReduceAlgo::kFlat},
+    {AllReduceAlgo::kLL128, ll128_fits, ll128_enqueue, AllReduceAlgo::kFlat},
+    {AllReduceAlgo::kFlat, flat_fits, flat_enqueue, AllReduceAlgo::kTree},
+    {AllReduceAlgo::kTree, two_shot_fits, two_shot_enqueue, AllReduceAlgo::kTree},
+};
+
+}  // namespace
+
+const AllReduceAlgorithm& allreduce_algorithm(AllReduceAlgo id) {
+  for (const AllReduceAlgorithm& a : kTable)
+    if (a.id == id) return a;
+  throw Error(ErrorCode::kInternal, std::string("cuda: no all_reduce algorithm '") + algo_name(id) + "'");
+}
+
+const AllReduceAlgorithm& fitting_allreduce(AllReduceAlgo preferred, const AllReduceShape& a) {
+  const AllReduceAlgorithm* row = &allreduce_algorithm(preferred);
+  while (!row->fits(a)) row = &allreduce_algorithm(row->fallback);
+  return *row;
+}
+
+}  // namespace commx::cuda
