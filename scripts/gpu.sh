@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one GPU entry point: builds commx with the GPU backends and runs the suites named, in order,
-# in one call on a GPU machine (with the device tool: `bash scripts/gpu.sh test python bench`).
+# in one run on a GPU machine (`bash scripts/gpu.sh test python bench`).
 #   test     the C++ GPU suites (cuda, FP8, hierarchical, VMM, fd passing)
 #   python   the Python/torch GPU tests (every binding, CUDA graphs as PyTorch captures them,
 #            the "commx" process group, DeviceMesh, FSDP2 against NCCL under torchrun)
@@ -9,7 +9,7 @@
 #            (tools/gpu_bench/decode_bench.py)
 #   scaling  the 2/4/8-GPU scaling comparison (scripts/gpu_scaling.sh)
 # Results go to $OUT (default bench/results/local): the summaries (report.md, torch_bench.md,
-# decode.md, summary.txt) and everything else packed in results.tar.gz (the device tool returns at
+# decode.md, summary.txt) and everything else packed in results.tar.gz (a remote runner may return at
 # most 8 files). Env of the underlying scripts applies (GPU_CI_*, GPU_PY_*); TORCH_BENCH_ARGS and
 # DECODE_ARGS add arguments.
 set -uo pipefail

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: builds commx with the GPU backends, runs the GPU tests (label gpu)
 # and the cuda-vs-nccl benchmark (plus PyTorch symm_mem for reference), writing everything to
-# $OUT (default bench/results/local). Used with the device tool: `cd .gpuwt && bash scripts/gpu_ci.sh`.
+# $OUT (default bench/results/local). Usage: `bash scripts/gpu_ci.sh` (or `bash scripts/gpu.sh test bench`).
 # Env: GPU_CI_TESTS=0 skips tests, GPU_CI_BENCH=0 skips the benchmark, GPU_CI_QUICK=1 runs a
 # shorter benchmark, GPU_CI_SYMM=0 skips symm_mem, BENCH_ARGS adds commx-gpu-bench arguments.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/bench/results/local}
 mkdir -p "$OUT"
-# Logs go to LOGS and are packed into $OUT/logs.tar.gz at the end (the device tool returns at
+# Logs go to LOGS and are packed into $OUT/logs.tar.gz at the end (a remote runner may return at
 # most 8 files): machine.txt, gpu_tests.log, allreduce.json, collectives.json, symm_mem.json,
 # report.md (cuda vs nccl vs symm_mem against the targets), allreduce_bf16.svg, logs.tar.gz.
 LOGS=$(mktemp -d)

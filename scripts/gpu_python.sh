@@ -6,7 +6,7 @@
 # against NCCL under torchrun), then the CPU Python suite on this machine's torch (GPU_PY_CPU=0
 # skips it). Everything goes to $OUT/python_gpu.log (OUT default bench/results/local); the summary
 # is printed. Reuses build-gpu/ when scripts/gpu_ci.sh built it; else builds build-gpu-py/.
-# Usage (device tool): bash scripts/gpu_python.sh
+# Usage (on a machine with 2 GPUs): bash scripts/gpu_python.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/bench/results/local}

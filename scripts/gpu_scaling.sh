@@ -3,12 +3,12 @@
 # (bf16, f32) at world sizes 2 and 4 (or 8), graph-captured and eager, FP8 all_reduce, the other
 # collectives, threshold sweeps per algorithm, init time, and world size 2x GPUs (two ranks per
 # GPU: correctness only).
-# Writes logs and JSON to $OUT. Usage: bash scripts/gpu_scaling.sh (device tool: carry .gpudeps).
+# Writes logs and JSON to $OUT. Usage: bash scripts/gpu_scaling.sh (GoogleTest from .gpudeps when the machine has none).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 FINAL=${OUT:-$PWD/bench/results/scaling-local}
 mkdir -p "$FINAL"
-# Work in a scratch folder and pack it into $FINAL after every step (the device tool returns at
+# Work in a scratch folder and pack it into $FINAL after every step (a remote runner may return at
 # most 8 files, and whatever is there when a step overruns the call's limit).
 OUT=$(mktemp -d)
 pack() { tar -czf "$FINAL/scaling.tar.gz" -C "$OUT" . ; cp "$OUT/scaling.log" "$OUT"/*.md "$FINAL/" 2>/dev/null; }

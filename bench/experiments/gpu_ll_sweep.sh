@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage (device tool, after scripts/gpu_ci.sh built build-gpu/): bash scripts/gpu_ll_sweep.sh
+# Usage (GPU machine, after scripts/gpu_ci.sh built build-gpu/): bash bench/experiments/gpu_ll_sweep.sh
 # LL vs LL128 one-shot all_reduce (cuda, bf16/f32, graph, 64 KiB..1 MiB) with nccl for reference;
 # LL128 also at 128/256/512 threads per block (COMMX_CUDA_LL_THREADS).
 B=build-gpu/bin/commx-gpu-bench

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage (device tool, after scripts/gpu_ci.sh built build-gpu/): bash scripts/gpu_ll128_crossover.sh
+# Usage (GPU machine, after scripts/gpu_ci.sh built build-gpu/): bash bench/experiments/gpu_ll128_crossover.sh
 # Where LL128 should take over from LL and hand over to flat (2 ranks, bf16, graph-captured
 # all_reduce): each algorithm forced over its range, then the default choice beside NCCL.
 B=build-gpu/bin/commx-gpu-bench

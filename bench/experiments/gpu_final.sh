@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The session's last GPU call in one budget (2 GPUs): build, FP8 benchmark (issue 5), the GPU tests
-# touched last (shared-GPU grids, hierarchical timeout), then the Python GPU tests with whatever time
-# is left of GPU_FINAL_BUDGET seconds. Everything lands in $OUT. Usage: bash scripts/gpu_final.sh
+# One GPU run within a time budget (2 GPUs): build, the FP8 benchmark, the GPU tests
+# of shared-GPU grids and the hierarchical timeout, then the Python GPU tests with whatever time
+# is left of GPU_FINAL_BUDGET seconds. Everything lands in $OUT. Usage: bash bench/experiments/gpu_final.sh
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/bench/results/local}
 mkdir -p "$OUT"
 T0=$(date +%s)

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Usage (device tool, repository root): bash scripts/gpu_ll128.sh
+# Usage (GPU machine, repository root): bash bench/experiments/gpu_ll128.sh
 # First GPU run of the opt-in LL128 all_reduce: builds build-gpu/, runs its tests (ipc and vmm peer
 # memory, the GPU-side timeout) and the LL vs LL128 vs NCCL sweep; logs to $OUT (default
 # bench/results/local): ll128_tests.log, ll_sweep.log.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/bench/results/local}
 mkdir -p "$OUT"
 . scripts/gpu_env.sh
@@ -18,4 +18,4 @@ F='CudaBackend.AllReduceLL128:CudaBackend.PeerThatNeverArrivesTimesOutOnTheGpu'
   echo "=== vmm"; time COMMX_CUDA_PEER_MEM=vmm timeout 240 $T --gtest_filter=CudaBackend.AllReduceLL128
 } > "$OUT/ll128_tests.log" 2>&1
 grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) +\]|^real|rank [0-9]:" "$OUT/ll128_tests.log" | head -40
-bash scripts/gpu_ll_sweep.sh 2>&1 | tee "$OUT/ll_sweep.log"
+bash bench/experiments/gpu_ll_sweep.sh 2>&1 | tee "$OUT/ll_sweep.log"
