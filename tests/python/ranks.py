@@ -55,6 +55,16 @@ def make_store(rank, size, port, timeout=60):
     return dist.TCPStore(HOST, port, size, rank == 0, timedelta(seconds=timeout))
 
 
+def gpu_count():
+    """GPUs torch sees, without initialising CUDA in this (forking) parent where torch can (NVML);
+    0 without torch or a driver."""
+    try:
+        import torch
+        return torch.cuda.device_count()
+    except Exception:  # noqa: BLE001 - no torch, no driver
+        return 0
+
+
 def gpu_env():
     """Environment for GPU ranks (inherited by spawned ranks and torchrun): NCCL for the nccl
     backend and the cuda backend's delegated ops (COMMX_NCCL_LIBRARY, else the `nvidia.nccl` pip

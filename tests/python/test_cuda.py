@@ -12,22 +12,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import commx  # noqa: E402
-from ranks import gpu_env, run_ranks  # noqa: E402
-
-
-def _gpus():
-    # NVML-based where torch can: does not initialise CUDA in this (forking) parent.
-    try:
-        return torch.cuda.device_count()
-    except Exception:  # noqa: BLE001 - no driver
-        return 0
-
+from ranks import gpu_count, gpu_env, run_ranks  # noqa: E402
 
 # COMMX_TEST_CUDA_AS_CPU=1 runs the same checks on CPU tensors with the cpu backend (the stream
 # tests excepted): it checks this file's references and bookkeeping where there is no GPU.
 AS_CPU = os.environ.get("COMMX_TEST_CUDA_AS_CPU") == "1"
 DEV = "cpu" if AS_CPU else "cuda"
-pytestmark = pytest.mark.skipif(not AS_CPU and _gpus() < 2, reason="needs 2 GPUs")
+pytestmark = pytest.mark.skipif(not AS_CPU and gpu_count() < 2, reason="needs 2 GPUs")
 
 BACKENDS = ["cpu"] if AS_CPU else ["cuda", "nccl"]
 TIMEOUT = 240  # per test: spawn imports torch in every rank

@@ -12,17 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import commx  # noqa: E402
-from ranks import gpu_env, run_ranks  # noqa: E402
+from ranks import gpu_count, gpu_env, run_ranks  # noqa: E402
 
-
-def _gpus():
-    try:
-        return torch.cuda.device_count()
-    except Exception:  # noqa: BLE001 - no driver
-        return 0
-
-
-pytestmark = pytest.mark.skipif(_gpus() < 2, reason="needs 2 GPUs")
+pytestmark = pytest.mark.skipif(gpu_count() < 2, reason="needs 2 GPUs")
 SUM = commx.ReduceOp.SUM
 
 

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+from torch_timing import capture, ready_all, time_replays
 
 
 class Model:
@@ -106,33 +107,16 @@ class Providers:
 
 
 def time_step(model, x0, ar, graph_steps, reps):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            model.step(x0, ar)
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        y = model.step(x0, ar)
+    g, y = capture(lambda: model.step(x0, ar), warmup=2)
     samples = []
-    for rep in range(reps + 1):
-        torch.cuda.synchronize()
-        dist.barrier()
-        torch.cuda.synchronize()
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        for _ in range(graph_steps):
-            g.replay()
-        e1.record()
-        e1.synchronize()
-        if rep:
-            samples.append(e0.elapsed_time(e1) * 1e3 / graph_steps)
+    for _ in range(reps + 1):
+        ready_all()
+        samples.append(time_replays(g, graph_steps))
     g.replay()
     torch.cuda.synchronize()
     out = y.float().clone()
     del g
-    return statistics.median(samples), out
+    return statistics.median(samples[1:]), out
 
 
 def worker(rank, a, port):

@@ -7,13 +7,7 @@ import argparse, json, os, sys
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-
-
-def sizes(lo, hi, factor):
-    s = lo
-    while s <= hi:
-        yield s
-        s *= factor
+from torch_timing import size_arg, sizes
 
 
 def worker(rank, args, port):
@@ -97,11 +91,6 @@ def worker(rank, args, port):
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(0), "ranks": args.ranks, "rows": rows}, f, indent=1)
     dist.destroy_process_group()
-
-
-def size_arg(s):
-    mul = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1].upper(), 1)
-    return int(float(s[:-1] if mul > 1 else s) * mul)
 
 
 def main():

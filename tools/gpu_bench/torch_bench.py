@@ -21,6 +21,7 @@ import time
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch_timing import capture, ready_all, size_arg, sizes, time_replays
 
 CLIENTS = {  # backend name in the rows -> how it is called
     "cuda": "commx Python API",
@@ -29,18 +30,6 @@ CLIENTS = {  # backend name in the rows -> how it is called
     "symm_mem": "torch symm_mem one_shot/two_shot",
 }
 DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32}
-
-
-def size_arg(s):
-    mul = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1].upper(), 1)
-    return int(float(s[:-1] if mul > 1 else s) * mul)
-
-
-def sizes(lo, hi, factor):
-    s = lo
-    while s <= hi:
-        yield s
-        s *= factor
 
 
 def spin_us(us):
@@ -105,9 +94,7 @@ class Clients:
 
 def time_eager(call, reset, ops, skew, rank, world):
     reset()
-    torch.cuda.synchronize()
-    dist.barrier()
-    torch.cuda.synchronize()
+    ready_all()
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     late = rank == world - 1
     e0.record()
@@ -122,33 +109,15 @@ def time_eager(call, reset, ops, skew, rank, world):
     return e0.elapsed_time(e1) * 1e3 / ops, (t1 - t0) * 1e6 / ops
 
 
-def capture(call, graph_ops):
-    """torch's documented recipe: warm up on a side stream, then capture with default settings."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            call()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(graph_ops):
-            call()
+def capture_ops(call, graph_ops):
+    g, _ = capture(lambda: [call() for _ in range(graph_ops)])
     return g
 
 
 def time_graph(g, reset, graph_ops, replays):
     reset()
-    torch.cuda.synchronize()
-    dist.barrier()
-    torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    for _ in range(replays):
-        g.replay()
-    e1.record()
-    e1.synchronize()
-    return e0.elapsed_time(e1) * 1e3 / (replays * graph_ops)
+    ready_all()
+    return time_replays(g, replays) / graph_ops
 
 
 def worker(rank, args, port):
@@ -196,7 +165,7 @@ def worker(rank, args, port):
                             host = statistics.median(s[1] for s in samples)
                         else:
                             try:
-                                g = capture(call, args.graph_ops)
+                                g = capture_ops(call, args.graph_ops)
                             except Exception as e:  # noqa: BLE001 - a client that cannot capture is a result
                                 if rank == 0:
                                     print(f"{name} {dname} {nbytes}: capture failed: {e}", flush=True)
@@ -206,12 +175,10 @@ def worker(rank, args, port):
                             us, host = statistics.median(samples), None
                             # The replayed graph must still compute the right sum.
                             reset()
-                            torch.cuda.synchronize()
-                            dist.barrier()
-                            one = capture(call, 1)
+                            ready_all()
+                            one = capture_ops(call, 1)
                             reset()
-                            torch.cuda.synchronize()
-                            dist.barrier()
+                            ready_all()
                             one.replay()
                             torch.cuda.synchronize()
                             base["wrong"] = max(base["wrong"], int((result.float() != ref).sum().item()))
