@@ -51,7 +51,7 @@ void two_shot_enqueue(const PeerSet& ps, const AllReduceShape& a, const OpDesc& 
   chunk = std::max<int64_t>(chunk / unit * unit, unit);
   for (int64_t off = 0; off < a.n; off += chunk) {
     const int64_t len = std::min(chunk, a.n - off);
-    launch_allreduce_tree(ps, static_cast<const char*>(a.in) + off * es,
+    launch_allreduce_two_shot(ps, static_cast<const char*>(a.in) + off * es,
                           static_cast<char*>(a.out) + off * es, len, a.out_rank, rs,
                           blocks_for(static_cast<uint64_t>(len * es) / a.world, t.max_blocks_large), s);
   }

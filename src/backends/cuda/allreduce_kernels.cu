@@ -1,4 +1,4 @@
-// DDA all-reduce kernels (flat one-shot and tree two-shot) and the reduce-scatter kernel.
+// DDA all-reduce kernels (flat one-shot, LL, LL128 and two-shot) and the reduce-scatter kernel.
 // Layer: backends (cuda). Inputs are pushed into the peers' registered buffers by the kernel
 // itself (copy-in inside the kernel), so user buffers need no registration and launches can be
 // captured into CUDA graphs. Reductions run in rank order 0..world-1 on every rank.
@@ -25,12 +25,43 @@ struct Reducer {
   __device__ __forceinline__ T finish(A v) const { return from_acc<T>(scaled ? v * scale : v); }
 };
 
+// The rank-order reduction every kernel here ends with: element(s) e of each rank's contribution,
+// rank `me`'s read from `own`, every other rank r's from region r (`region` bytes apart) of this
+// rank's buffer half `mine`, combined in the order 0..world-1 (bit-identical on every rank).
+template <typename T, int OP>
+__device__ __forceinline__ void reduce_pack(const Reducer<T, OP>& rd, int world, int me,
+                                            const T* own, bool aligned, const char* mine,
+                                            uint64_t region, int64_t e, T (&v)[kPack<T>]) {
+  using A = typename AccOf<T>::type;
+  constexpr int P = kPack<T>;
+  A acc[P];
+  for (int r = 0; r < world; ++r) {
+    if (r == me)
+      load_pack(own + e, aligned, v);
+    else
+      load_pack(reinterpret_cast<const T*>(mine + r * region) + e, true, v);
+#pragma unroll
+    for (int k = 0; k < P; ++k) acc[k] = r == 0 ? to_acc(v[k]) : combine<OP>(acc[k], to_acc(v[k]));
+  }
+#pragma unroll
+  for (int k = 0; k < P; ++k) v[k] = rd.finish(acc[k]);
+}
+
+template <typename T, int OP>
+__device__ __forceinline__ T reduce_elem(const Reducer<T, OP>& rd, int world, int me, const T* own,
+                                         const char* mine, uint64_t region, int64_t e) {
+  typename AccOf<T>::type acc = 0;
+  for (int r = 0; r < world; ++r) {
+    T v = r == me ? own[e] : reinterpret_cast<const T*>(mine + r * region)[e];
+    acc = r == 0 ? to_acc(v) : combine<OP>(acc, to_acc(v));
+  }
+  return rd.finish(acc);
+}
+
 template <typename T, int OP>
 __global__ void __launch_bounds__(kThreads) flat_kernel(PeerSet ps, const T* in, T* out, int64_t n,
                                                          int out_rank, Reducer<T, OP> rd,
                                                          bool aligned) {
-  using A = typename AccOf<T>::type;
-  constexpr int P = kPack<T>;
   const unsigned long long epoch = begin_op(ps);
   const uint64_t region = align256(n * sizeof(T));
   const int me = ps.rank, world = ps.world;
@@ -46,28 +77,11 @@ __global__ void __launch_bounds__(kThreads) flat_kernel(PeerSet ps, const T* in,
     for_block_packs<T>(
         n,
         [&](int64_t e) {
-          A acc[P];
-          T v[P];
-          for (int r = 0; r < world; ++r) {
-            if (r == me)
-              load_pack(in + e, aligned, v);
-            else
-              load_pack(reinterpret_cast<const T*>(mine + r * region) + e, true, v);
-#pragma unroll
-            for (int k = 0; k < P; ++k) acc[k] = r == 0 ? to_acc(v[k]) : combine<OP>(acc[k], to_acc(v[k]));
-          }
-#pragma unroll
-          for (int k = 0; k < P; ++k) v[k] = rd.finish(acc[k]);
+          T v[kPack<T>];
+          reduce_pack(rd, world, me, in, aligned, mine, region, e, v);
           store_pack(out + e, aligned, v);
         },
-        [&](int64_t e) {
-          A acc = 0;
-          for (int r = 0; r < world; ++r) {
-            T v = r == me ? in[e] : reinterpret_cast<const T*>(mine + r * region)[e];
-            acc = r == 0 ? to_acc(v) : combine<OP>(acc, to_acc(v));
-          }
-          out[e] = rd.finish(acc);
-        });
+        [&](int64_t e) { out[e] = reduce_elem(rd, world, me, in, mine, region, e); });
   }
   finish_op(ps, epoch);
 }
@@ -237,10 +251,9 @@ __global__ void __launch_bounds__(kThreads) flat_ll128_kernel(PeerSet ps, const 
 }
 
 template <typename T, int OP>
-__global__ void __launch_bounds__(kThreads) tree_kernel(PeerSet ps, const T* in, T* out, int64_t n,
+__global__ void __launch_bounds__(kThreads) two_shot_kernel(PeerSet ps, const T* in, T* out, int64_t n,
                                                          int out_rank, Reducer<T, OP> rd,
                                                          bool aligned) {
-  using A = typename AccOf<T>::type;
   constexpr int P = kPack<T>;
   const unsigned long long epoch = begin_op(ps);
   const int me = ps.rank, world = ps.world;
@@ -268,30 +281,15 @@ __global__ void __launch_bounds__(kThreads) tree_kernel(PeerSet ps, const T* in,
     for_block_packs<T>(
         len(me),
         [&](int64_t e) {
-          A acc[P];
           T v[P];
-          for (int r = 0; r < world; ++r) {
-            if (r == me)
-              load_pack(own + e, aligned, v);
-            else
-              load_pack(reinterpret_cast<const T*>(mine + r * sreg) + e, true, v);
-#pragma unroll
-            for (int k = 0; k < P; ++k) acc[k] = r == 0 ? to_acc(v[k]) : combine<OP>(acc[k], to_acc(v[k]));
-          }
-#pragma unroll
-          for (int k = 0; k < P; ++k) v[k] = rd.finish(acc[k]);
+          reduce_pack(rd, world, me, own, aligned, mine, sreg, e, v);
           if (want_out) store_pack(res + e, aligned, v);
           for (int q = 0; q < world; ++q)
             if (q != me && (out_rank < 0 || q == out_rank))
               store_pack(reinterpret_cast<T*>(half_of(ps, q, epoch) + gather) + e, true, v);
         },
         [&](int64_t e) {
-          A acc = 0;
-          for (int r = 0; r < world; ++r) {
-            T v = r == me ? own[e] : reinterpret_cast<const T*>(mine + r * sreg)[e];
-            acc = r == 0 ? to_acc(v) : combine<OP>(acc, to_acc(v));
-          }
-          T v = rd.finish(acc);
+          const T v = reduce_elem(rd, world, me, own, mine, sreg, e);
           if (want_out) res[e] = v;
           for (int q = 0; q < world; ++q)
             if (q != me && (out_rank < 0 || q == out_rank))
@@ -314,8 +312,6 @@ template <typename T, int OP>
 __global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(PeerSet ps, PtrList ins, T* out,
                                                                    int64_t n, Reducer<T, OP> rd,
                                                                    bool aligned) {
-  using A = typename AccOf<T>::type;
-  constexpr int P = kPack<T>;
   const unsigned long long epoch = begin_op(ps);
   const int me = ps.rank, world = ps.world;
   const uint64_t region = align256(n * sizeof(T));
@@ -330,32 +326,15 @@ __global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(PeerSet ps, Pt
   for_block_packs<T>(
       n,
       [&](int64_t e) {
-        A acc[P];
-        T v[P];
-        for (int r = 0; r < world; ++r) {
-          if (r == me)
-            load_pack(own + e, aligned, v);
-          else
-            load_pack(reinterpret_cast<const T*>(mine + r * region) + e, true, v);
-#pragma unroll
-          for (int k = 0; k < P; ++k) acc[k] = r == 0 ? to_acc(v[k]) : combine<OP>(acc[k], to_acc(v[k]));
-        }
-#pragma unroll
-        for (int k = 0; k < P; ++k) v[k] = rd.finish(acc[k]);
+        T v[kPack<T>];
+        reduce_pack(rd, world, me, own, aligned, mine, region, e, v);
         store_pack(out + e, aligned, v);
       },
-      [&](int64_t e) {
-        A acc = 0;
-        for (int r = 0; r < world; ++r) {
-          T v = r == me ? own[e] : reinterpret_cast<const T*>(mine + r * region)[e];
-          acc = r == 0 ? to_acc(v) : combine<OP>(acc, to_acc(v));
-        }
-        out[e] = rd.finish(acc);
-      });
+      [&](int64_t e) { out[e] = reduce_elem(rd, world, me, own, mine, region, e); });
   finish_op(ps, epoch);
 }
 
-enum class Kind { kFlat, kFlatLL, kFlatLL128, kTree, kReduceScatter, kReduceScatterLL };
+enum class Kind { kFlat, kFlatLL, kFlatLL128, kTwoShot, kReduceScatter, kReduceScatterLL };
 
 template <typename T, int OP>
 void launch_typed(Kind kind, const PeerSet& ps, const void* in, const PtrList* ins, void* out,
@@ -381,8 +360,8 @@ void launch_typed(Kind kind, const PeerSet& ps, const void* in, const PtrList* i
     case Kind::kReduceScatterLL:
       launch_kernel(flat_ll_kernel<T, OP>, blocks, ll_threads(), s, ps, *ins, static_cast<T*>(out), n, rd);
       break;
-    case Kind::kTree:
-      launch_kernel(tree_kernel<T, OP>, blocks, kThreads, s, ps, static_cast<const T*>(in),
+    case Kind::kTwoShot:
+      launch_kernel(two_shot_kernel<T, OP>, blocks, kThreads, s, ps, static_cast<const T*>(in),
                     static_cast<T*>(out), n, out_rank, rd, rs.aligned);
       break;
     case Kind::kReduceScatter:
@@ -491,7 +470,7 @@ void launch_allreduce_ll128(const PeerSet& ps, const void* in, void* out, int64_
 
 void preload_reduce_kernels() {
   const PtrList none{};
-  for (Kind k : {Kind::kFlat, Kind::kFlatLL, Kind::kFlatLL128, Kind::kTree, Kind::kReduceScatter,
+  for (Kind k : {Kind::kFlat, Kind::kFlatLL, Kind::kFlatLL128, Kind::kTwoShot, Kind::kReduceScatter,
                  Kind::kReduceScatterLL})
     for (DataType t : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
                        DataType::kBFloat16, DataType::kInt32, DataType::kInt64})
@@ -500,9 +479,9 @@ void preload_reduce_kernels() {
                nullptr);
 }
 
-void launch_allreduce_tree(const PeerSet& ps, const void* in, void* out, int64_t n, int out_rank,
+void launch_allreduce_two_shot(const PeerSet& ps, const void* in, void* out, int64_t n, int out_rank,
                            const ReduceSpec& rs, int blocks, cudaStream_t s) {
-  launch(Kind::kTree, ps, in, nullptr, out, n, out_rank, rs, blocks, s);
+  launch(Kind::kTwoShot, ps, in, nullptr, out, n, out_rank, rs, blocks, s);
 }
 
 void launch_reduce_scatter_ll(const PeerSet& ps, const PtrList& ins, void* out, int64_t n,

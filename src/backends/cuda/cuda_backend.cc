@@ -14,6 +14,7 @@
 #include "cuda/exchange.h"
 #include "cuda/kernels.h"
 #include "cuda/peer_set.h"
+#include "cuda/reduce_scatter.h"
 #include "cuda_common/cuda_util.h"
 #include "cuda_common/event_work.h"
 
@@ -218,7 +219,6 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s, const std::st
   }
   if (!native_) return false;
   if (lowp_.maybe_enqueue(op, peers(op), tuning_.max_blocks_large, s, where)) return true;
-  const uint64_t half = tuning_.buffer_bytes;
   // Per-pair byte exchange in chunks of at most one region of the buffer. `every_pair`: every rank
   // receives from every peer (all-gather, all-to-all), which the barrier-free LL variant needs.
   auto exchange = [&](const PtrList& src, const PtrList& dst, uint64_t nbytes, bool every_pair) {
@@ -305,23 +305,8 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s, const std::st
         launch_barrier(peers(op), s);
         return true;
       }
-      ReduceSpec rs = make_reduce_spec(op.output.dtype, op.op, world, al);
-      PeerSet ps = peers(op);
-      if (n * es <= tuning_.ll_max_bytes && ll_bytes_needed(n, es, world) <= half) {
-        launch_reduce_scatter_ll(ps, src, op.output.data, n, rs,
-                                 ll_blocks(n * es, tuning_.max_blocks), s);
-        COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
-        return true;
-      }
-      const int64_t p = static_cast<int64_t>(16 / es);
-      int64_t cap = static_cast<int64_t>(((half / world) & ~uint64_t(255)) / es) / p * p;
-      for (int64_t off = 0; off < n; off += cap) {
-        int64_t len = std::min(cap, n - off);
-        PtrList ins{};
-        for (int q = 0; q < world; ++q) ins.p[q] = at(src.p[q], off * es);
-        launch_reduce_scatter(ps, ins, at(op.output.data, off * es), len, rs,
-                              blocks_for(len * es, tuning_.max_blocks_large), s);
-      }
+      enqueue_reduce_scatter(peers(op), tuning_, src, op.output.data, n,
+                             make_reduce_spec(op.output.dtype, op.op, world, al), s);
       COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
       return true;
     }

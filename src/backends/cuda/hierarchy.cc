@@ -13,6 +13,7 @@
 #include "cuda/exchange.h"
 #include "cuda/kernels.h"
 #include "cuda/peer_set.h"
+#include "cuda/reduce_scatter.h"
 #include "cuda_common/cuda_util.h"
 
 namespace commx::cuda {
@@ -187,23 +188,7 @@ void Hierarchy::local_exchange(const OpDesc& op, const PtrList& src, const PtrLi
 void Hierarchy::local_reduce_scatter(const OpDesc& op, const ReduceSpec& rs, const PtrList& ins,
                                      char* dst, int64_t len, cudaStream_t s,
                                      const std::string& where) {
-  const int local = layout_.local_size;
-  const int64_t es = static_cast<int64_t>(dtype_size(rs.dtype)), pack = 16 / es;
-  const uint64_t half = tuning_.buffer_bytes;
-  PeerSet ps = peers(op);
-  if (len * es <= static_cast<int64_t>(tuning_.ll_max_bytes) &&
-      ll_bytes_needed(len, es, local) <= half) {
-    launch_reduce_scatter_ll(ps, ins, dst, len, rs, ll_blocks(len * es, tuning_.max_blocks), s);
-  } else {
-    int64_t cap = static_cast<int64_t>(((half / local) & ~uint64_t(255)) / es) / pack * pack;
-    for (int64_t off = 0; off < len; off += cap) {
-      const int64_t m = std::min(cap, len - off);
-      PtrList part{};
-      for (int q = 0; q < local; ++q) part.p[q] = at(ins.p[q], off * es);
-      launch_reduce_scatter(ps, part, dst + off * es, m, rs,
-                            blocks_for(m * es, tuning_.max_blocks_large), s);
-    }
-  }
+  cuda::enqueue_reduce_scatter(peers(op), tuning_, ins, dst, len, rs, s);
   COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
 }
 

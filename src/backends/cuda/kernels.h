@@ -47,7 +47,7 @@ void launch_allreduce_ll128(const PeerSet& ps, const void* in, void* out, int64_
                             const ReduceSpec& rs, int blocks, cudaStream_t s);
 uint64_t ll128_bytes_needed(int64_t n, size_t elem, int world);
 // Two-shot: reduce-scatter by pushes into owners, owners reduce and push results back.
-void launch_allreduce_tree(const PeerSet& ps, const void* in, void* out, int64_t n, int out_rank,
+void launch_allreduce_two_shot(const PeerSet& ps, const void* in, void* out, int64_t n, int out_rank,
                            const ReduceSpec& rs, int blocks, cudaStream_t s);
 // ins.p[q] = the n elements this rank contributes to rank q's result.
 void launch_reduce_scatter(const PeerSet& ps, const PtrList& ins, void* out, int64_t n,
