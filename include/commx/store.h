@@ -92,8 +92,11 @@ class TCPStoreServer {
   virtual TCPStoreServerStats stats() const = 0;
   virtual void stop() = 0;
 };
-std::unique_ptr<TCPStoreServer> start_tcp_store_server(const std::string& bind_host, uint16_t port,
-                                                       const TCPStoreServerLimits& limits = {});
+// The defaults above, overridden by the COMMX_STORE_* variables (docs/env.md).
+TCPStoreServerLimits tcp_store_server_limits_from_env();
+std::unique_ptr<TCPStoreServer> start_tcp_store_server(
+    const std::string& bind_host, uint16_t port,
+    const TCPStoreServerLimits& limits = tcp_store_server_limits_from_env());
 
 // A store in one file shared by the processes of one host (locks with flock).
 std::shared_ptr<Store> make_file_store(const std::string& path, int num_workers = -1);
