@@ -30,6 +30,7 @@
 #include "commx/store.h"
 #include "store/counter.h"
 #include "store/socket_io.h"
+#include "store/store_auth.h"
 #include "store/wire.h"
 
 namespace commx {
@@ -40,7 +41,7 @@ using Clock = std::chrono::steady_clock;
 
 // The key limit is far above any real key; the key count bounds one WAIT/CHECK/MULTI_* request.
 constexpr uint64_t kMaxKeyBytes = 64 * 1024;
-constexpr uint64_t kMaxKeysPerRequest = 1u << 20;
+using wire::kMaxKeysPerRequest;
 constexpr size_t kReadChunk = 256 * 1024;
 constexpr uint64_t kListenId = 0;
 constexpr uint64_t kWakeId = 1;
@@ -61,14 +62,21 @@ enum class Parse { kIncomplete, kOk, kBad };
 
 // The fields of a request after its code: a fixed head, then (after a key count) the `each`
 // fields once per key. Used to find where a request ends before any of it is copied.
-enum class Field : uint8_t { kU32, kI64, kKey, kValue, kCount };
+enum class Field : uint8_t { kU32, kI64, kKey, kValue, kCount, kNonce, kDigest };
 struct Layout {
   std::vector<Field> head;
   std::vector<Field> each;
 };
 
+bool known_code(uint8_t code) {
+  return code <= wire::kMaxQuery || code == auth::kChallengeQuery || code == auth::kResponseQuery;
+}
+
 const Layout& layout_of(uint8_t code) {
   using F = Field;
+  static const Layout kChallenge{{F::kNonce}, {}}, kResponse{{F::kDigest}, {}};
+  if (code == auth::kChallengeQuery) return kChallenge;
+  if (code == auth::kResponseQuery) return kResponse;
   static const Layout kLayouts[wire::kMaxQuery + 1] = {
       {{F::kU32}, {}},                          // VALIDATE
       {{F::kKey, F::kValue}, {}},               // SET
@@ -115,6 +123,9 @@ struct Client {
   size_t accounted = 0;  // in.size() + unsent out, as counted in buffered_
   Scan scan;             // of the request at in_pos
   bool validated = false;
+  bool authenticated = false;  // proved it knows the token (always true without one)
+  bool challenged = false;     // sent AUTH_CHALLENGE: the nonces below are set
+  auth::Nonce client_nonce{}, server_nonce{};
   uint32_t interest = 0;  // the epoll events registered
   Clock::time_point connected;
   Clock::time_point last_active;  // last byte received or reply fully sent
@@ -135,7 +146,7 @@ size_t descriptor_budget() {
 class TcpStoreServerImpl : public TCPStoreServer {
  public:
   TcpStoreServerImpl(const std::string& bind_host, uint16_t port, const TCPStoreServerLimits& lim)
-      : lim_(lim) {
+      : lim_(lim), token_(auth::token_from_env()) {
     max_connections_ = lim.max_connections > 0 ? static_cast<size_t>(lim.max_connections)
                                                : descriptor_budget();
     listen_fd_ = bind_listen(bind_host, port);
@@ -149,6 +160,7 @@ class TcpStoreServerImpl : public TCPStoreServer {
     }
     add_fd(listen_fd_, kListenId, EPOLLIN);
     add_fd(wake_fd_, kWakeId, EPOLLIN);
+    if (!token_) auth::warn_unauthenticated("the TCP store server on port " + std::to_string(port_));
     thread_ = std::thread([this] { loop(); });
   }
   ~TcpStoreServerImpl() override { stop(); }
@@ -289,7 +301,8 @@ class TcpStoreServerImpl : public TCPStoreServer {
     last_summary_ = now;
     if (pending_handshake_closed_ > 0)
       log("closed " + std::to_string(pending_handshake_closed_) +
-          " connection(s) that sent no VALIDATE within " +
+          " connection(s) that did not complete the handshake (VALIDATE, and the token check "
+          "when the store has one) within " +
           std::to_string(lim_.handshake_timeout.count()) + " ms");
     if (pending_refused_ > 0)
       log("connection cap (" + std::to_string(max_connections_) + ") reached: refused " +
@@ -471,7 +484,7 @@ class TcpStoreServerImpl : public TCPStoreServer {
     if (!s.started) {
       if (n == 0) return Parse::kIncomplete;
       s.code = p[0];
-      if (s.code > wire::kMaxQuery) {
+      if (!known_code(s.code)) {
         why = "unknown query code " + std::to_string(s.code);
         return Parse::kBad;
       }
@@ -489,9 +502,9 @@ class TcpStoreServerImpl : public TCPStoreServer {
 
   // One field at s.pos: skipped when all of it is there; lengths are checked as soon as read.
   Parse field(Field f, const uint8_t* p, size_t n, Scan& s, std::string& why) const {
-    size_t fixed = f == Field::kU32 ? 4 : 8;
+    size_t fixed = f == Field::kU32 ? 4 : f == Field::kNonce ? 16 : f == Field::kDigest ? 32 : 8;
     if (n - s.pos < fixed) return Parse::kIncomplete;
-    if (f == Field::kU32 || f == Field::kI64) {
+    if (f != Field::kKey && f != Field::kValue && f != Field::kCount) {
       s.pos += fixed;
       return Parse::kOk;
     }
@@ -563,6 +576,12 @@ class TcpStoreServerImpl : public TCPStoreServer {
       req.values.emplace_back();
       return value(req.values.back());
     };
+    if (req.code == auth::kChallengeQuery || req.code == auth::kResponseQuery) {
+      req.values.emplace_back();
+      return rd.bytes(req.values.back(), req.code == auth::kChallengeQuery ? 16 : 32)
+                 ? Parse::kOk
+                 : Parse::kIncomplete;
+    }
     if (req.code > wire::kMaxQuery) {
       why = "unknown query code " + std::to_string(req.code);
       return Parse::kBad;
@@ -661,8 +680,16 @@ class TcpStoreServerImpl : public TCPStoreServer {
         return false;
       }
       c.validated = true;
-      unvalidated_.erase(c.id);
+      c.authenticated = !token_;
+      if (c.authenticated) unvalidated_.erase(c.id);
       return true;
+    }
+    if (req.code == auth::kChallengeQuery || req.code == auth::kResponseQuery)
+      return authenticate(c, req, why);
+    if (!c.authenticated) {
+      why = std::string("unauthenticated ") + wire::query_name(req.code) +
+            " request (this store requires the job's token, COMMX_AUTH_TOKEN)";
+      return false;
     }
     wire::Writer w;
     switch (q) {
@@ -828,6 +855,43 @@ class TcpStoreServerImpl : public TCPStoreServer {
     return true;
   }
 
+  // The challenge-response of store_auth.h. Without a token the server cannot prove anything:
+  // it answers a challenge with zeros, which the client rejects.
+  bool authenticate(Client& c, const Request& req, std::string& why) {
+    wire::Writer w;
+    if (req.code == auth::kChallengeQuery) {
+      std::memcpy(c.client_nonce.data(), req.values[0].data(), auth::kNonceBytes);
+      if (token_) {
+        c.server_nonce = auth::random_nonce();
+        c.challenged = true;
+        w.raw(c.server_nonce.data(), c.server_nonce.size());
+        auth::Digest p = auth::server_proof(*token_, c.client_nonce, c.server_nonce);
+        w.raw(p.data(), p.size());
+      } else {
+        Bytes zeros(auth::kNonceBytes + 32, 0);
+        w.raw(zeros.data(), zeros.size());
+      }
+      append_out(c, w.buf());
+      return true;
+    }
+    if (!token_ || !c.challenged) {
+      why = token_ ? "AUTH_RESPONSE before AUTH_CHALLENGE" : "AUTH_RESPONSE to a store without a token";
+      return false;
+    }
+    auth::Digest got;
+    std::memcpy(got.data(), req.values[0].data(), got.size());
+    if (!auth::digests_equal(got, auth::client_proof(*token_, c.client_nonce, c.server_nonce))) {
+      why = "authentication failed (the client's token differs from this store's)";
+      return false;
+    }
+    c.authenticated = true;
+    c.challenged = false;
+    unvalidated_.erase(c.id);
+    w.u8(auth::kAccepted);
+    append_out(c, w.buf());
+    return true;
+  }
+
   // A key appeared: wake its waiters (all of them, or the earliest for a queue push).
   void wake(const std::string& key, bool all) {
     auto it = waiters_.find(key);
@@ -913,6 +977,7 @@ class TcpStoreServerImpl : public TCPStoreServer {
   }
 
   const TCPStoreServerLimits lim_;
+  const std::optional<std::string> token_;  // COMMX_AUTH_TOKEN: clients must prove they know it
   size_t max_connections_ = 0;
   int listen_fd_ = -1;
   int ep_ = -1;
