@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "commx/error.h"
-#include "core/settings.h"
+#include "core/env.h"
 #include "transport/socket_addr.h"
 
 namespace commx {
@@ -107,7 +107,7 @@ void set_nodelay(int fd) {
 std::string hint_or_env(const Hints& hints, const char* hint, const char* env) {
   auto it = hints.find(hint);
   if (it != hints.end()) return it->second;
-  return env ? setting_str(env).value_or("") : std::string();
+  return env ? env_str(env).value_or("") : std::string();  // validated as declared
 }
 
 enum class Conn {
