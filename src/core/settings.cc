@@ -21,8 +21,8 @@ using T = SettingType;
 
 constexpr double kKiB = 1024.0, kMiB = kKiB * 1024, kGiB = kMiB * 1024, kTiB = kGiB * 1024;
 constexpr double kYear = 365.0 * 24 * 3600;  // the longest timeout that means anything
-constexpr double kMaxCount = 1 << 24;         // ranks, comms, entries
-constexpr double kHuge = 4.0e18;              // "never" thresholds; fits int64 and size_t
+constexpr double kMaxCount = 1 << 24;        // ranks, comms, entries
+constexpr double kHuge = 4.0e18;             // "never" thresholds; fits int64 and size_t
 
 // One row per variable, grouped by the layer that reads it (the order of docs/env.md).
 const std::vector<SettingSpec>& table() {
@@ -30,7 +30,8 @@ const std::vector<SettingSpec>& table() {
       // ---- rank discovery and comms (core) ----
       {"COMMX_RANK", T::kInt, "unset",
        "this process's rank (first in the discovery order; then torchrun's RANK/WORLD_SIZE, Open "
-       "MPI's OMPI_COMM_WORLD_*, PMI_RANK/PMI_SIZE)", "api.md", 0, kMaxCount},
+       "MPI's OMPI_COMM_WORLD_*, PMI_RANK/PMI_SIZE)",
+       "api.md", 0, kMaxCount},
       {"COMMX_WORLD_SIZE", T::kInt, "unset", "number of ranks", "api.md", 1, kMaxCount},
       {"COMMX_LOCAL_RANK", T::kInt, "COMMX_RANK", "rank among the ranks of this host", "api.md", 0,
        kMaxCount},
@@ -45,13 +46,15 @@ const std::vector<SettingSpec>& table() {
       {"COMMX_FLIGHT_RECORDER_SIZE", T::kInt, "1024", "ops kept per comm by the flight recorder",
        "api.md", 1, 1 << 20},
       {"COMMX_BACKEND_LIB_PATH_", T::kPath, "unset",
-       "plugin library of backend `<name>` (upper case in the variable's name)", "api.md", 0, 0, nullptr,
-       nullptr, true},
+       "plugin library of backend `<name>` (upper case in the variable's name)", "api.md", 0, 0,
+       nullptr, nullptr, true},
       {"COMMX_PLUGIN_DIR", T::kPath, "unset",
-       "folder searched for `libcommx_backend_<name>.so` (besides libcommx's own folder)", "api.md"},
+       "folder searched for `libcommx_backend_<name>.so` (besides libcommx's own folder)",
+       "api.md"},
       {"COMMX_TUNING_FILE", T::kPath, "commx_tuning_cpu.txt beside libcommx",
        "tuning table written by commx-bench --tune; the cpu backend picks all_reduce algorithms "
-       "from it (read up to 1 MiB)", "bench.md"},
+       "from it (read up to 1 MiB)",
+       "bench.md"},
       // ---- store ----
       {"COMMX_STORE_HOSTED", T::kBool, "0",
        "a launcher already hosts the store at MASTER_ADDR:MASTER_PORT (set by commx-run)",
@@ -60,7 +63,8 @@ const std::vector<SettingSpec>& table() {
        "store.md"},
       {"COMMX_AUTH_TOKEN", T::kString, "unset (commx-run makes one per job)",
        "secret shared by the job's processes; the TCP store accepts only clients that prove they "
-       "know it (at least 16 characters; never printed)", "security.md"},
+       "know it (at least 16 characters; never printed)",
+       "security.md"},
       {"COMMX_AUTH_TOKEN_FILE", T::kPath, "unset",
        "file whose first line is the token (when COMMX_AUTH_TOKEN is unset)", "security.md"},
       {"COMMX_STORE_MAX_CONNECTIONS", T::kInt, "0",
@@ -80,8 +84,8 @@ const std::vector<SettingSpec>& table() {
        "TCP store server: unsent replies of one client past which it is not read", "store.md",
        4 * kKiB, kTiB},
       {"COMMX_STORE_MAX_BUFFERED_BYTES", T::kBytes, "1G",
-       "TCP store server: partial requests and unsent replies of all clients together",
-       "store.md", 1 * kMiB, kTiB},
+       "TCP store server: partial requests and unsent replies of all clients together", "store.md",
+       1 * kMiB, kTiB},
       {"COMMX_STORE_MAX_STORED_BYTES", T::kBytes, "2G",
        "TCP store server: keys, values and queued items together", "store.md", 1 * kMiB, 64 * kTiB},
       // ---- TCP transport ----
@@ -117,7 +121,8 @@ const std::vector<SettingSpec>& table() {
        "broadcast: single copy from this size (-1: never)", "cpu_backend.md", -1, kTiB},
       {"COMMX_CPU_BROADCAST_ROOT_WRITES_MIN_BYTES", T::kInt, "-1 (never)",
        "broadcast: the root writes 1/n of each peer's buffer (process_vm_writev) from this size "
-       "(-1: never)", "cpu_backend.md", -1, kTiB},
+       "(-1: never)",
+       "cpu_backend.md", -1, kTiB},
       {"COMMX_CPU_SPIN_NS", T::kInt, "2000", "spin phase of shared-memory waits (ns)",
        "cpu_backend.md", 0, 1e10},
       {"COMMX_CPU_YIELD_NS", T::kInt, "50000",
@@ -132,8 +137,8 @@ const std::vector<SettingSpec>& table() {
        "cuda.md", 0, kTiB},
       {"COMMX_DDA_LL128_MIN_BYTES", T::kBytes, "measured",
        "cuda all_reduce: smallest LL128 message", "cuda.md", 0, kTiB},
-      {"COMMX_DDA_LL128_MAX_BYTES", T::kBytes, "measured",
-       "cuda all_reduce: largest LL128 message", "cuda.md", 0, kTiB},
+      {"COMMX_DDA_LL128_MAX_BYTES", T::kBytes, "measured", "cuda all_reduce: largest LL128 message",
+       "cuda.md", 0, kTiB},
       {"COMMX_DDA_FLAT_MAX_BYTES", T::kBytes, "measured",
        "cuda all_reduce: largest one-shot message", "cuda.md", 0, kTiB},
       {"COMMX_DDA_TREE_MAX_BYTES", T::kBytes, "measured",
@@ -144,17 +149,19 @@ const std::vector<SettingSpec>& table() {
        "cuda.md", 1, 65535},
       {"COMMX_CUDA_MAX_BLOCKS_LARGE", T::kInt, "2 x the SM count",
        "cuda backend: grid size of large ops", "cuda.md", 1, 65535},
-      {"COMMX_CUDA_LL_THREADS", T::kInt, "512", "cuda backend: threads per LL block", "cuda.md",
-       64, 1024},
+      {"COMMX_CUDA_LL_THREADS", T::kInt, "512", "cuda backend: threads per LL block", "cuda.md", 64,
+       1024},
       {"COMMX_CUDA_PDL", T::kBool, "1", "cuda backend: programmatic dependent launch", "cuda.md"},
       {"COMMX_CUDA_POLL_SLEEP_NS", T::kInt, "1000",
        "cuda backend: longest sleep between two polls of a device-side wait that keeps missing "
-       "(0: never sleep; comm hint poll_sleep_ns first)", "cuda.md", 0, 1000000},
+       "(0: never sleep; comm hint poll_sleep_ns first)",
+       "cuda.md", 0, 1000000},
       {"COMMX_CUDA_FORCE_NO_P2P", T::kBool, "0",
        "cuda backend: act as if GPUs had no peer access (tests)", "cuda.md"},
       {"COMMX_CUDA_PEER_MEM", T::kChoice, "ipc",
        "cuda backend peer buffers: CUDA IPC handles or VMM allocations shared as fds (comm hint "
-       "peer_mem first)", "cuda.md", 0, 0, "ipc|vmm"},
+       "peer_mem first)",
+       "cuda.md", 0, 0, "ipc|vmm"},
       {"COMMX_CUDA_RANKS_PER_HOST", T::kInt, "unset",
        "cuda backend: forced host boundary (hierarchical path tests)", "cuda.md", 1, kMaxCount},
       {"COMMX_CUDA_LOWP_BLOCKS_PER_SM", T::kInt, "2", "cuda backend: FP8 kernel occupancy",
@@ -162,9 +169,9 @@ const std::vector<SettingSpec>& table() {
       {"COMMX_NCCL_LIBRARY", T::kPath, "libnccl.so.2", "NCCL library the nccl backend loads",
        "cuda.md"},
       // ---- low precision ----
-      {"COMMX_LOW_PRECISION_ENABLE", T::kChoice, "off",
-       "FP8 collectives with FP32 accumulation", "low_precision.md", 0, 0,
-       "off|0|false|none|on|1|true|fp8|fp8e4m3|e4m3|fp8e5m2|e5m2", "RCCL_LOW_PRECISION_ENABLE"},
+      {"COMMX_LOW_PRECISION_ENABLE", T::kChoice, "off", "FP8 collectives with FP32 accumulation",
+       "low_precision.md", 0, 0, "off|0|false|none|on|1|true|fp8|fp8e4m3|e4m3|fp8e5m2|e5m2",
+       "RCCL_LOW_PRECISION_ENABLE"},
       {"COMMX_LOW_PRECISION_ENABLE_ALLREDUCE", T::kBool, "1",
        "FP8 all_reduce when low precision is on", "low_precision.md"},
       {"COMMX_LOW_PRECISION_ENABLE_ALLGATHER", T::kBool, "1",
@@ -175,14 +182,14 @@ const std::vector<SettingSpec>& table() {
        "FP8 all_to_all when low precision is on", "low_precision.md"},
       {"COMMX_LOW_PRECISION_MIN_BYTES", T::kInt, "16777216", "smallest message sent in FP8",
        "low_precision.md", 0, kHuge},
-      {"COMMX_LOW_PRECISION_BLOCK", T::kInt, "256",
-       "elements per FP8 scale (a multiple of 16)", "low_precision.md", 16, 1 << 20},
+      {"COMMX_LOW_PRECISION_BLOCK", T::kInt, "256", "elements per FP8 scale (a multiple of 16)",
+       "low_precision.md", 16, 1 << 20},
       {"COMMX_LOW_PRECISION_FORMAT", T::kChoice, "e4m3", "FP8 format", "low_precision.md", 0, 0,
        "e4m3|fp8e4m3|e5m2|fp8e5m2"},
-      {"COMMX_LOW_PRECISION_ROUNDING", T::kChoice, "nearest", "FP8 rounding", "low_precision.md",
-       0, 0, "nearest|rne|stochastic|sr"},
-      {"COMMX_LOW_PRECISION_SEED", T::kInt, "0", "seed of stochastic rounding",
-       "low_precision.md", 0, kHuge},
+      {"COMMX_LOW_PRECISION_ROUNDING", T::kChoice, "nearest", "FP8 rounding", "low_precision.md", 0,
+       0, "nearest|rne|stochastic|sr"},
+      {"COMMX_LOW_PRECISION_SEED", T::kInt, "0", "seed of stochastic rounding", "low_precision.md",
+       0, kHuge},
       {"COMMX_LOW_PRECISION_GATHER", T::kChoice, "fp8",
        "all_gather payload: one FP8 term or two (fp8x2)", "low_precision.md", 0, 0, "fp8|fp8x2"},
       {"COMMX_LOW_PRECISION_STATS", T::kBool, "0", "print FP8 saturation statistics",
@@ -199,21 +206,28 @@ const std::vector<SettingSpec>& table() {
        "commx backend behind torch's \"commx\" process group for CUDA tensors", "python.md", 0, 0,
        nullptr, nullptr, false, "Python"},
       {"COMMX_TORCH_PG_BASE", T::kChoice, "unset",
-       "process_group: register the torch backend on the ProcessGroup base (tests)", "python.md",
-       0, 0, "process_group", nullptr, false, "Python"},
+       "process_group: register the torch backend on the ProcessGroup base (tests)", "python.md", 0,
+       0, "process_group", nullptr, false, "Python"},
   };
   return kTable;
 }
 
 const char* type_name(SettingType t) {
   switch (t) {
-    case T::kBool: return "boolean";
-    case T::kInt: return "integer";
-    case T::kBytes: return "bytes";
-    case T::kSeconds: return "seconds";
-    case T::kString: return "string";
-    case T::kPath: return "path";
-    case T::kChoice: return "choice";
+    case T::kBool:
+      return "boolean";
+    case T::kInt:
+      return "integer";
+    case T::kBytes:
+      return "bytes";
+    case T::kSeconds:
+      return "seconds";
+    case T::kString:
+      return "string";
+    case T::kPath:
+      return "path";
+    case T::kChoice:
+      return "choice";
   }
   return "?";
 }
@@ -275,11 +289,16 @@ std::optional<double> parse_bytes(const std::string& v) {
   auto x = parse_real(v, &unit);
   if (!x) return std::nullopt;
   double mul = 1;
-  if (unit.empty() || unit == "B") mul = 1;
-  else if (unit == "k" || unit == "K" || unit == "KiB") mul = kKiB;
-  else if (unit == "m" || unit == "M" || unit == "MiB") mul = kMiB;
-  else if (unit == "g" || unit == "G" || unit == "GiB") mul = kGiB;
-  else return std::nullopt;
+  if (unit.empty() || unit == "B")
+    mul = 1;
+  else if (unit == "k" || unit == "K" || unit == "KiB")
+    mul = kKiB;
+  else if (unit == "m" || unit == "M" || unit == "MiB")
+    mul = kMiB;
+  else if (unit == "g" || unit == "G" || unit == "GiB")
+    mul = kGiB;
+  else
+    return std::nullopt;
   return std::floor(*x * mul);
 }
 
@@ -304,7 +323,8 @@ const char* getenv_nonempty(const char* name) {
 
 // The value and the name it was found under (the alias when only that is set).
 std::optional<std::pair<std::string, std::string>> lookup(const SettingSpec& s, const char* name) {
-  if (const char* v = getenv_nonempty(name)) return std::make_pair(std::string(name), std::string(v));
+  if (const char* v = getenv_nonempty(name))
+    return std::make_pair(std::string(name), std::string(v));
   if (s.alias)
     if (const char* v = getenv_nonempty(s.alias))
       return std::make_pair(std::string(s.alias), std::string(v));
@@ -335,8 +355,9 @@ const SettingSpec& setting_spec(std::string_view name) {
     if (s.prefix ? name.substr(0, std::strlen(s.name)) == s.name : name == s.name) return s;
     if (s.alias && name == s.alias) return s;
   }
-  throw Error(ErrorCode::kInternal, "setting " + std::string(name) +
-                                        " is not declared in the settings table (src/core/settings.cc)");
+  throw Error(ErrorCode::kInternal,
+              "setting " + std::string(name) +
+                  " is not declared in the settings table (src/core/settings.cc)");
 }
 
 std::string setting_problem(const SettingSpec& s, const std::string& v) {
@@ -402,7 +423,8 @@ int64_t setting_int(const char* name, int64_t dflt) {
 
 int64_t setting_int(const char* name) {
   auto d = parse_int(table_default(name));
-  if (!d) throw Error(ErrorCode::kInternal, std::string("setting ") + name + ": no numeric default");
+  if (!d)
+    throw Error(ErrorCode::kInternal, std::string("setting ") + name + ": no numeric default");
   return setting_int(name, *d);
 }
 
@@ -444,9 +466,9 @@ std::optional<std::string> setting_str(const char* name) { return checked(name, 
 Timeout timeout_from_seconds(double secs, const std::string& what) {
   static_assert(kMaxTimeout == std::chrono::seconds(static_cast<int64_t>(kYear)));
   if (!std::isfinite(secs) || secs < 0 || secs > kYear)
-    throw Error(ErrorCode::kInvalidArgument,
-                what + " of " + number(secs) + " s: expected a finite number of seconds in [0, " +
-                    number(kYear) + "]");
+    throw Error(ErrorCode::kInvalidArgument, what + " of " + number(secs) +
+                                                 " s: expected a finite number of seconds in [0, " +
+                                                 number(kYear) + "]");
   return Timeout(static_cast<int64_t>(std::llround(secs * 1000.0)));
 }
 
@@ -507,10 +529,11 @@ std::string settings_markdown() {
         range.replace(p, 1, ", ");
     }
     std::string meaning = s.meaning;
-    if (std::string(s.reader) != "C++") meaning += " (read by the " + std::string(s.reader) + " package)";
-    std::string page = *s.page ? "[" + std::string(s.page).substr(0, std::strlen(s.page) - 3) +
-                                     "](" + s.page + ")"
-                               : "";
+    if (std::string(s.reader) != "C++")
+      meaning += " (read by the " + std::string(s.reader) + " package)";
+    std::string page =
+        *s.page ? "[" + std::string(s.page).substr(0, std::strlen(s.page) - 3) + "](" + s.page + ")"
+                : "";
     o << "| " << name << " | " << type_name(s.type) << " | " << range << " | " << s.dflt << " | "
       << meaning << " | " << page << " |\n";
   }

@@ -21,8 +21,8 @@ enum class SettingType {
   kBytes,    // a byte count: an integer with an optional K/M/G (KiB/MiB/GiB) suffix
   kSeconds,  // a finite decimal number of seconds
   kString,
-  kPath,     // a file or folder
-  kChoice,   // one of `choices`
+  kPath,    // a file or folder
+  kChoice,  // one of `choices`
 };
 
 struct SettingSpec {

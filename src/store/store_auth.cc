@@ -19,8 +19,7 @@ void fill_random(void* p, size_t n) {
   while (n > 0) {
     ssize_t r = ::getrandom(b, n, 0);
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0)
-      throw Error(ErrorCode::kSystem, std::string("getrandom: ") + std::strerror(errno));
+    if (r <= 0) throw Error(ErrorCode::kSystem, std::string("getrandom: ") + std::strerror(errno));
     b += r;
     n -= static_cast<size_t>(r);
   }
@@ -37,9 +36,9 @@ std::string checked_token(std::string t, const char* source) {
   while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();
   if (t.size() < kMinTokenBytes)
     throw Error(ErrorCode::kInvalidArgument,
-                std::string(source) + ": the authentication token has " +
-                    std::to_string(t.size()) + " characters, fewer than " +
-                    std::to_string(kMinTokenBytes) + " (too easy to guess)");
+                std::string(source) + ": the authentication token has " + std::to_string(t.size()) +
+                    " characters, fewer than " + std::to_string(kMinTokenBytes) +
+                    " (too easy to guess)");
   return t;
 }
 

@@ -178,8 +178,8 @@ class TcpStoreClient : public Store {
     std::vector<std::vector<std::string>> out;
     for (size_t i = 0; i < keys.size(); i += wire::kMaxKeysPerRequest)
       out.emplace_back(keys.begin() + static_cast<std::ptrdiff_t>(i),
-                       keys.begin() + static_cast<std::ptrdiff_t>(
-                                          std::min<size_t>(keys.size(), i + wire::kMaxKeysPerRequest)));
+                       keys.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(
+                                          keys.size(), i + wire::kMaxKeysPerRequest)));
     return out;
   }
 
@@ -247,8 +247,9 @@ class TcpStoreClient : public Store {
       IoStatus st = sockio::recv_exact(fd, &verdict, 1, deadline, why);
       if (st == IoStatus::kClosed || (st == IoStatus::kOk && verdict != auth::kAccepted)) {
         fatal = true;
-        why = "the server rejected this process's token (COMMX_AUTH_TOKEN differs from the "
-              "store's)";
+        why =
+            "the server rejected this process's token (COMMX_AUTH_TOKEN differs from the "
+            "store's)";
       }
       if (st != IoStatus::kOk || fatal) return false;
     }
@@ -277,8 +278,9 @@ class TcpStoreClient : public Store {
     IoStatus st = sockio::recv_exact(fd, reply, sizeof reply, deadline, why);
     if (st == IoStatus::kClosed) {
       fatal = true;
-      why = "the server closed the connection on the authentication request (a store without "
-            "authentication, such as torch's TCPStore? Unset COMMX_AUTH_TOKEN to use it)";
+      why =
+          "the server closed the connection on the authentication request (a store without "
+          "authentication, such as torch's TCPStore? Unset COMMX_AUTH_TOKEN to use it)";
     }
     if (st != IoStatus::kOk) return false;
     auth::Nonce theirs;
@@ -287,8 +289,9 @@ class TcpStoreClient : public Store {
     std::memcpy(proof.data(), reply + theirs.size(), proof.size());
     if (!auth::digests_equal(proof, auth::server_proof(*token_, mine, theirs))) {
       fatal = true;
-      why = "the server did not prove it knows this job's token (a store with another token or "
-            "none, or not the job's store)";
+      why =
+          "the server did not prove it knows this job's token (a store with another token or "
+          "none, or not the job's store)";
       return false;
     }
     auth::Digest answer = auth::client_proof(*token_, mine, theirs);

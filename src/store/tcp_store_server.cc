@@ -78,24 +78,24 @@ const Layout& layout_of(uint8_t code) {
   if (code == auth::kChallengeQuery) return kChallenge;
   if (code == auth::kResponseQuery) return kResponse;
   static const Layout kLayouts[wire::kMaxQuery + 1] = {
-      {{F::kU32}, {}},                          // VALIDATE
-      {{F::kKey, F::kValue}, {}},               // SET
-      {{F::kKey, F::kValue, F::kValue}, {}},    // COMPARE_SET
-      {{F::kKey}, {}},                          // GET
-      {{F::kKey, F::kI64}, {}},                 // ADD
-      {{F::kCount}, {F::kKey}},                 // CHECK
-      {{F::kCount}, {F::kKey}},                 // WAIT
-      {{}, {}},                                 // GETNUMKEYS
-      {{F::kKey}, {}},                          // DELETE_KEY
-      {{F::kKey, F::kValue}, {}},               // APPEND
-      {{F::kCount}, {F::kKey}},                 // MULTI_GET
-      {{F::kCount}, {F::kKey, F::kValue}},      // MULTI_SET
-      {{}, {}},                                 // CANCEL_WAIT
-      {{F::kU32}, {}},                          // PING
-      {{F::kKey, F::kValue}, {}},               // QUEUE_PUSH
-      {{F::kKey}, {}},                          // QUEUE_POP
-      {{F::kKey}, {}},                          // QUEUE_LEN
-      {{}, {}},                                 // LIST_KEYS
+      {{F::kU32}, {}},                        // VALIDATE
+      {{F::kKey, F::kValue}, {}},             // SET
+      {{F::kKey, F::kValue, F::kValue}, {}},  // COMPARE_SET
+      {{F::kKey}, {}},                        // GET
+      {{F::kKey, F::kI64}, {}},               // ADD
+      {{F::kCount}, {F::kKey}},               // CHECK
+      {{F::kCount}, {F::kKey}},               // WAIT
+      {{}, {}},                               // GETNUMKEYS
+      {{F::kKey}, {}},                        // DELETE_KEY
+      {{F::kKey, F::kValue}, {}},             // APPEND
+      {{F::kCount}, {F::kKey}},               // MULTI_GET
+      {{F::kCount}, {F::kKey, F::kValue}},    // MULTI_SET
+      {{}, {}},                               // CANCEL_WAIT
+      {{F::kU32}, {}},                        // PING
+      {{F::kKey, F::kValue}, {}},             // QUEUE_PUSH
+      {{F::kKey}, {}},                        // QUEUE_POP
+      {{F::kKey}, {}},                        // QUEUE_LEN
+      {{}, {}},                               // LIST_KEYS
   };
   return kLayouts[code];
 }
@@ -147,8 +147,8 @@ class TcpStoreServerImpl : public TCPStoreServer {
  public:
   TcpStoreServerImpl(const std::string& bind_host, uint16_t port, const TCPStoreServerLimits& lim)
       : lim_(lim), token_(auth::token_from_env()) {
-    max_connections_ = lim.max_connections > 0 ? static_cast<size_t>(lim.max_connections)
-                                               : descriptor_budget();
+    max_connections_ =
+        lim.max_connections > 0 ? static_cast<size_t>(lim.max_connections) : descriptor_budget();
     listen_fd_ = bind_listen(bind_host, port);
     ep_ = ::epoll_create1(EPOLL_CLOEXEC);
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -160,7 +160,8 @@ class TcpStoreServerImpl : public TCPStoreServer {
     }
     add_fd(listen_fd_, kListenId, EPOLLIN);
     add_fd(wake_fd_, kWakeId, EPOLLIN);
-    if (!token_) auth::warn_unauthenticated("the TCP store server on port " + std::to_string(port_));
+    if (!token_)
+      auth::warn_unauthenticated("the TCP store server on port " + std::to_string(port_));
     thread_ = std::thread([this] { loop(); });
   }
   ~TcpStoreServerImpl() override { stop(); }
@@ -450,8 +451,8 @@ class TcpStoreServerImpl : public TCPStoreServer {
           return drop(c, std::string(wire::query_name(c.scan.code)) + " request: " + why), false;
         if (p == Parse::kIncomplete) {
           if (c.unparsed() > lim_.max_request_bytes)
-            return drop(c, "request larger than " + std::to_string(lim_.max_request_bytes) +
-                               " bytes"),
+            return drop(c,
+                        "request larger than " + std::to_string(lim_.max_request_bytes) + " bytes"),
                    false;
           incomplete = true;
           break;
@@ -713,8 +714,7 @@ class TcpStoreServerImpl : public TCPStoreServer {
                 std::to_string(lim_.max_value_bytes) + "-byte value limit";
           return false;
         }
-        if (!fits(0, req.values[0].size() + (it == kv_.end() ? k.size() : 0), k, why))
-          return false;
+        if (!fits(0, req.values[0].size() + (it == kv_.end() ? k.size() : 0), k, why)) return false;
         if (it == kv_.end()) {
           stored_ += k.size();
           it = kv_.emplace(k, Bytes{}).first;
@@ -875,7 +875,8 @@ class TcpStoreServerImpl : public TCPStoreServer {
       return true;
     }
     if (!token_ || !c.challenged) {
-      why = token_ ? "AUTH_RESPONSE before AUTH_CHALLENGE" : "AUTH_RESPONSE to a store without a token";
+      why = token_ ? "AUTH_RESPONSE before AUTH_CHALLENGE"
+                   : "AUTH_RESPONSE to a store without a token";
       return false;
     }
     auth::Digest got;
@@ -985,8 +986,8 @@ class TcpStoreServerImpl : public TCPStoreServer {
   uint16_t port_ = 0;
   std::thread thread_;
   std::mutex stop_mu_;
-  std::atomic<uint64_t> stat_connections_{0}, stat_buffered_{0}, stat_stored_{0},
-      stat_refused_{0}, stat_closed_idle_{0};
+  std::atomic<uint64_t> stat_connections_{0}, stat_buffered_{0}, stat_stored_{0}, stat_refused_{0},
+      stat_closed_idle_{0};
   // Owned by the loop thread.
   uint64_t next_id_ = 2;
   uint64_t next_ticket_ = 0;
@@ -994,7 +995,7 @@ class TcpStoreServerImpl : public TCPStoreServer {
   uint64_t current_ = 0;  // the client whose request is running (flushed by process())
   uint64_t buffered_ = 0;
   uint64_t stored_ = 0;
-  std::set<uint64_t> unvalidated_;  // connections that have not sent VALIDATE yet
+  std::set<uint64_t> unvalidated_;     // connections that have not sent VALIDATE yet
   Clock::time_point no_room_until_{};  // make_room() cannot succeed before then
   std::map<std::string, Bytes> kv_;
   std::unordered_map<std::string, std::deque<Bytes>> queues_;
@@ -1007,8 +1008,7 @@ class TcpStoreServerImpl : public TCPStoreServer {
 
 }  // namespace
 
-std::unique_ptr<TCPStoreServer> start_tcp_store_server(const std::string& bind_host,
-                                                       uint16_t port,
+std::unique_ptr<TCPStoreServer> start_tcp_store_server(const std::string& bind_host, uint16_t port,
                                                        const TCPStoreServerLimits& limits) {
   return std::make_unique<TcpStoreServerImpl>(bind_host, port, limits);
 }

@@ -3,20 +3,21 @@
 // or hang on a bad value (slot size, tuning file, flight recorder, timeouts); every COMMX_*
 // variable in the sources declared; docs/env.md current.
 // Layer: tests (core).
+#include "core/settings.h"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
-#include <filesystem>
 
 #include "backends/cpu/cpu_tuning.h"
 #include "commx/error.h"
 #include "core/env.h"
-#include "core/settings.h"
 #include "core/tuning.h"
 #include "lowp/lowp_config.h"
 
@@ -46,11 +47,21 @@ class ScopedEnv {
 // Reads `name` the way its declared type is read.
 void read_as_declared(const char* name) {
   switch (setting_spec(name).type) {
-    case SettingType::kBool: setting_bool(name, false); break;
-    case SettingType::kInt: setting_int(name, 0); break;
-    case SettingType::kBytes: setting_bytes(name, 0); break;
-    case SettingType::kSeconds: setting_seconds(name, 1); break;
-    default: setting_str(name); break;
+    case SettingType::kBool:
+      setting_bool(name, false);
+      break;
+    case SettingType::kInt:
+      setting_int(name, 0);
+      break;
+    case SettingType::kBytes:
+      setting_bytes(name, 0);
+      break;
+    case SettingType::kSeconds:
+      setting_seconds(name, 1);
+      break;
+    default:
+      setting_str(name);
+      break;
   }
 }
 

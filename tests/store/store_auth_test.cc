@@ -3,9 +3,11 @@
 // crosses the wire (a recording proxy sees every byte) and a recorded session cannot be replayed;
 // token files; without a token, one warning line per process.
 // Layer: tests (store).
+#include "store/store_auth.h"
+
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
-#include <fcntl.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -18,7 +20,6 @@
 #include "commx/error.h"
 #include "store/raw_socket.h"
 #include "store/sha256.h"
-#include "store/store_auth.h"
 #include "store/store_env.h"
 
 namespace commx::test {
@@ -125,9 +126,11 @@ TEST(StoreAuth, StoreWithATokenServesOnlyClientsThatKnowIt) {
   std::vector<Case> cases = {
       {"GET", Frame().raw(validate_frame().data(), 5).u8(3).str("/secret").b},
       {"LIST_KEYS", Frame().raw(validate_frame().data(), 5).u8(17).b},
-      {"SET over a rank's address", Frame().raw(validate_frame().data(), 5).u8(1).str("/a").str("x").b},
+      {"SET over a rank's address",
+       Frame().raw(validate_frame().data(), 5).u8(1).str("/a").str("x").b},
       {"PING", Frame().raw(validate_frame().data(), 5).u8(13).u32(7).b},
-      {"response without challenge", Frame().raw(validate_frame().data(), 5).u8(0x41).raw(Raw(32, 1).data(), 32).b},
+      {"response without challenge",
+       Frame().raw(validate_frame().data(), 5).u8(0x41).raw(Raw(32, 1).data(), 32).b},
   };
   for (auto& c : cases) {
     RawConn r(srv->port());

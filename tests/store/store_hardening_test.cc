@@ -95,8 +95,8 @@ class LatencyProbe {
     double p90 = s[s.size() * 9 / 10];
     std::printf("%s: %zu requests, median %.2f ms, p90 %.2f ms, max %.2f ms\n", attack, s.size(),
                 s[s.size() / 2], p90, s.back());
-    EXPECT_LE(p90, 10.0) << attack << ": 90th percentile latency " << p90 << " ms over "
-                         << s.size() << " requests";
+    EXPECT_LE(p90, 10.0) << attack << ": 90th percentile latency " << p90 << " ms over " << s.size()
+                         << " requests";
     EXPECT_LE(s.back(), 1000.0) << attack << ": slowest request " << s.back() << " ms";
   }
 
@@ -245,8 +245,10 @@ TEST(TcpStoreHardening, PartialRequestsStayUnderTheGlobalLimit) {
   std::vector<std::unique_ptr<RawConn>> holders;
   uint64_t peak = 0;
   Frame partial;
-  partial.u8(1).str("/big").u64(4 * kMiB - 1).raw(Bytes(3 * kMiB + kMiB / 2, 9).data(),
-                                                  3 * kMiB + kMiB / 2);
+  partial.u8(1)
+      .str("/big")
+      .u64(4 * kMiB - 1)
+      .raw(Bytes(3 * kMiB + kMiB / 2, 9).data(), 3 * kMiB + kMiB / 2);
   testing::internal::CaptureStderr();
   for (int c = 0; c < 4; ++c) {
     holders.push_back(validated(srv->port()));
@@ -276,7 +278,7 @@ TEST(TcpStoreHardening, StoredBytesAreCapped) {
   Bytes mib(kMiB, 1);
   for (int i = 0; i < 3; ++i) s->set("k" + std::to_string(i), mib);
   s->set("k0", mib);  // replacing does not count twice
-  s->num_keys();  // a round trip: the SETs above have run
+  s->num_keys();      // a round trip: the SETs above have run
   EXPECT_EQ(srv->stats().stored_bytes, 3 * (kMiB + 3));
   testing::internal::CaptureStderr();
   s->set("k3", mib);
@@ -332,7 +334,10 @@ TEST(TcpStoreHardening, ConnectionCapIdleAndHandshakeTimeouts) {
   std::this_thread::sleep_for(1200ms);  // the summary lines come at most once a second
   std::string log = testing::internal::GetCapturedStderr();
   EXPECT_NE(log.find("connection cap (32) reached: refused"), std::string::npos) << log;
-  EXPECT_NE(log.find("did not complete the handshake (VALIDATE, and the token check when the store has one) within 300 ms"), std::string::npos) << log;
+  EXPECT_NE(log.find("did not complete the handshake (VALIDATE, and the token check when the store "
+                     "has one) within 300 ms"),
+            std::string::npos)
+      << log;
   EXPECT_NE(log.find("idle for over 500 ms to make room"), std::string::npos) << log;
   EXPECT_GE(srv->stats().connections_refused, 1u);
   EXPECT_GE(srv->stats().connections_closed_idle, 1u);
