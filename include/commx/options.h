@@ -15,6 +15,12 @@ using Hints = std::map<std::string, std::string>;
 using Timeout = std::chrono::milliseconds;
 
 inline constexpr Timeout kDefaultTimeout = std::chrono::seconds(600);
+// The longest timeout accepted: a year (longer ones overflow deadlines and mean "never" anyway).
+inline constexpr Timeout kMaxTimeout = std::chrono::hours(24 * 365);
+
+// A timeout given in seconds by a user (an op's timeout=, a variable): finite, 0 to a year, else
+// kInvalidArgument naming `what`.
+Timeout timeout_from_seconds(double secs, const std::string& what = "timeout");
 
 struct CommOptions {
   // Per-op default; env COMMX_TIMEOUT_SECONDS overrides the default (not an explicit value).

@@ -58,14 +58,45 @@ struct TCPStoreOptions {
 // Client of a c10d-protocol TCP store (and optionally its host).
 std::shared_ptr<Store> make_tcp_store(const std::string& host, TCPStoreOptions opts);
 
+// What the TCP store server allows one client, and all of them together, so that no client that
+// can reach its port stalls or bloats it (docs/store.md, "Server limits"). A request over a limit
+// closes that client's connection with a log line; the server keeps serving the others.
+struct TCPStoreServerLimits {
+  uint64_t max_value_bytes = uint64_t{256} << 20;     // one value, set or grown by APPEND
+  uint64_t max_request_bytes = uint64_t{512} << 20;   // one request, and one request's reply
+  uint64_t max_unsent_reply_bytes = uint64_t{64} << 20;  // per client: stop reading it beyond
+  uint64_t max_buffered_bytes = uint64_t{1} << 30;    // all clients' partial requests + replies
+  uint64_t max_stored_bytes = uint64_t{2} << 30;      // keys + values + queued items
+  int max_connections = 0;  // 0: the descriptor limit (RLIMIT_NOFILE) less a reserve of 64
+  // A connection that sent no VALIDATE this long after connecting is closed.
+  std::chrono::milliseconds handshake_timeout{10000};
+  // At the connection cap, a connection idle this long (no request, nothing pending) is closed
+  // to make room for a new one; without one idle that long, the new connection is refused.
+  std::chrono::milliseconds idle_timeout{30000};
+};
+
+// Counters of a running server (for tests and diagnostics).
+struct TCPStoreServerStats {
+  uint64_t connections = 0;
+  uint64_t buffered_bytes = 0;  // partial requests and unsent replies of every client
+  uint64_t stored_bytes = 0;
+  uint64_t connections_refused = 0;
+  uint64_t connections_closed_idle = 0;
+};
+
 // A standalone c10d-protocol server (used by commx-run and by rank 0 when nobody hosts one).
 class TCPStoreServer {
  public:
   virtual ~TCPStoreServer() = default;
   virtual uint16_t port() const = 0;
+  virtual TCPStoreServerStats stats() const = 0;
   virtual void stop() = 0;
 };
-std::unique_ptr<TCPStoreServer> start_tcp_store_server(const std::string& bind_host, uint16_t port);
+// The defaults above, overridden by the COMMX_STORE_* variables (docs/env.md).
+TCPStoreServerLimits tcp_store_server_limits_from_env();
+std::unique_ptr<TCPStoreServer> start_tcp_store_server(
+    const std::string& bind_host, uint16_t port,
+    const TCPStoreServerLimits& limits = tcp_store_server_limits_from_env());
 
 // A store in one file shared by the processes of one host (locks with flock).
 std::shared_ptr<Store> make_file_store(const std::string& path, int num_workers = -1);

@@ -124,6 +124,21 @@ void bind_comm(py::module_& m) {
                  .attr("timedelta")(py::arg("milliseconds") =
                                         static_cast<double>(get(p).timeout().count()));
            })
+      .def(
+          "flight_record_json", [](PyComm& p) { return get(p).flight_record_json(); },
+          "The flight recorder's record of the last ops, as JSON (read with commx-analyze).")
+      .def(
+          "dump_flight_record",
+          [](PyComm& p) {
+            std::string path;
+            {
+              py::gil_scoped_release nogil;
+              path = get(p).dump_flight_record();
+            }
+            return path.empty() ? py::object(py::none()) : py::object(py::str(path));
+          },
+          "Writes the flight record to $COMMX_TRACE_DIR; returns its path, or None when the "
+          "variable is unset.")
       .def("_backend_address",
            [](PyComm& p) { return reinterpret_cast<uintptr_t>(&get(p).unsafe_get_backend()); })
       .def(

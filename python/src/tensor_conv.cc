@@ -90,10 +90,7 @@ std::optional<commx::Timeout> to_timeout(py::handle obj) {
   } else {
     secs = obj.cast<double>();
   }
-  if (secs < 0)
-    throw commx::Error(commx::ErrorCode::kInvalidArgument,
-                       "timeout must not be negative (got " + std::to_string(secs) + " s)");
-  return commx::Timeout(static_cast<int64_t>(secs * 1000.0 + 0.5));
+  return commx::timeout_from_seconds(secs);
 }
 
 commx::Hints to_hints(py::handle obj) {

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "commx/error.h"
+#include "core/settings.h"
 
 namespace commx {
 namespace {
@@ -24,7 +25,7 @@ std::shared_ptr<Store> tcp_store_from_env(const RankInfo& ri, Timeout timeout) {
   if (!port_str)
     throw Error(ErrorCode::kInvalidArgument, "MASTER_ADDR is set but MASTER_PORT is not");
   auto port = static_cast<uint16_t>(env_int("MASTER_PORT", 0));
-  bool hosted_elsewhere = env_bool("COMMX_STORE_HOSTED", false) ||
+  bool hosted_elsewhere = setting_bool("COMMX_STORE_HOSTED") ||
                           env_bool("TORCHELASTIC_USE_AGENT_STORE", false);
   if (ri.rank == 0 && !hosted_elsewhere) {
     static std::mutex m;
@@ -56,14 +57,14 @@ std::shared_ptr<Store> store_from_env(const RankInfo& ri, Timeout timeout) {
   static std::map<std::string, std::weak_ptr<Store>> cache;
   std::string key = std::to_string(ri.rank) + "/" + std::to_string(ri.size) + "/" +
                     env_str("MASTER_ADDR").value_or("") + ":" + env_str("MASTER_PORT").value_or("") +
-                    "/" + env_str("COMMX_STORE_FILE").value_or("");
+                    "/" + setting_str("COMMX_STORE_FILE").value_or("");
   std::lock_guard<std::mutex> g(cache_mu);
   if (auto it = cache.find(key); it != cache.end())
     if (auto alive = it->second.lock()) return alive;
   std::shared_ptr<Store> store;
   if (env_str("MASTER_ADDR")) {
     store = tcp_store_from_env(ri, timeout);
-  } else if (auto path = env_str("COMMX_STORE_FILE")) {
+  } else if (auto path = setting_str("COMMX_STORE_FILE")) {
     store = make_file_store(*path, ri.size);
   } else if (auto job = env_first({"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "PMI_JOBID",
                                    "SLURM_JOB_ID"})) {

@@ -10,6 +10,7 @@
 #include "core/bootstrap.h"
 #include "core/comm_impl.h"
 #include "core/env.h"
+#include "core/settings.h"
 
 namespace commx {
 namespace {
@@ -24,14 +25,20 @@ uint64_t next_instance(const std::string& key) {
 }
 
 Timeout resolve_timeout(const CommOptions& o) {
-  if (o.timeout) return *o.timeout;
-  double secs = env_double("COMMX_TIMEOUT_SECONDS", -1);
-  if (secs > 0) return Timeout(static_cast<int64_t>(secs * 1000));
+  if (o.timeout) {
+    if (*o.timeout < Timeout::zero() || *o.timeout > kMaxTimeout)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "CommOptions::timeout of " + std::to_string(o.timeout->count()) +
+                      " ms: expected 0 to " + std::to_string(kMaxTimeout.count()) + " ms");
+    return *o.timeout;
+  }
+  if (setting_is_set("COMMX_TIMEOUT_SECONDS"))
+    return timeout_from_seconds(setting_seconds("COMMX_TIMEOUT_SECONDS"), "COMMX_TIMEOUT_SECONDS");
   return kDefaultTimeout;
 }
 
 std::unique_ptr<FlightRecorder> make_recorder() {
-  return std::make_unique<FlightRecorder>(static_cast<size_t>(env_int("COMMX_FLIGHT_RECORDER_SIZE", 1024)));
+  return std::make_unique<FlightRecorder>(static_cast<size_t>(setting_int("COMMX_FLIGHT_RECORDER_SIZE")));
 }
 
 bool is_fault(ErrorCode c) {
@@ -65,7 +72,7 @@ std::shared_ptr<Comm> Comm::create(const std::string& backend, Device device, co
   c.device = device;
   c.timeout = resolve_timeout(options);
   c.abort_process = options.abort_process_on_timeout_or_error.value_or(
-      env_bool("COMMX_ABORT_ON_ERROR", false));
+      setting_bool("COMMX_ABORT_ON_ERROR"));
 
   RankInfo ri;
   if (options.rank && options.size) {
@@ -125,6 +132,10 @@ Work Comm::issue(OpDesc op, bool async_op, const OpOptions& o) {
   if (c.finalized.load())
     throw Error(ErrorCode::kInvalidArgument, c.op_context(op) + "the comm was finalized");
   op.timeout = o.timeout.value_or(c.timeout);
+  if (op.timeout < Timeout::zero() || op.timeout > kMaxTimeout)
+    throw Error(ErrorCode::kInvalidArgument,
+                c.op_context(op) + "timeout of " + std::to_string(op.timeout.count()) +
+                    " ms: expected 0 to " + std::to_string(kMaxTimeout.count()) + " ms");
   op.hints = o.hints;
   validate_op(c, op);
   OpInfo info = info_of(op);

@@ -1,23 +1,55 @@
-// Environment access and rank discovery.
+// Environment access and rank discovery. A COMMX_* variable is declared in the settings table
+// (settings.h) and validated there; the helpers here also read the launchers' own variables.
 // Layer: core (bootstrap).
 #include "core/env.h"
 
 #include <dlfcn.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <initializer_list>
 
 #include "commx/error.h"
+#include "core/settings.h"
 
 namespace commx {
 
+namespace {
+// The declared setting `name` belongs to, or null (launcher variables such as RANK, MASTER_ADDR).
+const SettingSpec* declared(const char* name) {
+  std::string_view n(name);
+  if (n.substr(0, 6) != "COMMX_" && n.substr(0, 5) != "RCCL_") return nullptr;
+  try {
+    return &setting_spec(n);
+  } catch (const Error&) {
+    return nullptr;  // undeclared: read as before (tests/core/settings_test finds these)
+  }
+}
+}  // namespace
+
 std::optional<std::string> env_str(const char* name) {
+  if (const SettingSpec* s = declared(name)) {
+    auto v = setting_text(name);
+    if (v) {
+      std::string problem = setting_problem(*s, *v);
+      if (!problem.empty())
+        throw Error(ErrorCode::kInvalidArgument, std::string("environment variable ") + name +
+                                                     "='" + *v + "': " + problem);
+    }
+    return v;
+  }
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return std::nullopt;
   return std::string(v);
 }
 
 int64_t env_int(const char* name, int64_t dflt) {
+  if (const SettingSpec* s = declared(name)) {
+    if (s->type == SettingType::kBytes)
+      return static_cast<int64_t>(setting_bytes(name, static_cast<uint64_t>(dflt)));
+    if (s->type == SettingType::kBool) return setting_bool(name, dflt != 0) ? 1 : 0;
+    return setting_int(name, dflt);
+  }
   auto v = env_str(name);
   if (!v) return dflt;
   try {
@@ -31,17 +63,21 @@ int64_t env_int(const char* name, int64_t dflt) {
 }
 
 double env_double(const char* name, double dflt) {
+  if (declared(name)) return setting_seconds(name, dflt);
   auto v = env_str(name);
   if (!v) return dflt;
   try {
-    return std::stod(*v);
+    size_t used = 0;
+    double x = std::stod(*v, &used);
+    if (used == v->size() && std::isfinite(x)) return x;
   } catch (const std::exception&) {
-    throw Error(ErrorCode::kInvalidArgument,
-                std::string("environment variable ") + name + "='" + *v + "' is not a number");
   }
+  throw Error(ErrorCode::kInvalidArgument,
+              std::string("environment variable ") + name + "='" + *v + "' is not a finite number");
 }
 
 bool env_bool(const char* name, bool dflt) {
+  if (declared(name)) return setting_bool(name, dflt);
   auto v = env_str(name);
   if (!v) return dflt;
   const std::string& s = *v;

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/env.h"
+#include "core/settings.h"
 
 namespace commx {
 namespace {
@@ -97,7 +97,7 @@ std::string FlightRecorder::dump_json(const std::string& comm, int rank, int siz
 }
 
 std::string write_trace_file(const std::string& comm, int rank, const std::string& json) {
-  auto dir = env_str("COMMX_TRACE_DIR");
+  auto dir = setting_str("COMMX_TRACE_DIR");
   if (!dir) return "";
   std::string safe;
   for (char c : comm) safe += (isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '_';

@@ -10,6 +10,7 @@
 #include "commx/backend.h"
 #include "commx/error.h"
 #include "core/env.h"
+#include "core/settings.h"
 
 namespace commx {
 namespace {
@@ -74,9 +75,9 @@ std::unique_ptr<Backend> create_backend(const std::string& name) {
   std::transform(upper.begin(), upper.end(), upper.begin(),
                  [](unsigned char c) { return std::toupper(c); });
   std::vector<std::string> candidates;
-  if (auto p = env_str(("COMMX_BACKEND_LIB_PATH_" + upper).c_str())) candidates.push_back(*p);
+  if (auto p = setting_str(("COMMX_BACKEND_LIB_PATH_" + upper).c_str())) candidates.push_back(*p);
   std::string file = "libcommx_backend_" + name + ".so";
-  if (auto dir = env_str("COMMX_PLUGIN_DIR")) candidates.push_back(*dir + "/" + file);
+  if (auto dir = setting_str("COMMX_PLUGIN_DIR")) candidates.push_back(*dir + "/" + file);
   candidates.push_back(library_dir() + "/" + file);
   std::string tried;
   for (const auto& path : candidates) {

@@ -1,6 +1,8 @@
 // Tuning table parser, writer and lookup (see tuning.h). Layer: core.
 #include "core/tuning.h"
 
+#include <unistd.h>
+
 #include <fstream>
 #include <limits>
 #include <map>
@@ -8,12 +10,14 @@
 #include <sstream>
 
 #include "commx/error.h"
-#include "core/env.h"
+#include "core/settings.h"
 
 namespace commx {
 namespace {
 
 constexpr uint64_t kMaxBytes = std::numeric_limits<uint64_t>::max();
+// A real table is a few KiB; anything far larger is not one.
+constexpr size_t kMaxTableFileBytes = 1 << 20;
 
 [[noreturn]] void bad_line(const std::string& source, int line, const std::string& what) {
   throw Error(ErrorCode::kInvalidArgument,
@@ -40,6 +44,10 @@ TuningTable TuningTable::parse(const std::string& text, const std::string& sourc
   int line = 0;
   while (std::getline(in, raw)) {
     ++line;
+    for (char c : raw)
+      if ((static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\r') || c == 0x7f)
+        bad_line(source, line, "not a text tuning table (control byte " +
+                                   std::to_string(static_cast<unsigned char>(c)) + ")");
     auto hash = raw.find('#');
     if (hash != std::string::npos) raw.resize(hash);
     std::istringstream fields(raw);
@@ -68,11 +76,8 @@ TuningTable TuningTable::parse(const std::string& text, const std::string& sourc
 }
 
 std::optional<TuningTable> TuningTable::load(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return std::nullopt;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse(ss.str(), path);
+  if (::access(path.c_str(), F_OK) != 0) return std::nullopt;
+  return parse(read_setting_file("tuning table", path, kMaxTableFileBytes), path);
 }
 
 const TuningTable& TuningTable::from_env(const std::string& default_path) {
@@ -80,7 +85,7 @@ const TuningTable& TuningTable::from_env(const std::string& default_path) {
   static std::map<std::string, TuningTable> cache;
   std::string path;
   bool required = false;
-  if (auto p = env_str("COMMX_TUNING_FILE")) {
+  if (auto p = setting_str("COMMX_TUNING_FILE")) {
     path = *p;
     required = true;
   } else {
@@ -91,11 +96,11 @@ const TuningTable& TuningTable::from_env(const std::string& default_path) {
   if (it != cache.end()) return it->second;
   TuningTable t;
   if (!path.empty()) {
-    auto loaded = load(path);
-    if (loaded) {
+    if (required) {
+      // Bounded, regular files only: a device or a FIFO is an error, never an endless read.
+      t = parse(read_setting_file("COMMX_TUNING_FILE", path, kMaxTableFileBytes), path);
+    } else if (auto loaded = load(path)) {
       t = std::move(*loaded);
-    } else if (required) {
-      throw Error(ErrorCode::kInvalidArgument, "COMMX_TUNING_FILE=" + path + " cannot be opened");
     }
   }
   return cache.emplace(path, std::move(t)).first->second;

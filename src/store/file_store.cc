@@ -208,9 +208,13 @@ class FileStore : public Store {
     int64_t cur = 0;
     auto it = kv_.find(key);
     if (it != kv_.end() && !parse_counter(it->second, cur))
-      throw Error(ErrorCode::kInvalidArgument, "FileStore " + path_ + ": add on key '" + key +
-                                                   "' whose value is not an integer");
-    int64_t v = wrapping_add(cur, delta);
+      throw Error(ErrorCode::kInvalidArgument,
+                  "FileStore " + path_ + ": " + add_error(AddResult::kNotAnInteger, key, delta));
+    std::optional<int64_t> sum = checked_add(cur, delta);
+    if (!sum)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "FileStore " + path_ + ": " + add_error(AddResult::kOverflow, key, delta));
+    int64_t v = *sum;
     Bytes val = counter_bytes(v);
     Bytes rec;
     encode(rec, kRecSet, key, &val);

@@ -30,16 +30,16 @@ class HashStore : public Store {
     return kv_.at(key);
   }
   int64_t add(const std::string& key, int64_t delta) override {
-    std::optional<int64_t> v;
+    int64_t v = 0;
+    AddResult r;
     {
       std::lock_guard<std::mutex> g(mu_);
-      v = add_counter(kv_, key, delta);
+      r = add_counter(kv_, key, delta, v);
     }
-    if (!v)
-      throw Error(ErrorCode::kInvalidArgument,
-                  "HashStore: add on key '" + key + "' whose value is not an integer");
+    if (r != AddResult::kOk)
+      throw Error(ErrorCode::kInvalidArgument, "HashStore: " + add_error(r, key, delta));
     cv_.notify_all();
-    return *v;
+    return v;
   }
   Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override {
     Bytes result;

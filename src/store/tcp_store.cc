@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -13,6 +14,7 @@
 #include "commx/error.h"
 #include "commx/store.h"
 #include "store/socket_io.h"
+#include "store/store_auth.h"
 #include "store/wire.h"
 
 namespace commx {
@@ -27,7 +29,8 @@ constexpr uint64_t kMaxReplyValue = uint64_t{4} << 30;
 
 class TcpStoreClient : public Store {
  public:
-  TcpStoreClient(std::string host, const TCPStoreOptions& opts) : host_(std::move(host)) {
+  TcpStoreClient(std::string host, const TCPStoreOptions& opts)
+      : host_(std::move(host)), token_(auth::token_from_env()) {
     timeout_ = opts.timeout;
     port_ = opts.port;
     if (opts.is_server) {
@@ -35,6 +38,7 @@ class TcpStoreClient : public Store {
       server_ = start_tcp_store_server(sockio::is_loopback_host(host_) ? host_ : "0.0.0.0", port_);
       port_ = server_->port();
     }
+    if (!token_) auth::warn_unauthenticated(where());
     std::lock_guard<std::mutex> g(mu_);
     connect_locked(sockio::deadline_after(timeout_));
     if (opts.wait_for_workers && opts.num_workers)
@@ -88,13 +92,16 @@ class TcpStoreClient : public Store {
 
   bool check(const std::vector<std::string>& keys) override {
     std::lock_guard<std::mutex> g(mu_);
-    return check_locked(keys);
+    if (keys.size() <= wire::kMaxKeysPerRequest) return check_locked(keys);
+    for (auto& part : chunks(keys))
+      if (!check_locked(part)) return false;
+    return true;
   }
 
   void wait(const std::vector<std::string>& keys, Timeout timeout) override {
     if (keys.empty()) return;  // nothing to wait for, whatever a server makes of WAIT 0
     std::lock_guard<std::mutex> g(mu_);
-    wait_locked(keys, timeout);
+    wait_all_locked(keys, timeout);
   }
 
   bool delete_key(const std::string& key) override {
@@ -130,15 +137,17 @@ class TcpStoreClient : public Store {
   std::vector<Bytes> multi_get(const std::vector<std::string>& keys) override {
     if (keys.empty()) return {};
     std::lock_guard<std::mutex> g(mu_);
-    wait_locked(keys, timeout_);
-    wire::Writer w;
-    w.query(Query::kMultiGet);
-    w.u64(keys.size());
-    for (auto& k : keys) w.str(wk(k));
-    auto dl = request_locked(w, "MULTI_GET", "");
+    wait_all_locked(keys, timeout_);
     std::vector<Bytes> out;
     out.reserve(keys.size());
-    for (auto& k : keys) out.push_back(read_bytes(dl, "MULTI_GET", k));
+    for (auto& part : chunks(keys)) {
+      wire::Writer w;
+      w.query(Query::kMultiGet);
+      w.u64(part.size());
+      for (auto& k : part) w.str(wk(k));
+      auto dl = request_locked(w, "MULTI_GET", "");
+      for (auto& k : part) out.push_back(read_bytes(dl, "MULTI_GET", k));
+    }
     return out;
   }
 
@@ -147,19 +156,42 @@ class TcpStoreClient : public Store {
       throw Error(ErrorCode::kInvalidArgument,
                   "TCPStore multi_set: " + std::to_string(keys.size()) + " keys but " +
                       std::to_string(values.size()) + " values");
-    wire::Writer w;
-    w.query(Query::kMultiSet);
-    w.u64(keys.size());
-    for (size_t i = 0; i < keys.size(); ++i) {
-      w.str(wk(keys[i]));
-      w.bytes(values[i]);
-    }
     std::lock_guard<std::mutex> g(mu_);
-    request_locked(w, "MULTI_SET", "");
+    for (size_t first = 0; first < keys.size(); first += wire::kMaxKeysPerRequest) {
+      size_t n = std::min<size_t>(keys.size() - first, wire::kMaxKeysPerRequest);
+      wire::Writer w;
+      w.query(Query::kMultiSet);
+      w.u64(n);
+      for (size_t i = first; i < first + n; ++i) {
+        w.str(wk(keys[i]));
+        w.bytes(values[i]);
+      }
+      request_locked(w, "MULTI_SET", "");
+    }
   }
 
  private:
   static std::string wk(const std::string& key) { return "/" + key; }
+
+  // `keys` in pieces the server accepts in one request.
+  static std::vector<std::vector<std::string>> chunks(const std::vector<std::string>& keys) {
+    std::vector<std::vector<std::string>> out;
+    for (size_t i = 0; i < keys.size(); i += wire::kMaxKeysPerRequest)
+      out.emplace_back(keys.begin() + static_cast<std::ptrdiff_t>(i),
+                       keys.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(
+                                          keys.size(), i + wire::kMaxKeysPerRequest)));
+    return out;
+  }
+
+  // WAIT for any number of keys: piece by piece, within one overall timeout.
+  void wait_all_locked(const std::vector<std::string>& keys, Timeout timeout) {
+    if (keys.size() <= wire::kMaxKeysPerRequest) return wait_locked(keys, timeout);
+    auto deadline = sockio::deadline_after(timeout);
+    for (auto& part : chunks(keys)) {
+      auto left = std::chrono::duration_cast<Timeout>(deadline - Clock::now());
+      wait_locked(part, std::max(left, Timeout(0)));
+    }
+  }
 
   std::string where() const { return "TCPStore " + host_ + ":" + std::to_string(port_); }
 
@@ -174,11 +206,14 @@ class TcpStoreClient : public Store {
       ++attempts;
       int fd = sockio::try_connect(host_, port_, deadline, why);
       if (fd >= 0) {
-        if (handshake(fd, deadline, why)) {
+        bool fatal = false;
+        if (handshake(fd, deadline, why, fatal)) {
           fd_ = fd;
           return;
         }
         ::close(fd);
+        // A server that fails authentication will fail it again: no retries.
+        if (fatal) throw Error(ErrorCode::kInvalidArgument, where() + ": " + why);
       }
       auto now = Clock::now();
       if (now >= deadline) break;
@@ -195,16 +230,29 @@ class TcpStoreClient : public Store {
                     " ms (" + std::to_string(attempts) + " attempts; last: " + why + ")");
   }
 
-  // VALIDATE then PING in one write; the server must echo the nonce.
-  static bool handshake(int fd, Clock::time_point deadline, std::string& why) {
+  // With a token: VALIDATE + AUTH_CHALLENGE, check the server's proof, answer with ours. Then
+  // PING; the server must echo the nonce. `fatal` when authentication failed.
+  bool handshake(int fd, Clock::time_point deadline, std::string& why, bool& fatal) {
     uint32_t nonce = static_cast<uint32_t>(::getpid());
     wire::Writer w;
     w.query(Query::kValidate);
     w.u32(wire::kValidationMagic);
+    if (token_ && !authenticate(fd, w, deadline, why, fatal)) return false;
     w.query(Query::kPing);
     w.u32(nonce);
     if (sockio::send_all(fd, w.buf().data(), w.buf().size(), deadline, why) != IoStatus::kOk)
       return false;
+    if (token_) {
+      uint8_t verdict = 0;
+      IoStatus st = sockio::recv_exact(fd, &verdict, 1, deadline, why);
+      if (st == IoStatus::kClosed || (st == IoStatus::kOk && verdict != auth::kAccepted)) {
+        fatal = true;
+        why =
+            "the server rejected this process's token (COMMX_AUTH_TOKEN differs from the "
+            "store's)";
+      }
+      if (st != IoStatus::kOk || fatal) return false;
+    }
     uint32_t echo = 0;
     IoStatus st = sockio::recv_exact(fd, &echo, sizeof echo, deadline, why);
     if (st == IoStatus::kTimeout) why = "no PING reply";
@@ -213,6 +261,42 @@ class TcpStoreClient : public Store {
       why = "PING echo mismatch (not a TCPStore server?)";
       return false;
     }
+    return true;
+  }
+
+  // Sends the challenge (after the VALIDATE already in `w`), checks the server's proof and leaves
+  // the answer in `w` (cleared of what was sent). The token never goes on the wire.
+  bool authenticate(int fd, wire::Writer& w, Clock::time_point deadline, std::string& why,
+                    bool& fatal) {
+    auth::Nonce mine = auth::random_nonce();
+    w.u8(auth::kChallengeQuery);
+    w.raw(mine.data(), mine.size());
+    if (sockio::send_all(fd, w.buf().data(), w.buf().size(), deadline, why) != IoStatus::kOk)
+      return false;
+    w.buf().clear();
+    uint8_t reply[auth::kNonceBytes + 32];
+    IoStatus st = sockio::recv_exact(fd, reply, sizeof reply, deadline, why);
+    if (st == IoStatus::kClosed) {
+      fatal = true;
+      why =
+          "the server closed the connection on the authentication request (a store without "
+          "authentication, such as torch's TCPStore? Unset COMMX_AUTH_TOKEN to use it)";
+    }
+    if (st != IoStatus::kOk) return false;
+    auth::Nonce theirs;
+    auth::Digest proof;
+    std::memcpy(theirs.data(), reply, theirs.size());
+    std::memcpy(proof.data(), reply + theirs.size(), proof.size());
+    if (!auth::digests_equal(proof, auth::server_proof(*token_, mine, theirs))) {
+      fatal = true;
+      why =
+          "the server did not prove it knows this job's token (a store with another token or "
+          "none, or not the job's store)";
+      return false;
+    }
+    auth::Digest answer = auth::client_proof(*token_, mine, theirs);
+    w.u8(auth::kResponseQuery);
+    w.raw(answer.data(), answer.size());
     return true;
   }
 
@@ -353,6 +437,7 @@ class TcpStoreClient : public Store {
   }
 
   std::string host_;
+  std::optional<std::string> token_;  // COMMX_AUTH_TOKEN: prove it to the server, and it to us
   uint16_t port_ = 0;
   std::unique_ptr<TCPStoreServer> server_;  // when this client hosts the store
   std::mutex mu_;

@@ -35,6 +35,9 @@ enum class Query : uint8_t {
 inline constexpr uint8_t kMaxQuery = 17;
 
 inline constexpr uint32_t kValidationMagic = 0x3C85F7CE;
+// Keys in one CHECK/WAIT/MULTI_GET/MULTI_SET request: the server refuses more (so one request
+// costs it a few milliseconds at most); commx's client splits longer lists.
+inline constexpr uint64_t kMaxKeysPerRequest = 1u << 16;
 inline constexpr uint8_t kCheckReady = 0;
 inline constexpr uint8_t kCheckNotReady = 1;
 inline constexpr uint8_t kStopWaiting = 0;

@@ -12,6 +12,8 @@
 #include <cstring>
 
 #include "commx/error.h"
+#include "core/env.h"
+#include "core/settings.h"
 
 namespace commx {
 namespace {
@@ -19,8 +21,7 @@ namespace {
 std::string hint_or_env(const Hints& hints, const char* hint, const char* env) {
   auto it = hints.find(hint);
   if (it != hints.end() && !it->second.empty()) return it->second;
-  const char* v = std::getenv(env);
-  return v ? std::string(v) : std::string();
+  return setting_str(env).value_or("");
 }
 
 std::string numeric_host(const sockaddr* sa, socklen_t len) {
@@ -129,8 +130,7 @@ std::string choose_bind_address(const Hints& hints) {
   }
   std::string ifname = hint_or_env(hints, "socket_ifname", "COMMX_SOCKET_IFNAME");
   if (!ifname.empty()) return interface_address(ifname);
-  const char* master = std::getenv("MASTER_ADDR");
-  if (master && *master) return route_source_address(master);
+  if (auto master = env_str("MASTER_ADDR")) return route_source_address(*master);
   return "127.0.0.1";
 }
 

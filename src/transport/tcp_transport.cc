@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "commx/error.h"
+#include "core/env.h"
 #include "transport/socket_addr.h"
 
 namespace commx {
@@ -106,8 +107,7 @@ void set_nodelay(int fd) {
 std::string hint_or_env(const Hints& hints, const char* hint, const char* env) {
   auto it = hints.find(hint);
   if (it != hints.end()) return it->second;
-  const char* v = env ? std::getenv(env) : nullptr;
-  return v ? std::string(v) : std::string();
+  return env ? env_str(env).value_or("") : std::string();  // validated as declared
 }
 
 enum class Conn {
@@ -181,8 +181,9 @@ class TcpTransport final : public Transport {
     std::string grace = hint_or_env(hints, "tcp_refused_grace_ms", "COMMX_SOCKET_REFUSED_GRACE_MS");
     if (!grace.empty()) {
       char* end = nullptr;
+      errno = 0;
       long v = std::strtol(grace.c_str(), &end, 10);
-      if (*end != '\0' || v < 0) {
+      if (*end != '\0' || v < 0 || errno != 0 || end == grace.c_str()) {
         throw Error(ErrorCode::kInvalidArgument,
                     prefix_ + "bad refused grace '" + grace + "' (milliseconds expected)");
       }

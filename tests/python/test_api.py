@@ -41,6 +41,30 @@ def test_reduce_op():
     assert len({R.SUM, R.SUM, R.MIN}) == 2
 
 
+def test_flight_record(comm, tmp_path, monkeypatch):
+    import json
+    comm.all_reduce(np.ones(8, np.float32), commx.ReduceOp.SUM)
+    record = json.loads(comm.flight_record_json())
+    assert record["comm"] == "api" and record["rank"] == 0 and record["size"] == 1
+    assert [o["op"] for o in record["ops"]] == ["all_reduce"]
+    assert record["ops"][0]["count"] == 8 and record["ops"][0]["state"] == "completed"
+    monkeypatch.delenv("COMMX_TRACE_DIR", raising=False)
+    assert comm.dump_flight_record() is None
+    monkeypatch.setenv("COMMX_TRACE_DIR", str(tmp_path))
+    path = comm.dump_flight_record()
+    assert path and path.startswith(str(tmp_path))
+    with open(path) as f:
+        assert json.load(f)["ops"] == record["ops"]
+
+
+def test_bad_timeouts_are_errors(comm):
+    t = np.ones(4, np.float32)
+    for bad in (float("nan"), float("inf"), 1e30, -1.0):
+        with pytest.raises(commx.InvalidArgumentError, match="timeout"):
+            comm.all_reduce(t, commx.ReduceOp.SUM, timeout=bad)
+    comm.all_reduce(t, commx.ReduceOp.SUM, timeout=5.0)
+
+
 def test_bad_input_raises_commx_errors(comm):
     t = np.zeros(4, np.float32)
     # Root out of range: the core's message names comm, rank, op and sequence number.

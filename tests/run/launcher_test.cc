@@ -125,6 +125,8 @@ TEST(CommxRun, EveryRankGetsItsEnvironment) {
         EXPECT_EQ(e[k], std::to_string(n)) << k;
       EXPECT_EQ(e["MASTER_ADDR"], "127.0.0.1");
       EXPECT_EQ(e["COMMX_STORE_HOSTED"], "1");
+      EXPECT_EQ(e["COMMX_AUTH_TOKEN"].size(), 64u) << "a 32-byte secret in hex";
+      EXPECT_EQ(e["COMMX_AUTH_TOKEN"], env[0]["COMMX_AUTH_TOKEN"]) << "one secret per job";
       EXPECT_GT(std::stoi(e["MASTER_PORT"]), 0);
       ports.insert(e["MASTER_PORT"]);
       EXPECT_EQ(args[r], (std::vector<std::string>{"a b", "--x"}));
@@ -247,6 +249,29 @@ TEST(CommxRun, RanksRendezvousThroughTheHostedStore) {
   int ok = 0;
   for (auto& line : lines_of(l.out())) ok += line.find("store ok rank") != std::string::npos;
   EXPECT_EQ(ok, 5) << l.out();
+}
+
+// The store commx-run hosts accepts only processes with the job's token; --no-auth turns it off.
+TEST(CommxRun, StoreRejectsProcessesWithoutTheJobToken) {
+  {
+    Launch l({"-n", "1", "--timeout", "60", RUN_CHILD_PATH, "intruder"});
+    ASSERT_EQ(l.wait(), 0) << l.out() << l.err();
+    std::string out = l.out();
+    EXPECT_NE(out.find("wrong token: refused:"), std::string::npos) << out;
+    EXPECT_NE(out.find("did not prove it knows this job's token"), std::string::npos) << out;
+    EXPECT_NE(out.find("no token: refused:"), std::string::npos) << out;
+    EXPECT_NE(out.find("job token: accepted"), std::string::npos) << out;
+    EXPECT_NE(l.err().find("unauthenticated"), std::string::npos) << l.err();
+  }
+  {
+    Launch l({"-n", "1", "--no-auth", "--timeout", "60", RUN_CHILD_PATH, "intruder"});
+    ASSERT_EQ(l.wait(), 0) << l.out() << l.err();
+    EXPECT_NE(l.out().find("no token: accepted"), std::string::npos) << l.out();
+    EXPECT_NE(l.err().find("without authentication"), std::string::npos) << l.err();
+  }
+  Launch env({"-n", "1", "--no-auth", RUN_CHILD_PATH, "env"});
+  ASSERT_EQ(env.wait(), 0);
+  EXPECT_NE(env.out().find("COMMX_AUTH_TOKEN=<unset>"), std::string::npos) << env.out();
 }
 
 TEST(CommxRun, UsageErrorsAndMissingProgram) {

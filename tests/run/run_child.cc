@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
   if (mode == "env") {
     for (const char* k : {"COMMX_RANK", "COMMX_WORLD_SIZE", "COMMX_LOCAL_RANK",
                           "COMMX_LOCAL_WORLD_SIZE", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-                          "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "COMMX_STORE_HOSTED"}) {
+                          "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "COMMX_STORE_HOSTED",
+                          "COMMX_AUTH_TOKEN"}) {
       const char* v = getenv(k);
       std::printf("%s=%s\n", k, v ? v : "<unset>");
     }
@@ -111,6 +112,27 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "store error: %s\n", e.what());
       return 67;
     }
+  }
+  if (mode == "intruder") {  // processes without the job's token cannot use its store
+    commx::TCPStoreOptions o;
+    o.port = static_cast<uint16_t>(env_int("MASTER_PORT"));
+    o.timeout = std::chrono::seconds(2);
+    std::string token = getenv("COMMX_AUTH_TOKEN") ? getenv("COMMX_AUTH_TOKEN") : "";
+    auto attempt = [&](const char* who) {
+      try {
+        commx::make_tcp_store("127.0.0.1", o)->set_str("intruder", "1");
+        std::printf("%s: accepted\n", who);
+      } catch (const commx::Error& e) {
+        std::printf("%s: refused: %s\n", who, e.what());
+      }
+    };
+    setenv("COMMX_AUTH_TOKEN", "0123456789abcdef-not-the-token", 1);
+    attempt("wrong token");
+    unsetenv("COMMX_AUTH_TOKEN");
+    attempt("no token");
+    if (!token.empty()) setenv("COMMX_AUTH_TOKEN", token.c_str(), 1);
+    attempt("job token");
+    return 0;
   }
   return 64;
 }

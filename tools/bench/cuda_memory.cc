@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "commx/error.h"
+#include "core/env.h"
 #include "memory.h"
 
 namespace commx::bench {
@@ -83,12 +84,8 @@ Device resolve_device(Device d) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
     throw Error(ErrorCode::kCuda, "--device cuda: no GPU is visible to this process");
-  int local = 0;
-  for (const char* v : {"COMMX_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"})
-    if (const char* s = std::getenv(v)) {
-      local = std::atoi(s);
-      break;
-    }
+  auto r = rank_from_env();  // validated, in the library's discovery order
+  int local = r ? r->local_rank : 0;
   return Device::cuda(local % n);
 }
 

@@ -13,15 +13,13 @@
 
 #include "commx/error.h"
 #include "commx/store.h"
+#include "core/env.h"
 
 namespace commx::bench {
 
 int launcher_world_size() {
-  for (const char* v : {"COMMX_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
-    const char* s = std::getenv(v);
-    if (s && *s) return std::atoi(s);
-  }
-  return 0;
+  auto r = rank_from_env();  // validated, in the library's discovery order
+  return r ? r->size : 0;
 }
 
 int spawn_local_ranks(int np, const std::function<int()>& body) {

@@ -8,6 +8,7 @@
 
 #include "commx/error.h"
 #include "commx/store.h"
+#include "store/store_auth.h"
 #include "supervisor.h"
 
 namespace {
@@ -18,15 +19,19 @@ constexpr int kMaxProcs = 4096;
 void usage(FILE* f) {
   std::fprintf(
       f,
-      "usage: commx-run -n N [--timeout S] [--grace S] [--settle S] [--bind auto|core|none] [--] program [args...]\n"
+      "usage: commx-run -n N [--timeout S] [--grace S] [--settle S] [--bind auto|core|none]\n"
+      "                 [--no-auth] [--] program [args...]\n"
       "  -n, --nproc N   number of ranks to start on this host (1..%d)\n"
       "  --timeout S     end the job after S seconds (exit code 124)\n"
       "  --grace S       seconds between SIGTERM and SIGKILL when ending a job (3)\n"
       "  --settle S      after a rank fails, seconds the others get to exit on their\n"
       "                  own (and report the failure) before SIGTERM (2)\n"
+      "  --no-auth       no store token (for clients that cannot authenticate, such as\n"
+      "                  torch.distributed's own TCPStore client)\n"
       "Each rank gets COMMX_RANK/RANK, COMMX_WORLD_SIZE/WORLD_SIZE, the LOCAL_ forms,\n"
       "MASTER_ADDR=127.0.0.1, MASTER_PORT (the store commx-run hosts) and\n"
-      "COMMX_STORE_HOSTED=1. Output lines are prefixed with \"[rank] \". The exit code is\n"
+      "COMMX_STORE_HOSTED=1, and COMMX_AUTH_TOKEN, a secret made for the job (unless\n"
+      "--no-auth, or one is set already). Output lines are prefixed with \"[rank] \". The exit code is\n"
       "the first failing rank's (128+signal for a signal), else 0.\n",
       kMaxProcs);
 }
@@ -42,6 +47,7 @@ bool parse_seconds(const char* s, double& out) {
 int main(int argc, char** argv) {
   commx::run::LaunchOptions o;
   o.nprocs = 0;
+  bool no_auth = false;
   int i = 1;
   for (; i < argc; ++i) {
     std::string a = argv[i];
@@ -58,6 +64,10 @@ int main(int argc, char** argv) {
     if (a == "-h" || a == "--help") {
       usage(stdout);
       return 0;
+    }
+    if (a == "--no-auth") {
+      no_auth = true;
+      continue;
     }
     if (a.rfind("-", 0) != 0) break;  // the program
     const char* v = nullptr;
@@ -113,6 +123,13 @@ int main(int argc, char** argv) {
   commx::run::block_job_signals();  // before the server's thread starts
   std::unique_ptr<commx::TCPStoreServer> server;
   try {
+    // The store and the ranks (which inherit the environment) share one secret per job.
+    if (no_auth) {
+      ::unsetenv("COMMX_AUTH_TOKEN");
+      ::unsetenv("COMMX_AUTH_TOKEN_FILE");
+    } else if (!commx::auth::token_from_env()) {
+      ::setenv("COMMX_AUTH_TOKEN", commx::auth::new_token().c_str(), 1);
+    }
     server = commx::start_tcp_store_server("127.0.0.1", 0);
   } catch (const commx::Error& e) {
     std::fprintf(stderr, "commx-run: cannot host the store: %s\n", e.what());

@@ -2,7 +2,7 @@
 #include "backends/cpu/cpu_tuning.h"
 
 #include "commx/error.h"
-#include "core/env.h"
+#include "core/settings.h"
 
 namespace commx {
 
@@ -15,31 +15,27 @@ size_t CpuTuning::dda_max_bytes(int ranks) const {
 
 CpuTuning CpuTuning::from_env() {
   CpuTuning t;
-  t.dda_override = static_cast<size_t>(env_int("COMMX_CPU_DDA_MAX_BYTES", 0));
-  t.rd_max_bytes =
-      static_cast<size_t>(env_int("COMMX_CPU_RD_MAX_BYTES", static_cast<int64_t>(t.rd_max_bytes)));
-  t.shm.slot_bytes =
-      static_cast<size_t>(env_int("COMMX_CPU_SLOT_BYTES", static_cast<int64_t>(t.shm.slot_bytes)));
-  t.shm.ring_bytes =
-      static_cast<size_t>(env_int("COMMX_CPU_RING_BYTES", static_cast<int64_t>(t.shm.ring_bytes)));
-  t.chunk_bytes =
-      static_cast<size_t>(env_int("COMMX_CPU_CHUNK_BYTES", static_cast<int64_t>(t.chunk_bytes)));
-  t.cma = env_int("COMMX_CPU_CMA", 1) != 0;
-  t.cma_min_bytes = static_cast<size_t>(
-      env_int("COMMX_CPU_CMA_MIN_BYTES", static_cast<int64_t>(t.cma_min_bytes)));
-  t.cma_all_reduce_min_bytes = static_cast<size_t>(env_int(
-      "COMMX_CPU_CMA_ALL_REDUCE_MIN_BYTES", static_cast<int64_t>(t.cma_all_reduce_min_bytes)));
-  // A negative value: never (the largest size_t).
-  if (env_str("COMMX_CPU_BROADCAST_CMA_MIN_BYTES"))
+  // Ranges are checked by the settings table; the shape rules below stay here.
+  t.dda_override = setting_bytes("COMMX_CPU_DDA_MAX_BYTES", 0);
+  t.rd_max_bytes = setting_bytes("COMMX_CPU_RD_MAX_BYTES", t.rd_max_bytes);
+  t.shm.slot_bytes = setting_bytes("COMMX_CPU_SLOT_BYTES", t.shm.slot_bytes);
+  t.shm.ring_bytes = setting_bytes("COMMX_CPU_RING_BYTES", t.shm.ring_bytes);
+  t.chunk_bytes = setting_bytes("COMMX_CPU_CHUNK_BYTES", t.chunk_bytes);
+  t.cma = setting_bool("COMMX_CPU_CMA");
+  t.cma_min_bytes = setting_bytes("COMMX_CPU_CMA_MIN_BYTES", t.cma_min_bytes);
+  t.cma_all_reduce_min_bytes =
+      setting_bytes("COMMX_CPU_CMA_ALL_REDUCE_MIN_BYTES", t.cma_all_reduce_min_bytes);
+  // -1: never (the largest size_t).
+  if (setting_is_set("COMMX_CPU_BROADCAST_CMA_MIN_BYTES"))
     t.broadcast_cma[0] = t.broadcast_cma[1] =
-        static_cast<size_t>(env_int("COMMX_CPU_BROADCAST_CMA_MIN_BYTES", 0));
-  if (env_str("COMMX_CPU_BROADCAST_ROOT_WRITES_MIN_BYTES"))
+        static_cast<size_t>(setting_int("COMMX_CPU_BROADCAST_CMA_MIN_BYTES", 0));
+  if (setting_is_set("COMMX_CPU_BROADCAST_ROOT_WRITES_MIN_BYTES"))
     t.broadcast_root_writes[0] = t.broadcast_root_writes[1] =
-        static_cast<size_t>(env_int("COMMX_CPU_BROADCAST_ROOT_WRITES_MIN_BYTES", 0));
-  t.spin_from_env = env_str("COMMX_CPU_SPIN_NS").has_value();
-  t.wait.spin_ns = env_int("COMMX_CPU_SPIN_NS", t.wait.spin_ns);
-  t.wait.yield_ns = env_int("COMMX_CPU_YIELD_NS", t.wait.yield_ns);
-  t.wait.slice_ns = env_int("COMMX_CPU_SLEEP_SLICE_NS", t.wait.slice_ns);
+        static_cast<size_t>(setting_int("COMMX_CPU_BROADCAST_ROOT_WRITES_MIN_BYTES", 0));
+  t.spin_from_env = setting_is_set("COMMX_CPU_SPIN_NS");
+  t.wait.spin_ns = setting_int("COMMX_CPU_SPIN_NS", t.wait.spin_ns);
+  t.wait.yield_ns = setting_int("COMMX_CPU_YIELD_NS", t.wait.yield_ns);
+  t.wait.slice_ns = setting_int("COMMX_CPU_SLEEP_SLICE_NS", t.wait.slice_ns);
   size_t rb = t.shm.ring_bytes;
   if (rb < 4096 || (rb & (rb - 1)) != 0)
     throw Error(ErrorCode::kInvalidArgument,

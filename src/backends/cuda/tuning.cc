@@ -73,8 +73,7 @@ Tuning Tuning::resolve(int world, int sms, const Hints& h, bool ll128_links) {
   t.poll_sleep_ns = 1000;
   // Two blocks per SM keep more NVLink stores in flight (256 MiB: 850 us vs 892 us).
   t.max_blocks_large = std::min(sms > 0 ? 2 * sms : kMaxBlocks, kMaxBlocks);
-  if (auto e = env_first({"COMMX_DDA_ENABLE", "RCCL_DDA_ENABLE"}))
-    t.dda_enable = !(*e == "0" || *e == "false" || *e == "off");
+  t.dda_enable = env_bool("COMMX_DDA_ENABLE", t.dda_enable);  // or its alias RCCL_DDA_ENABLE
   if (auto it = h.find("dda_enable"); it != h.end()) t.dda_enable = it->second != "0";
   override_bytes(t.ll_max_bytes, "COMMX_DDA_LL_MAX_BYTES", h, "dda_ll_max_bytes");
   override_bytes(t.ll128_min_bytes, "COMMX_DDA_LL128_MIN_BYTES", h, "dda_ll128_min_bytes");
