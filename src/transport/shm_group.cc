@@ -98,11 +98,27 @@ char* ShmGroup::map_peer(int r) {
   try {
     seg->open(pid, fd, total, who);
   } catch (const Error&) {
+    // A process being killed closes its fds before its exit shows: give that a moment.
+    for (int i = 0; i < 100 && !watches_[r].exited() && any_dead() < 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
     if (watches_[r].exited())
       throw Error(ErrorCode::kPeerFailure, who + " died before this rank mapped its shared memory");
+    // Alive but its segment is gone: it gave up creating the comm, most likely because another
+    // rank died meanwhile. Name that rank, not the live one.
+    const int dead = any_dead();
+    if (dead >= 0)
+      throw Error(ErrorCode::kPeerFailure,
+                  "rank " + std::to_string(dead) + " of comm '" + comm_name_ +
+                      "' died while the comm was created (" + who +
+                      " gave up on it and removed its shared memory before this rank mapped it)");
     throw;
   }
   auto* h = reinterpret_cast<ShmHeader*>(seg->base());
+  if ((h->magic != kMagic || h->nonce != nonce || h->rank != r || h->size != size_) && any_dead() >= 0)
+    throw Error(ErrorCode::kPeerFailure,
+                "rank " + std::to_string(any_dead()) + " of comm '" + comm_name_ +
+                    "' died while the comm was created (" + who +
+                    " gave up on it and removed its shared memory before this rank mapped it)");
   if (h->magic != kMagic || h->nonce != nonce || h->rank != r || h->size != size_)
     throw Error(ErrorCode::kPeerFailure, "the shared memory of " + who +
                                              " is gone (the rank finalized or exited before this "
