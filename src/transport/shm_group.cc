@@ -44,6 +44,7 @@ ShmGroup::ShmGroup(const std::string& comm_name, int rank, int size, ShmSizes si
   h->cpu.store(-1);
   h->self_addr = reinterpret_cast<uintptr_t>(own_.base());
   h->cma_ok.store(0);
+  h->verdict.store(-1);
   cpu_set_t set;
   static_assert(sizeof(set) == sizeof(h->affinity));
   if (sched_getaffinity(0, sizeof(set), &set) == 0) std::memcpy(h->affinity, &set, sizeof(set));
@@ -74,6 +75,24 @@ void ShmGroup::set_peer_info(std::vector<std::string> infos) {
 }
 
 bool ShmGroup::alive(int peer) { return !watches_[peer].exited(); }
+
+int ShmGroup::verdict_of(int peer) {
+  if (peer == rank_ || peer < 0 || peer >= size_ || !bases_[peer]) return -1;
+  const int v = header(peer).verdict.load(std::memory_order_acquire);
+  return v >= 0 && v / 2 < size_ && v / 2 != peer && v / 2 != rank_ ? v : -1;
+}
+
+int ShmGroup::culprit(int peer, bool* stalled) {
+  // A dead peer's segment stays readable while this rank maps it.
+  const int v = verdict_of(peer);
+  *stalled = v >= 0 && (v & 1);
+  return v >= 0 ? v / 2 : peer;
+}
+
+void ShmGroup::record_verdict(int rank, bool stalled) {
+  int32_t none = -1;
+  header(rank_).verdict.compare_exchange_strong(none, rank * 2 + (stalled ? 1 : 0));
+}
 
 int ShmGroup::any_dead() {
   if (watches_.size() != static_cast<size_t>(size_)) return -1;  // closed
@@ -241,10 +260,18 @@ void ShmGroup::cma_copy(int peer, void* local, uint64_t remote, size_t len, bool
     std::string who = "rank " + std::to_string(peer) + " of comm '" + comm_name_ + "'";
     // The peer exited (ESRCH: its memory is gone, maybe before its pidfd reports the exit) or
     // left the op and freed its buffer because the op failed for it: name every rank gone.
+    // Each rank gone is reported as the rank it gave up for, if it recorded one.
+    std::vector<char> blamed(static_cast<size_t>(size_), 0);
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_ && ((r == peer && e == ESRCH) || !alive(r))) {
+        bool stalled = false;
+        const int c = culprit(r, &stalled);
+        record_verdict(c, stalled);
+        blamed[c] = 1;
+      }
     std::string dead;
     for (int r = 0; r < size_; ++r)
-      if (r != rank_ && ((r == peer && e == ESRCH) || !alive(r)))
-        dead += (dead.empty() ? "rank " : ", rank ") + std::to_string(r);
+      if (blamed[r]) dead += (dead.empty() ? "rank " : ", rank ") + std::to_string(r);
     const char* verb = write ? "wrote into" : "read";
     if (!dead.empty())
       throw Error(ErrorCode::kPeerFailure, dead + " of comm '" + comm_name_ +

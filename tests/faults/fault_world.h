@@ -102,8 +102,9 @@ inline std::vector<RankOutcome> run_fault_world(
   return out;
 }
 
-// The ranks an error message holds responsible: "rank 3 (addr) failed", "rank 3 stalled", "rank(s)
-// 3, 4" of a shared-memory wait, and the peers listed after "pending:" of a TCP timeout.
+// The ranks an error message holds responsible: "rank 3 (addr) failed", "rank 3 stalled", the
+// "rank(s) 3, 4" a shared-memory wait timed out on, and the peers listed after "pending:" of a TCP
+// timeout.
 inline std::set<int> blamed_ranks(const std::string& msg) {
   std::set<int> out;
   static const std::regex verdict(R"(rank (\d+)(?: \([^)]*\))? (?:failed|stalled|died|exited))");
@@ -116,7 +117,7 @@ inline std::set<int> blamed_ranks(const std::string& msg) {
     for (std::sregex_iterator n(list.begin(), list.end(), number), e; n != e; ++n)
       out.insert(std::stoi(n->str()));
   }
-  static const std::regex plural(R"(rank\(s\) ([\d, ]+))");
+  static const std::regex plural(R"(timed out after \d+ ms waiting for [^;]* from rank\(s\) ([\d, ]+))");
   for (std::sregex_iterator it(msg.begin(), msg.end(), plural), end; it != end; ++it) {
     std::stringstream ss((*it)[1].str());
     std::string tok;

@@ -4,7 +4,7 @@
 // or a rank that passes a bad argument and leaves. Every rank checks every result against its
 // own reference. What must hold: every outcome is a right result or a clear commx error on every
 // rank, never a wrong result or a hang; a survivor's error blames the faulty rank only; without a
-// fault every op succeeds. COMMX_FAULT_SOAK_ROUNDS (default 28) and COMMX_FAULT_SOAK_SEED set
+// fault every op succeeds. COMMX_FAULT_SOAK_ROUNDS (default 48) and COMMX_FAULT_SOAK_SEED set
 // the length and the first seed; the matrix of outcomes is printed at the end.
 #include <gtest/gtest.h>
 
@@ -277,7 +277,7 @@ struct Tally {
 TEST(FaultSoak, RandomCollectivesWithRandomFaults) {
   const char* env_rounds = std::getenv("COMMX_FAULT_SOAK_ROUNDS");
   const char* env_seed = std::getenv("COMMX_FAULT_SOAK_SEED");
-  const int rounds = env_rounds ? std::atoi(env_rounds) : 28;
+  const int rounds = env_rounds ? std::atoi(env_rounds) : 48;
   const uint64_t first = env_seed ? std::strtoull(env_seed, nullptr, 10) : 1;
   Tally t;
   for (int i = 0; i < rounds; ++i) {
