@@ -12,9 +12,7 @@ bool is_rooted(OpType t) {
          t == OpType::kGatherSingle || t == OpType::kScatter;
 }
 
-bool is_p2p(OpType t) {
-  return t == OpType::kSend || t == OpType::kRecv || t == OpType::kBatchP2P;
-}
+bool is_p2p(OpType t) { return t == OpType::kSend || t == OpType::kRecv || t == OpType::kBatchP2P; }
 
 DataType dtype_of(const OpDesc& op) {
   switch (op.type) {

@@ -18,11 +18,11 @@ struct OpFingerprint {
   static constexpr uint8_t kPointToPoint = 2;  // send, recv, batch: matched by size only
   static constexpr uint8_t kLowPrecision = 4;  // FP8 on the wire; `lowp_format` says which
 
-  uint64_t seq = 0;    // the op's number on its comm as issued (names the call; not matched:
-                       // ranks may issue different numbers of p2p ops in between)
-  int64_t count = 0;   // the count every rank must agree on (0 where counts may differ)
-  uint64_t sizes = 0;  // hash of the per-rank sizes every rank must agree on (v ops), else 0
-  int32_t root = -1;   // rooted ops only
+  uint64_t seq = 0;      // the op's number on its comm as issued (names the call; not matched:
+                         // ranks may issue different numbers of p2p ops in between)
+  int64_t count = 0;     // the count every rank must agree on (0 where counts may differ)
+  uint64_t sizes = 0;    // hash of the per-rank sizes every rank must agree on (v ops), else 0
+  int32_t root = -1;     // rooted ops only
   uint32_t ordinal = 0;  // collectives the backend ran on this comm before this one (matched)
   uint8_t type = 0;      // OpType
   uint8_t dtype = 0;     // DataType

@@ -133,7 +133,8 @@ char* ShmGroup::map_peer(int r) {
     throw;
   }
   auto* h = reinterpret_cast<ShmHeader*>(seg->base());
-  if ((h->magic != kMagic || h->nonce != nonce || h->rank != r || h->size != size_) && any_dead() >= 0)
+  if ((h->magic != kMagic || h->nonce != nonce || h->rank != r || h->size != size_) &&
+      any_dead() >= 0)
     throw Error(ErrorCode::kPeerFailure,
                 "rank " + std::to_string(any_dead()) + " of comm '" + comm_name_ +
                     "' died while the comm was created (" + who +

@@ -4,9 +4,9 @@
 //
 // Wire format, per direction of a connection: frames of a 56-byte header {payload bytes, sequence
 // number, magic, the sender's call (OpFingerprint)} followed by the payload; the receiver checks
-// the call against its own before it takes a byte of the payload. Sends go out with one sendmsg() of header + payload
-// iovecs (no copy); receives land in a small per-link staging buffer (so a small message costs one
-// recv()), while long payloads are read straight into the caller's buffer.
+// the call against its own before it takes a byte of the payload. Sends go out with one sendmsg()
+// of header + payload iovecs (no copy); receives land in a small per-link staging buffer (so a
+// small message costs one recv()), while long payloads are read straight into the caller's buffer.
 #include "transport/tcp_transport.h"
 
 #include <netinet/in.h>
@@ -44,8 +44,8 @@ constexpr uint32_t kLostStalled = 1;
 // A frame without payload whose `bytes` is the rank whose call (in `call`) did not match the
 // sender's: it gave up on the comm.
 constexpr uint32_t kMismatchMagic = 0x4d584d43;  // "CMXM"
-constexpr uint8_t kUnknownCall = 0xff;  // OpFingerprint::type of a call a rank did not see
-constexpr uint32_t kProtocolVersion = 2;  // 2: the call's fingerprint in every frame header
+constexpr uint8_t kUnknownCall = 0xff;           // OpFingerprint::type of a call a rank did not see
+constexpr uint32_t kProtocolVersion = 2;         // 2: the call's fingerprint in every frame header
 constexpr size_t kMaxCommName = 4096;
 constexpr size_t kStageBytes = 64 << 10;
 // A payload remainder at least this long is received straight into the caller's buffer.
@@ -251,7 +251,9 @@ class TcpTransport final : public Transport {
         // stay silent finds the verdict and names that rank, not this one.
         publish_verdict(lost_rank_, lost_stalled_ ? Why::kStalled : Why::kDied);
         give_up(e, FrameHeader{static_cast<uint64_t>(lost_rank_),
-                               lost_stalled_ ? kLostStalled : kLostDead, kAbortMagic, {}});
+                               lost_stalled_ ? kLostStalled : kLostDead,
+                               kAbortMagic,
+                               {}});
       } else if (mismatched_rank_ >= 0) {
         publish_verdict(mismatched_rank_, Why::kMismatch);
         give_up(e, FrameHeader{static_cast<uint64_t>(mismatched_rank_), 0, kMismatchMagic,
@@ -470,8 +472,9 @@ class TcpTransport final : public Transport {
   void publish_verdict(int rank, Why why) {
     if (verdict_published_ || rank < 0) return;
     verdict_published_ = true;
-    const char* word = why == Why::kStalled ? " stalled" : why == Why::kMismatch ? " mismatch"
-                                                                                 : " failed";
+    const char* word = why == Why::kStalled    ? " stalled"
+                       : why == Why::kMismatch ? " mismatch"
+                                               : " failed";
     try {
       store_->set_str(verdict_key(rank_), std::to_string(rank) + word);
     } catch (const std::exception&) {
@@ -502,7 +505,8 @@ class TcpTransport final : public Transport {
       }
       const int r = std::stoi(first);
       in >> word;
-      if (word == "mismatch" && r >= 0 && r < size_) out.verdict = Blame{r, Why::kMismatch};
+      if (word == "mismatch" && r >= 0 && r < size_)
+        out.verdict = Blame{r, Why::kMismatch};
       else if (r >= 0 && r < size_ && r != q && r != rank_)
         out.verdict = Blame{r, word == "stalled" ? Why::kStalled : Why::kDied};
     } catch (const std::exception&) {
@@ -545,8 +549,8 @@ class TcpTransport final : public Transport {
       } catch (const std::exception&) {
       }
     }
-    std::vector<int> silent;                       // pending peers that stalled themselves
-    std::vector<std::pair<int, Blame>> relayed;    // (pending peer, the culprit behind it)
+    std::vector<int> silent;                     // pending peers that stalled themselves
+    std::vector<std::pair<int, Blame>> relayed;  // (pending peer, the culprit behind it)
     std::vector<char> seen(static_cast<size_t>(size_), 0);
     seen[rank_] = 1;
     std::vector<std::pair<int, int>> todo;  // (rank to look up, the pending peer it is behind)
@@ -589,8 +593,8 @@ class TcpTransport final : public Transport {
                 ", which this rank waited for, was waiting for it)";
     }
     if (silent.empty() && !relayed.empty())
-      return Error(ErrorCode::kTimeout, prefix_ + "exchange timed out after " +
-                                            std::to_string(ms) + " ms" + behind);
+      return Error(ErrorCode::kTimeout,
+                   prefix_ + "exchange timed out after " + std::to_string(ms) + " ms" + behind);
     std::string what;
     for (int q : silent) {
       const Peer& p = peers_[q];
@@ -816,7 +820,8 @@ class TcpTransport final : public Transport {
         p.rpos += sizeof(h);
         if (h.magic == kAbortMagic && h.bytes < peers_.size()) {
           throw relayed_failure(
-              q, Blame{static_cast<int>(h.bytes), h.seq == kLostStalled ? Why::kStalled : Why::kDied},
+              q,
+              Blame{static_cast<int>(h.bytes), h.seq == kLostStalled ? Why::kStalled : Why::kDied},
               "");
         }
         if (h.magic == kMismatchMagic && h.bytes < peers_.size()) {
@@ -832,8 +837,7 @@ class TcpTransport final : public Transport {
                                                     (known ? " " + describe_call(h.call) : "");
           throw Error(ErrorCode::kInvalidArgument,
                       prefix_ + peer_name(q) + " gave up on this comm: " + theirs +
-                          " did not match its own (this rank called " + describe_call(call_) +
-                          ")");
+                          " did not match its own (this rank called " + describe_call(call_) + ")");
         }
         if (h.magic != kFrameMagic || h.seq != p.recv_seq) {
           throw Error(ErrorCode::kInternal,

@@ -20,10 +20,10 @@ struct StressRun {
   uint64_t seed;
   int n;
   int victim;
-  bool stall;   // SIGSTOP, else SIGKILL
-  int at;       // the op before which the victim fails
+  bool stall;  // SIGSTOP, else SIGKILL
+  int at;      // the op before which the victim fails
   int64_t count;
-  int kind;     // 0 all_reduce, 1 all_gather, 2 broadcast from rank 0
+  int kind;  // 0 all_reduce, 1 all_gather, 2 broadcast from rank 0
 };
 
 StressRun make_run(uint64_t seed) {
@@ -108,9 +108,10 @@ TEST(Blame, SurvivorsNameTheRankThatFailed) {
     else
       ADD_FAILURE() << describe(run) << "\n" << problems;
   }
-  std::printf("blame stress: %d runs, %d ok; survivors blaming a live rank: %d, without error: %d, "
-              "other codes: %d, hangs: %d\n",
-              runs, ok, wrong_rank, no_error, bad_code, hangs);
+  std::printf(
+      "blame stress: %d runs, %d ok; survivors blaming a live rank: %d, without error: %d, "
+      "other codes: %d, hangs: %d\n",
+      runs, ok, wrong_rank, no_error, bad_code, hangs);
 }
 
 // A rank killed while the comm is created (its shared memory half set up, or its TCP listener

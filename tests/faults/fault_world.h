@@ -30,9 +30,9 @@ namespace commx::testing {
 
 // How a run ended on each rank, as the rank wrote it (one line) and as waitpid saw it.
 struct RankOutcome {
-  int status = -1;   // waitpid status; -1: still running at the deadline (a hang)
+  int status = -1;              // waitpid status; -1: still running at the deadline (a hang)
   bool killed_by_test = false;  // stalled on purpose and killed once the others finished
-  std::string line;  // what the rank reported ("" if it wrote nothing)
+  std::string line;             // what the rank reported ("" if it wrote nothing)
 };
 
 // Runs body(rank, store) in n forked ranks and returns each rank's outcome. Ranks that still run
@@ -117,7 +117,8 @@ inline std::set<int> blamed_ranks(const std::string& msg) {
     for (std::sregex_iterator n(list.begin(), list.end(), number), e; n != e; ++n)
       out.insert(std::stoi(n->str()));
   }
-  static const std::regex plural(R"(timed out after \d+ ms waiting for [^;]* from rank\(s\) ([\d, ]+))");
+  static const std::regex plural(
+      R"(timed out after \d+ ms waiting for [^;]* from rank\(s\) ([\d, ]+))");
   for (std::sregex_iterator it(msg.begin(), msg.end(), plural), end; it != end; ++it) {
     std::stringstream ss((*it)[1].str());
     std::string tok;

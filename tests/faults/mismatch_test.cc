@@ -16,7 +16,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 std::string f32() { return dtype_name(DataType::kFloat32); }
 
 // One rank's side of a mismatched op: issues the call on `comm` with `buf` (filled with the rank's
@@ -42,56 +44,60 @@ struct Case {
 // up, or at the latest from the barrier after it).
 void run_case(const Case& c) {
   SCOPED_TRACE(c.name);
-  auto res = run_forked(c.ranks, [&c](RankEnv& env) {
-    CommOptions co;
-    co.hints["transport"] = c.transport;
-    co.timeout = 20s;  // a hang becomes a Timeout, which fails the checks below
-    auto comm = env.comm("mismatch-" + c.name, co);
-    std::vector<float> warm(4, 1.0f);
-    comm->all_reduce(make_tensor(warm.data(), 4), ReduceOp::SUM);
-    env.check(warm[0] == static_cast<float>(env.size), "warm-up all_reduce");
+  auto res = run_forked(
+      c.ranks,
+      [&c](RankEnv& env) {
+        CommOptions co;
+        co.hints["transport"] = c.transport;
+        co.timeout = 20s;  // a hang becomes a Timeout, which fails the checks below
+        auto comm = env.comm("mismatch-" + c.name, co);
+        std::vector<float> warm(4, 1.0f);
+        comm->all_reduce(make_tensor(warm.data(), 4), ReduceOp::SUM);
+        env.check(warm[0] == static_cast<float>(env.size), "warm-up all_reduce");
 
-    Side me = c.side(env.rank);
-    std::vector<float> buf(static_cast<size_t>(c.count) * (c.wide ? env.size : 1), 0.0f);
-    for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>(env.rank * 1000 + i % 97);
-    const std::vector<float> input = buf;
-    std::string msg;
-    ErrorCode code = ErrorCode::kInternal;
-    try {
-      me.issue(*comm, buf);
-    } catch (const Error& e) {
-      msg = e.what();
-      code = e.code();
-    }
-    // Ranks whose call matches every peer it talks to may finish the op (their result is right:
-    // nobody combined mismatched data); they must fail at the barrier.
-    bool direct = false;
-    for (int p = 0; p < env.size; ++p)
-      if (c.side(p).call != me.call) direct = true;
-    if (msg.empty()) {
-      env.check(!direct || c.transport == "tcp",
-                "the mismatched op succeeded on a rank whose peers called something else");
-    } else {
-      env.check(code == ErrorCode::kInvalidArgument, "expected InvalidArgument, got: " + msg);
-      env.check(has(msg, "do not match") || has(msg, "did not match"),
-                "the error says the calls do not match: " + msg);
-      env.check(has(msg, "called " + me.call) || has(msg, "this rank called " + me.call),
-                "the error names this rank's call '" + me.call + "': " + msg);
-      // The peer's call as issued: the mismatched one, or (TCP, a rank that did not talk to the
-      // mismatching one in that op) the next one it issued.
-      env.check(has(msg, " but rank ") || has(msg, "gave up"),
-                "the error names the peer's call as issued: " + msg);
-      // Nothing was combined: a failed op leaves this rank's buffer as it was.
-      if (me.in_place)
-        env.check(buf == input, "the buffer of a failed mismatched op is unchanged");
-    }
-    std::string later = expect_error(env, ErrorCode::kInvalidArgument, [&] { comm->barrier(); },
-                                     "an op after the mismatch");
-    if (msg.empty())  // this rank learns of the mismatch now, from a peer or by itself
-      env.check(has(later, "match"), "the op after the mismatch names it: " + later);
-    else
-      env.check(has(later, "unusable"), "the comm is failed after the mismatch: " + later);
-  }, 90);
+        Side me = c.side(env.rank);
+        std::vector<float> buf(static_cast<size_t>(c.count) * (c.wide ? env.size : 1), 0.0f);
+        for (size_t i = 0; i < buf.size(); ++i)
+          buf[i] = static_cast<float>(env.rank * 1000 + i % 97);
+        const std::vector<float> input = buf;
+        std::string msg;
+        ErrorCode code = ErrorCode::kInternal;
+        try {
+          me.issue(*comm, buf);
+        } catch (const Error& e) {
+          msg = e.what();
+          code = e.code();
+        }
+        // Ranks whose call matches every peer it talks to may finish the op (their result is right:
+        // nobody combined mismatched data); they must fail at the barrier.
+        bool direct = false;
+        for (int p = 0; p < env.size; ++p)
+          if (c.side(p).call != me.call) direct = true;
+        if (msg.empty()) {
+          env.check(!direct || c.transport == "tcp",
+                    "the mismatched op succeeded on a rank whose peers called something else");
+        } else {
+          env.check(code == ErrorCode::kInvalidArgument, "expected InvalidArgument, got: " + msg);
+          env.check(has(msg, "do not match") || has(msg, "did not match"),
+                    "the error says the calls do not match: " + msg);
+          env.check(has(msg, "called " + me.call) || has(msg, "this rank called " + me.call),
+                    "the error names this rank's call '" + me.call + "': " + msg);
+          // The peer's call as issued: the mismatched one, or (TCP, a rank that did not talk to the
+          // mismatching one in that op) the next one it issued.
+          env.check(has(msg, " but rank ") || has(msg, "gave up"),
+                    "the error names the peer's call as issued: " + msg);
+          // Nothing was combined: a failed op leaves this rank's buffer as it was.
+          if (me.in_place)
+            env.check(buf == input, "the buffer of a failed mismatched op is unchanged");
+        }
+        std::string later = expect_error(
+            env, ErrorCode::kInvalidArgument, [&] { comm->barrier(); }, "an op after the mismatch");
+        if (msg.empty())  // this rank learns of the mismatch now, from a peer or by itself
+          env.check(has(later, "match"), "the op after the mismatch names it: " + later);
+        else
+          env.check(has(later, "unusable"), "the comm is failed after the mismatch: " + later);
+      },
+      90);
   EXPECT_TRUE(res.all_ok()) << c.name << ": " << res.describe();
 }
 
@@ -117,7 +123,8 @@ Side all_to_all_single(int64_t count, int n) {
   return {[=](Comm& c, std::vector<float>& b) {
             static std::vector<float> in;
             in.assign(b.begin(), b.end());
-            c.all_to_all_single(make_tensor(b.data(), count * n), make_tensor(in.data(), count * n));
+            c.all_to_all_single(make_tensor(b.data(), count * n),
+                                make_tensor(in.data(), count * n));
           },
           "all_to_all_single #2 (" + std::to_string(count * n) + " x " + f32() + ")", false};
 }
@@ -129,9 +136,8 @@ Side reduce(int64_t count, int root, ReduceOp op) {
 
 // The silent cases: each returned success (or wrong data) on some rank before fingerprints.
 TEST(Mismatch, TcpBroadcastAgainstAllReduce) {
-  run_case({"tcp-bcast-vs-ar", "tcp", 2, 16, [](int r) {
-              return r == 0 ? broadcast(16, 1) : all_reduce(16, ReduceOp::SUM);
-            }});
+  run_case({"tcp-bcast-vs-ar", "tcp", 2, 16,
+            [](int r) { return r == 0 ? broadcast(16, 1) : all_reduce(16, ReduceOp::SUM); }});
 }
 
 TEST(Mismatch, ShmBroadcastRootsDiffer) {
@@ -143,15 +149,14 @@ TEST(Mismatch, ShmBroadcastRootsDiffer) {
 
 TEST(Mismatch, SumAgainstMax) {
   for (const char* t : {"shm", "tcp"})
-    run_case({std::string(t) + "-sum-vs-max", t, 2, 64, [](int r) {
-                return all_reduce(64, r == 0 ? ReduceOp::SUM : ReduceOp::MAX);
-              }});
+    run_case({std::string(t) + "-sum-vs-max", t, 2, 64,
+              [](int r) { return all_reduce(64, r == 0 ? ReduceOp::SUM : ReduceOp::MAX); }});
 }
 
 TEST(Mismatch, TcpAllGatherAgainstAllToAll) {
-  run_case({"tcp-ag-vs-a2a", "tcp", 2, 8, [](int r) {
-              return r == 0 ? all_gather_single(8, 2) : all_to_all_single(8, 2);
-            }, true});
+  run_case({"tcp-ag-vs-a2a", "tcp", 2, 8,
+            [](int r) { return r == 0 ? all_gather_single(8, 2) : all_to_all_single(8, 2); },
+            true});
 }
 
 // Rooted ops over TCP: a rank that only sends (a reduce leaf, a broadcast root) checks its
@@ -168,10 +173,11 @@ TEST(Mismatch, CountsAndDtypes) {
               [](int r) { return all_reduce(r == 0 ? 10 : 12, ReduceOp::SUM); }});
     run_case({std::string(t) + "-dtypes", t, 2, 8, [](int r) {
                 if (r == 0) return all_reduce(8, ReduceOp::SUM);
-                return Side{[](Comm& c, std::vector<float>& b) {
-                              c.all_reduce(Tensor(b.data(), 8, DataType::kInt32), ReduceOp::SUM);
-                            },
-                            "all_reduce #2 (sum, 8 x " + std::string(dtype_name(DataType::kInt32)) + ")"};
+                return Side{
+                    [](Comm& c, std::vector<float>& b) {
+                      c.all_reduce(Tensor(b.data(), 8, DataType::kInt32), ReduceOp::SUM);
+                    },
+                    "all_reduce #2 (sum, 8 x " + std::string(dtype_name(DataType::kInt32)) + ")"};
               }});
   }
 }
@@ -182,8 +188,9 @@ TEST(Mismatch, RecvAgainstCollective) {
   for (const char* t : {"tcp"}) {
     run_case({std::string(t) + "-recv-vs-ar", t, 2, 8, [](int r) {
                 if (r == 0) return all_reduce(8, ReduceOp::SUM);
-                return Side{[](Comm& c, std::vector<float>& b) { c.recv(make_tensor(b.data(), 8), 0); },
-                            "recv #2"};
+                return Side{
+                    [](Comm& c, std::vector<float>& b) { c.recv(make_tensor(b.data(), 8), 0); },
+                    "recv #2"};
               }});
   }
 }

@@ -22,17 +22,32 @@ namespace {
 enum class Fault { kNone, kKillBefore, kKillDuring, kStall, kMismatch, kBadInput };
 const char* fault_name(Fault f) {
   switch (f) {
-    case Fault::kNone: return "none";
-    case Fault::kKillBefore: return "kill-before";
-    case Fault::kKillDuring: return "kill-during";
-    case Fault::kStall: return "stall";
-    case Fault::kMismatch: return "mismatch";
-    case Fault::kBadInput: return "bad-input";
+    case Fault::kNone:
+      return "none";
+    case Fault::kKillBefore:
+      return "kill-before";
+    case Fault::kKillDuring:
+      return "kill-during";
+    case Fault::kStall:
+      return "stall";
+    case Fault::kMismatch:
+      return "mismatch";
+    case Fault::kBadInput:
+      return "bad-input";
   }
   return "?";
 }
 
-enum class Kind { kAllReduce, kBroadcast, kAllGather, kReduceScatter, kAllToAll, kReduce, kGather, kBarrier };
+enum class Kind {
+  kAllReduce,
+  kBroadcast,
+  kAllGather,
+  kReduceScatter,
+  kAllToAll,
+  kReduce,
+  kGather,
+  kBarrier
+};
 constexpr int kNumKinds = 8;
 
 struct OpPlan {
@@ -112,7 +127,7 @@ std::string run_op(Comm& comm, const Round& rd, int k, const OpPlan& plan, bool 
     float a = val(0, idx(0, i));
     for (int r = 1; r < n; ++r) {
       float b = val(r, idx(r, i));
-      a = plan.red == ReduceKind::kSum ? a + b
+      a = plan.red == ReduceKind::kSum   ? a + b
           : plan.red == ReduceKind::kMax ? std::max(a, b)
                                          : std::min(a, b);
     }
@@ -123,21 +138,25 @@ std::string run_op(Comm& comm, const Round& rd, int k, const OpPlan& plan, bool 
       in.resize(c);
       for (int64_t i = 0; i < c; ++i) in[i] = val(me, i);
       finish(comm.all_reduce(make_tensor(in.data(), c), plan.red, true, o));
-      return expect(in, [&](int64_t i) { return reduce_all(i, [](int, int64_t j) { return j; }); },
-                    "all_reduce");
+      return expect(
+          in, [&](int64_t i) { return reduce_all(i, [](int, int64_t j) { return j; }); },
+          "all_reduce");
     }
     case Kind::kBroadcast: {
       in.resize(c);
       for (int64_t i = 0; i < c; ++i) in[i] = val(me, i);
       finish(comm.broadcast(make_tensor(in.data(), c), plan.root, true, o));
-      return expect(in, [&](int64_t i) { return val(plan.root, i); }, "broadcast");
+      return expect(
+          in, [&](int64_t i) { return val(plan.root, i); }, "broadcast");
     }
     case Kind::kAllGather: {
       in.resize(c);
       out.assign(c * n, -99.0f);
       for (int64_t i = 0; i < c; ++i) in[i] = val(me, i);
-      finish(comm.all_gather_single(make_tensor(out.data(), c * n), make_tensor(in.data(), c), true, o));
-      return expect(out, [&](int64_t i) { return val(static_cast<int>(i / c), i % c); }, "all_gather");
+      finish(comm.all_gather_single(make_tensor(out.data(), c * n), make_tensor(in.data(), c), true,
+                                    o));
+      return expect(
+          out, [&](int64_t i) { return val(static_cast<int>(i / c), i % c); }, "all_gather");
     }
     case Kind::kReduceScatter: {
       in.resize(c * n);
@@ -145,11 +164,9 @@ std::string run_op(Comm& comm, const Round& rd, int k, const OpPlan& plan, bool 
       for (int64_t i = 0; i < c * n; ++i) in[i] = val(me, i);
       finish(comm.reduce_scatter_single(make_tensor(out.data(), c), make_tensor(in.data(), c * n),
                                         plan.red, true, o));
-      return expect(out,
-                    [&](int64_t i) {
-                      return reduce_all(i, [&](int, int64_t j) { return me * c + j; });
-                    },
-                    "reduce_scatter");
+      return expect(
+          out, [&](int64_t i) { return reduce_all(i, [&](int, int64_t j) { return me * c + j; }); },
+          "reduce_scatter");
     }
     case Kind::kAllToAll: {
       in.resize(c * n);
@@ -157,16 +174,19 @@ std::string run_op(Comm& comm, const Round& rd, int k, const OpPlan& plan, bool 
       for (int64_t i = 0; i < c * n; ++i) in[i] = val(me, i);
       finish(comm.all_to_all_single(make_tensor(out.data(), c * n), make_tensor(in.data(), c * n),
                                     true, o));
-      return expect(out, [&](int64_t i) { return val(static_cast<int>(i / c), me * c + i % c); },
-                    "all_to_all");
+      return expect(
+          out, [&](int64_t i) { return val(static_cast<int>(i / c), me * c + i % c); },
+          "all_to_all");
     }
     case Kind::kReduce: {
       in.resize(c);
       for (int64_t i = 0; i < c; ++i) in[i] = val(me, i);
       finish(comm.reduce(make_tensor(in.data(), c), plan.root, plan.red, true, o));
-      if (me != plan.root) return expect(in, [&](int64_t i) { return val(me, i); }, "reduce input");
-      return expect(in, [&](int64_t i) { return reduce_all(i, [](int, int64_t j) { return j; }); },
-                    "reduce");
+      if (me != plan.root)
+        return expect(
+            in, [&](int64_t i) { return val(me, i); }, "reduce input");
+      return expect(
+          in, [&](int64_t i) { return reduce_all(i, [](int, int64_t j) { return j; }); }, "reduce");
     }
     case Kind::kGather: {
       in.resize(c);
@@ -175,7 +195,8 @@ std::string run_op(Comm& comm, const Round& rd, int k, const OpPlan& plan, bool 
       finish(comm.gather_single(make_tensor(out.data(), c * n), make_tensor(in.data(), c),
                                 plan.root, true, o));
       if (me != plan.root) return "";
-      return expect(out, [&](int64_t i) { return val(static_cast<int>(i / c), i % c); }, "gather");
+      return expect(
+          out, [&](int64_t i) { return val(static_cast<int>(i / c), i % c); }, "gather");
     }
     case Kind::kBarrier:
       finish(comm.barrier(true, o));
@@ -341,8 +362,8 @@ TEST(FaultSoak, RandomCollectivesWithRandomFaults) {
       t.ok[key]++;
     } else {
       for (const auto& p : problems) {
-        std::string kind = p.find("HANG") != std::string::npos    ? "hang"
-                           : p.find("WRONG") != std::string::npos ? "wrong result"
+        std::string kind = p.find("HANG") != std::string::npos     ? "hang"
+                           : p.find("WRONG") != std::string::npos  ? "wrong result"
                            : p.find("blames") != std::string::npos ? "wrong rank blamed"
                                                                    : "other";
         t.failures[kind]++;
@@ -355,7 +376,8 @@ TEST(FaultSoak, RandomCollectivesWithRandomFaults) {
     }
   }
   std::string matrix = "fault soak matrix (rounds: case -> ok/tried):\n";
-  for (auto& [k, v] : t.cases) matrix += "  " + k + ": " + std::to_string(t.ok[k]) + "/" + std::to_string(v) + "\n";
+  for (auto& [k, v] : t.cases)
+    matrix += "  " + k + ": " + std::to_string(t.ok[k]) + "/" + std::to_string(v) + "\n";
   for (auto& [k, v] : t.failures) matrix += "  failures, " + k + ": " + std::to_string(v) + "\n";
   std::printf("%s", matrix.c_str());
 }
