@@ -577,6 +577,14 @@ class TcpTransport final : public Transport {
         relayed.push_back({via, Blame{r, Why::kStalled}});
       }
     }
+    // A pending peer whose chain leads back to this rank (each waits for the other: a lost link,
+    // or a deadlock) has no one behind it to blame: it is blamed itself.
+    for (int q : pending) {
+      const bool behind_q =
+          std::any_of(relayed.begin(), relayed.end(), [q](const auto& x) { return x.first == q; });
+      if (!behind_q && std::find(silent.begin(), silent.end(), q) == silent.end())
+        silent.push_back(q);
+    }
     if (lost_rank_ < 0) {
       if (!silent.empty()) {
         lost_rank_ = silent.front();
