@@ -261,10 +261,11 @@ void ShmGroup::cma_copy(int peer, void* local, uint64_t remote, size_t len, bool
     std::string who = "rank " + std::to_string(peer) + " of comm '" + comm_name_ + "'";
     // The peer exited (ESRCH: its memory is gone, maybe before its pidfd reports the exit) or
     // left the op and freed its buffer because the op failed for it: name every rank gone.
-    // Each rank gone is reported as the rank it gave up for, if it recorded one.
+    // Each rank gone is reported as the rank it gave up for, if it recorded one (a live peer that
+    // gave up freed the buffer being read: its verdict names the rank at fault).
     std::vector<char> blamed(static_cast<size_t>(size_), 0);
     for (int r = 0; r < size_; ++r)
-      if (r != rank_ && ((r == peer && e == ESRCH) || !alive(r))) {
+      if (r != rank_ && ((r == peer && (e == ESRCH || verdict_of(r) >= 0)) || !alive(r))) {
         bool stalled = false;
         const int c = culprit(r, &stalled);
         record_verdict(c, stalled);
