@@ -28,6 +28,13 @@ void recv(GenericColl& c, int from, void* d, size_t b) {
   c.t.exchange({}, {&r, 1}, c.deadline);
 }
 
+// An empty message carries only its sender's call (every message's header does): a rank that would
+// otherwise only send gets one from each rank it sends to, so it checks their calls as its
+// receivers check its own, and a mismatch is an error on both sides of every link the op uses.
+char g_call_only = 0;
+void send_call(std::vector<SendReq>& s, int to) { s.push_back({to, &g_call_only, 0}); }
+void recv_call(std::vector<RecvReq>& r, int from) { r.push_back({from, &g_call_only, 0}); }
+
 // out = reduce(lo, hi) in that order (the lower rank's data first, on every rank).
 void combine(const HostReducer& r, void* out, const void* lo, const void* hi, size_t count,
              bool fin) {
@@ -117,9 +124,18 @@ void gen_reduce_tree(GenericColl& c, const void* in, void* out, size_t count, in
   char* acc = scratch(c, 2 * bytes);
   char* tmp = acc + bytes;
   std::memcpy(acc, in, bytes);
+  // Every parent first tells its children its call (they only send to it).
+  std::vector<SendReq> calls;
+  for (int mask = 1; mask < n && !(vr & mask); mask <<= 1)
+    if (vr + mask < n) send_call(calls, (vr + mask + root) % n);
+  if (!calls.empty()) c.t.exchange(calls, {}, c.deadline);
   for (int mask = 1; mask < n; mask <<= 1) {
     if (vr & mask) {
-      send(c, (vr - mask + root) % n, acc, bytes);
+      const int parent = (vr - mask + root) % n;
+      std::vector<SendReq> s{{parent, acc, bytes}};
+      std::vector<RecvReq> r;
+      recv_call(r, parent);
+      c.t.exchange(s, r, c.deadline);
       return;
     }
     if (vr + mask < n) {
@@ -137,13 +153,24 @@ void gen_broadcast_tree(GenericColl& c, void* buf, size_t bytes, int root) {
   int mask = 1;
   while (mask < n) {
     if (vr & mask) {
-      recv(c, (vr - mask + root) % n, buf, bytes);
+      // This rank's call goes to its parent (which only sends) while the data comes.
+      const int parent = (vr - mask + root) % n;
+      std::vector<SendReq> s;
+      send_call(s, parent);
+      std::vector<RecvReq> r{{parent, buf, bytes}};
+      c.t.exchange(s, r, c.deadline);
       break;
     }
     mask <<= 1;
   }
   for (mask >>= 1; mask > 0; mask >>= 1)
-    if (vr + mask < n) send(c, (vr + mask + root) % n, buf, bytes);
+    if (vr + mask < n) {
+      const int child = (vr + mask + root) % n;
+      std::vector<SendReq> s{{child, buf, bytes}};
+      std::vector<RecvReq> r;
+      recv_call(r, child);
+      c.t.exchange(s, r, c.deadline);
+    }
 }
 
 void gen_all_gather_ring(GenericColl& c, const void* in, size_t in_bytes,
@@ -226,22 +253,38 @@ void gen_all_to_all(GenericColl& c, std::span<const void* const> ins,
 
 void gen_gather(GenericColl& c, const void* in, size_t bytes, std::span<void* const> outs,
                 int root) {
-  if (c.rank != root) return send(c, root, in, bytes);
-  std::memcpy(outs[root], in, bytes);
+  std::vector<SendReq> s;
   std::vector<RecvReq> rv;
+  if (c.rank != root) {
+    s.push_back({root, in, bytes});
+    recv_call(rv, root);
+    return c.t.exchange(s, rv, c.deadline);
+  }
+  std::memcpy(outs[root], in, bytes);
   for (int p = 0; p < c.size; ++p)
-    if (p != root) rv.push_back({p, outs[p], bytes});
-  c.t.exchange({}, rv, c.deadline);
+    if (p != root) {
+      rv.push_back({p, outs[p], bytes});
+      send_call(s, p);
+    }
+  c.t.exchange(s, rv, c.deadline);
 }
 
 void gen_scatter(GenericColl& c, std::span<const void* const> ins, void* out, size_t bytes,
                  int root) {
-  if (c.rank != root) return recv(c, root, out, bytes);
-  std::memcpy(out, ins[root], bytes);
   std::vector<SendReq> s;
+  std::vector<RecvReq> rv;
+  if (c.rank != root) {
+    send_call(s, root);
+    rv.push_back({root, out, bytes});
+    return c.t.exchange(s, rv, c.deadline);
+  }
+  std::memcpy(out, ins[root], bytes);
   for (int p = 0; p < c.size; ++p)
-    if (p != root) s.push_back({p, ins[p], bytes});
-  c.t.exchange(s, {}, c.deadline);
+    if (p != root) {
+      s.push_back({p, ins[p], bytes});
+      recv_call(rv, p);
+    }
+  c.t.exchange(s, rv, c.deadline);
 }
 
 void gen_barrier(GenericColl& c) {

@@ -9,26 +9,19 @@
 #include <span>
 
 #include "algorithms/host_reduce.h"
+#include "core/op_fingerprint.h"
 #include "transport/shm_group.h"
 
 namespace commx {
-
-// What each rank writes at the start of an op's first slot, so peers that read it can tell a
-// mismatched call (another op, dtype, count or root) from a slow one.
-struct OpSig {
-  uint32_t type = 0;   // OpType
-  uint32_t dtype = 0;  // DataType
-  int64_t count = 0;   // the count every rank must agree on (0 where counts may differ)
-  int64_t root = -1;
-  uint64_t seq = 0;
-};
 
 inline constexpr size_t kNoCma = ~size_t{0};
 
 struct ShmColl {
   ShmGroup& g;
   WaitScope ws;
-  OpSig sig;
+  // What every rank writes at the start of an op's first slot: its peers check it against their
+  // own before reading any data (another op, dtype, count, root or reduction is a clear error).
+  OpFingerprint sig;
   // Bytes per round of the pipelined reduce-scatter + all-gather (0: a whole slot). Rounds that
   // fit in the caches keep a large all_reduce from streaming through DRAM three times.
   size_t chunk_bytes = 0;

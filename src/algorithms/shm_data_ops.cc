@@ -42,24 +42,19 @@ void shm_broadcast(ShmColl& c, void* buf, size_t bytes, int root) {
     // half the time; the one copy no longer waits for the root's CPU to idle).
     const size_t head =
         bytes >= c.root_writes_min_bytes ? bytes / static_cast<size_t>(st.n()) / 4096 * 4096 : 0;
-    uint64_t s = st.begin(is_root || head > 0);
-    if (is_root || head > 0) {
-      st.write_sig(s);
-      st.table(st.me(), s)[0] = Steps::addr(buf);
-    }
+    uint64_t s = st.begin(true);
+    st.write_sig(s);
+    st.table(st.me(), s)[0] = Steps::addr(buf);
     st.arrive(s);
+    st.agree(s);
     if (is_root) {
       for (int i = 1; i < st.n() && head > 0; ++i) {
         int p = (root + i) % st.n();
-        st.wait(p, s);
-        st.check_sig(p, s);
         st.write_peer(p, st.table(p, s)[0], buf, head);
       }
       return st.finish_reads();
     }
     try {
-      st.wait(root, s);
-      st.check_sig(root, s);
       st.read_peer(root, static_cast<char*>(buf) + head,
                    st.table(root, s)[0] + static_cast<int64_t>(head), bytes - head);
       st.finish_reads();
@@ -75,15 +70,18 @@ void shm_broadcast(ShmColl& c, void* buf, size_t bytes, int root) {
   const size_t rounds = rounds_for(bytes, st.cap());
   for (size_t k = 0; k < rounds; ++k) {
     Piece pc = piece(bytes, st.cap(), k);
-    uint64_t s = st.begin(is_root);
+    uint64_t s = st.begin(is_root || k == 0);
+    if (k == 0) st.write_sig(s);
     if (is_root) {
-      if (k == 0) st.write_sig(s);
       std::memcpy(st.mine(s), static_cast<char*>(buf) + pc.off, pc.len);
       st.arrive(s);
+      if (k == 0) st.agree(s);
     } else {
       st.arrive(s);
-      st.wait(root, s);
-      if (k == 0) st.check_sig(root, s);
+      if (k == 0)
+        st.agree(s);
+      else
+        st.wait(root, s);
       std::memcpy(static_cast<char*>(buf) + pc.off, st.of(root, s), pc.len);
     }
   }
@@ -223,15 +221,16 @@ void shm_gather(ShmColl& c, const void* in, size_t bytes, std::span<void* const>
     if (me != root) {
       std::memcpy(st.mine(s), static_cast<const char*>(in) + pc.off, pc.len);
       st.arrive(s);
+      if (k == 0) st.agree(s);
       continue;
     }
     st.arrive(s);
+    if (k == 0) st.agree(s);
     std::memcpy(static_cast<char*>(outs[me]) + pc.off, static_cast<const char*>(in) + pc.off,
                 pc.len);
     for (int i = 1; i < n; ++i) {
       int p = (me + i) % n;
       st.wait(p, s);
-      if (k == 0) st.check_sig(p, s);
       std::memcpy(static_cast<char*>(outs[p]) + pc.off, st.of(p, s), pc.len);
     }
   }
@@ -244,19 +243,22 @@ void shm_scatter(ShmColl& c, std::span<const void* const> ins, void* out, size_t
   const size_t rounds = rounds_for(bytes, block);
   for (size_t k = 0; k < rounds; ++k) {
     Piece pc = piece(bytes, block, k);
-    uint64_t s = st.begin(me == root);
+    uint64_t s = st.begin(me == root || k == 0);
+    if (k == 0) st.write_sig(s);
     if (me == root) {
-      if (k == 0) st.write_sig(s);
       for (int d = 0; d < n; ++d)
         if (d != me)
           std::memcpy(st.mine(s) + block * d, static_cast<const char*>(ins[d]) + pc.off, pc.len);
       st.arrive(s);
+      if (k == 0) st.agree(s);
       std::memcpy(static_cast<char*>(out) + pc.off, static_cast<const char*>(ins[me]) + pc.off,
                   pc.len);
     } else {
       st.arrive(s);
-      st.wait(root, s);
-      if (k == 0) st.check_sig(root, s);
+      if (k == 0)
+        st.agree(s);
+      else
+        st.wait(root, s);
       std::memcpy(static_cast<char*>(out) + pc.off, st.of(root, s) + block * me, pc.len);
     }
   }

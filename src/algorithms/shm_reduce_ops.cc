@@ -54,9 +54,9 @@ static void one_shot_rounds(ShmColl& c, const void* in, void* out, size_t count,
     if (first) st.write_sig(s);
     std::memcpy(st.mine(s), static_cast<const char*>(in) + done * es, m * es);
     st.arrive(s);
+    if (first) st.agree(s);  // non-roots of a reduce too: every rank checks every call
     if (gets_result) {
       st.wait_all(s);
-      if (first) st.check_all_sigs(s);
       for (int p = 0; p < st.n(); ++p) srcs[p] = st.of(p, s);
       r.reduce(static_cast<char*>(out) + done * es, srcs.data(), st.n(), m, true);
     }

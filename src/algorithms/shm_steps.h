@@ -19,7 +19,7 @@ class Steps {
       : c_(c),
         me_(c.g.rank()),
         n_(c.g.size()),
-        off_(round_up64(sizeof(OpSig) + 24 * static_cast<size_t>(c.g.size()) + 8)),
+        off_(round_up64(sizeof(OpFingerprint) + 24 * static_cast<size_t>(c.g.size()) + 8)),
         cap_(c.g.sizes().slot_bytes - off_) {}
 
   int me() const { return me_; }
@@ -60,37 +60,32 @@ class Steps {
   // The per-peer table after the signature: three int64 per rank (sizes and, for single-copy
   // paths, an address) and one more for flags.
   int64_t* table(int p, uint64_t s) {
-    return reinterpret_cast<int64_t*>(c_.g.slot(p, s) + sizeof(OpSig));
+    return reinterpret_cast<int64_t*>(c_.g.slot(p, s) + sizeof(OpFingerprint));
   }
-  void write_sig(uint64_t s) { std::memcpy(c_.g.slot(me_, s), &c_.sig, sizeof(OpSig)); }
+  void write_sig(uint64_t s) { std::memcpy(c_.g.slot(me_, s), &c_.sig, sizeof(OpFingerprint)); }
   void arrive(uint64_t s) { c_.g.arrive(s); }
   void wait(int p, uint64_t s) { c_.g.wait_peer(p, s, c_.ws); }
   void wait_all(uint64_t s) { c_.g.wait_all(s, c_.ws); }
 
-  // Compares peer p's signature with this rank's (call after waiting for p at step s).
+  // Compares peer p's fingerprint with this rank's (call after waiting for p at step s).
   void check_sig(int p, uint64_t s) {
-    OpSig o;
-    std::memcpy(&o, c_.g.slot(p, s), sizeof(OpSig));
-    const OpSig& m = c_.sig;
-    if (o.type == m.type && o.dtype == m.dtype && o.count == m.count && o.root == m.root) return;
-    throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(p) + " issued " +
-                                                 describe(o) + " while this rank issued " +
-                                                 describe(m) + ": the ranks' calls do not match");
+    OpFingerprint o;
+    std::memcpy(&o, c_.g.slot(p, s), sizeof(OpFingerprint));
+    if (!fingerprints_match(o, c_.sig))
+      throw Error(ErrorCode::kInvalidArgument, mismatch_message(me_, c_.sig, p, o));
   }
   void check_all_sigs(uint64_t s) {
     for (int p = 0; p < n_; ++p)
       if (p != me_) check_sig(p, s);
   }
-
- private:
-  static std::string describe(const OpSig& s) {
-    std::string d = std::string(op_type_name(static_cast<OpType>(s.type))) + " #" +
-                    std::to_string(s.seq) + " (" + std::to_string(s.count) + " x " +
-                    dtype_name(static_cast<DataType>(s.dtype));
-    if (s.root >= 0) d += ", root " + std::to_string(s.root);
-    return d + ")";
+  // The first step of every op: every rank publishes its fingerprint and checks all of its
+  // peers', so a mismatch is an error on every rank, before any data is read.
+  void agree(uint64_t s) {
+    wait_all(s);
+    check_all_sigs(s);
   }
 
+ private:
   ShmColl& c_;
   int me_, n_;
   size_t off_, cap_;

@@ -103,6 +103,9 @@ bool lowp_maybe_run(const OpDesc& op, const LowpSettings& s, Transport& t, int r
   auto plan =
       lowp_choice(s, op.type, lowp_op_dtype(op), op.op, lowp_op_bytes(op, size), op.hints, ctx);
   if (!plan) return false;
+  // Peers check it: a rank running this op in FP8 never pairs with one running it in full.
+  t.call().flags |= OpFingerprint::kLowPrecision;
+  t.call().lowp_format = static_cast<uint8_t>(plan->codec.format);
   Fp8Codec codec(plan->codec);
   CodecStats mine;  // this op's counters, added to `stats` at the end
   LowpContext c{t, rank, size, deadline, codec, &mine, op.seq, ctx};

@@ -44,6 +44,7 @@ ShmGroup::ShmGroup(const std::string& comm_name, int rank, int size, ShmSizes si
   h->cpu.store(-1);
   h->self_addr = reinterpret_cast<uintptr_t>(own_.base());
   h->cma_ok.store(0);
+  h->verdict.store(-1);
   cpu_set_t set;
   static_assert(sizeof(set) == sizeof(h->affinity));
   if (sched_getaffinity(0, sizeof(set), &set) == 0) std::memcpy(h->affinity, &set, sizeof(set));
@@ -75,6 +76,24 @@ void ShmGroup::set_peer_info(std::vector<std::string> infos) {
 
 bool ShmGroup::alive(int peer) { return !watches_[peer].exited(); }
 
+int ShmGroup::verdict_of(int peer) {
+  if (peer == rank_ || peer < 0 || peer >= size_ || !bases_[peer]) return -1;
+  const int v = header(peer).verdict.load(std::memory_order_acquire);
+  return v >= 0 && v / 2 < size_ && v / 2 != peer && v / 2 != rank_ ? v : -1;
+}
+
+int ShmGroup::culprit(int peer, bool* stalled) {
+  // A dead peer's segment stays readable while this rank maps it.
+  const int v = verdict_of(peer);
+  *stalled = v >= 0 && (v & 1);
+  return v >= 0 ? v / 2 : peer;
+}
+
+void ShmGroup::record_verdict(int rank, bool stalled) {
+  int32_t none = -1;
+  header(rank_).verdict.compare_exchange_strong(none, rank * 2 + (stalled ? 1 : 0));
+}
+
 int ShmGroup::any_dead() {
   if (watches_.size() != static_cast<size_t>(size_)) return -1;  // closed
   for (int r = 0; r < size_; ++r)
@@ -98,11 +117,28 @@ char* ShmGroup::map_peer(int r) {
   try {
     seg->open(pid, fd, total, who);
   } catch (const Error&) {
+    // A process being killed closes its fds before its exit shows: give that a moment.
+    for (int i = 0; i < 100 && !watches_[r].exited() && any_dead() < 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
     if (watches_[r].exited())
       throw Error(ErrorCode::kPeerFailure, who + " died before this rank mapped its shared memory");
+    // Alive but its segment is gone: it gave up creating the comm, most likely because another
+    // rank died meanwhile. Name that rank, not the live one.
+    const int dead = any_dead();
+    if (dead >= 0)
+      throw Error(ErrorCode::kPeerFailure,
+                  "rank " + std::to_string(dead) + " of comm '" + comm_name_ +
+                      "' died while the comm was created (" + who +
+                      " gave up on it and removed its shared memory before this rank mapped it)");
     throw;
   }
   auto* h = reinterpret_cast<ShmHeader*>(seg->base());
+  if ((h->magic != kMagic || h->nonce != nonce || h->rank != r || h->size != size_) &&
+      any_dead() >= 0)
+    throw Error(ErrorCode::kPeerFailure,
+                "rank " + std::to_string(any_dead()) + " of comm '" + comm_name_ +
+                    "' died while the comm was created (" + who +
+                    " gave up on it and removed its shared memory before this rank mapped it)");
   if (h->magic != kMagic || h->nonce != nonce || h->rank != r || h->size != size_)
     throw Error(ErrorCode::kPeerFailure, "the shared memory of " + who +
                                              " is gone (the rank finalized or exited before this "
@@ -225,10 +261,19 @@ void ShmGroup::cma_copy(int peer, void* local, uint64_t remote, size_t len, bool
     std::string who = "rank " + std::to_string(peer) + " of comm '" + comm_name_ + "'";
     // The peer exited (ESRCH: its memory is gone, maybe before its pidfd reports the exit) or
     // left the op and freed its buffer because the op failed for it: name every rank gone.
+    // Each rank gone is reported as the rank it gave up for, if it recorded one (a live peer that
+    // gave up freed the buffer being read: its verdict names the rank at fault).
+    std::vector<char> blamed(static_cast<size_t>(size_), 0);
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_ && ((r == peer && (e == ESRCH || verdict_of(r) >= 0)) || !alive(r))) {
+        bool stalled = false;
+        const int c = culprit(r, &stalled);
+        record_verdict(c, stalled);
+        blamed[c] = 1;
+      }
     std::string dead;
     for (int r = 0; r < size_; ++r)
-      if (r != rank_ && ((r == peer && e == ESRCH) || !alive(r)))
-        dead += (dead.empty() ? "rank " : ", rank ") + std::to_string(r);
+      if (blamed[r]) dead += (dead.empty() ? "rank " : ", rank ") + std::to_string(r);
     const char* verb = write ? "wrote into" : "read";
     if (!dead.empty())
       throw Error(ErrorCode::kPeerFailure, dead + " of comm '" + comm_name_ +

@@ -60,6 +60,8 @@ struct ShmHeader {
   uint64_t cma_min[4];  // the owner's CmaLimits, in field order (the comm uses the largest)
   // The CPUs the owner may run on (sched_getaffinity; CPU i is bit i % 64 of word i / 64).
   uint64_t affinity[16];
+  // Set once when the owner gives up on the comm: culprit * 2 + stalled (-1: not given up).
+  std::atomic<int32_t> verdict;
 };
 
 class ShmGroup : public PeerWatch {
@@ -78,6 +80,9 @@ class ShmGroup : public PeerWatch {
 
   bool alive(int peer) override;
   int any_dead() override;
+  int culprit(int peer, bool* stalled) override;
+  int verdict_of(int peer) override;
+  void record_verdict(int rank, bool stalled) override;
   // Maps every peer now (a collective op needs them all).
   void map_all();
   // After map_all(): how many CPUs the ranks may run on together (the union of their affinity

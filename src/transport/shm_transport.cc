@@ -1,5 +1,6 @@
 // Ring protocol (see shm_transport.h). The ring from rank s to rank d lives in s's segment. A
-// message is an 8-byte size header followed by the payload padded to 8 bytes; head and tail are
+// message is a 48-byte header {size, the sender's call (OpFingerprint)} followed by the payload
+// padded to 8 bytes; head and tail are
 // byte counters that only grow. Whoever moves head or tail rings the other side's doorbell, and a
 // rank with nothing to do sleeps on its own doorbell. Layer: transport.
 #include "transport/shm_transport.h"
@@ -14,7 +15,12 @@
 namespace commx {
 namespace {
 
-constexpr size_t kHdr = 8;
+struct RingHeader {
+  uint64_t bytes;
+  OpFingerprint call;
+};
+constexpr size_t kHdr = sizeof(RingHeader);
+static_assert(kHdr % 8 == 0);
 size_t pad8(size_t v) { return (v + 7) & ~size_t{7}; }
 
 // Copies `n` bytes into/out of a ring at byte position `pos` (wrapping).
@@ -74,8 +80,8 @@ void ShmTransport::exchange(std::span<const SendReq> sends, std::span<const Recv
       bool moved = false;
       if (!p.header_done) {
         if (space < kHdr) continue;
-        uint64_t sz = s.bytes;
-        ring_write(ring, cap, head, reinterpret_cast<const char*>(&sz), kHdr);
+        const RingHeader h{s.bytes, call_};
+        ring_write(ring, cap, head, reinterpret_cast<const char*>(&h), kHdr);
         head += kHdr;
         space -= kHdr;
         p.header_done = moved = true;
@@ -107,8 +113,11 @@ void ShmTransport::exchange(std::span<const SendReq> sends, std::span<const Recv
       bool moved = false;
       if (!p.header_done) {
         if (avail < kHdr) continue;
-        uint64_t sz = 0;
-        ring_read(ring, cap, tail, reinterpret_cast<char*>(&sz), kHdr);
+        RingHeader h;
+        ring_read(ring, cap, tail, reinterpret_cast<char*>(&h), kHdr);
+        if (!fingerprints_match(h.call, call_))
+          throw Error(ErrorCode::kInvalidArgument, mismatch_message(me, call_, r.peer, h.call));
+        const uint64_t sz = h.bytes;
         if (sz != r.bytes)
           throw Error(ErrorCode::kInvalidArgument,
                       "rank " + std::to_string(r.peer) + " sent a message of " +

@@ -21,21 +21,31 @@ void check(std::span<const int> peers, const char* what, const WaitScope& sc, Cl
   if (sc.aborted && sc.aborted->load(std::memory_order_relaxed))
     throw Error(ErrorCode::kAborted, std::string("aborted while waiting for ") + what +
                                          " from rank(s) " + rank_list(peers));
+  // A peer that left (died, or gave up on the comm after it lost another rank) is reported by
+  // the rank really at fault: its own verdict if it recorded one.
+  auto left = [&](int p, bool dead) {
+    bool stalled = false;
+    const int c = sc.watch->culprit(p, &stalled);
+    sc.watch->record_verdict(c, stalled);
+    std::string why = c == p ? std::string(" died (its process exited)")
+                             : std::string(stalled ? " stalled" : " died") + " (rank " +
+                                   std::to_string(p) + " gave up on the comm for it" +
+                                   (dead ? " and exited)" : ")");
+    return Error(stalled ? ErrorCode::kTimeout : ErrorCode::kPeerFailure,
+                 "rank " + std::to_string(c) + why + " while this rank waited for " + what +
+                     " from rank(s) " + rank_list(peers));
+  };
   if (sc.watch)
-    for (int p : peers)
-      if (!sc.watch->alive(p))
-        throw Error(ErrorCode::kPeerFailure,
-                    "rank " + std::to_string(p) +
-                        " died (its process exited) while this rank waited for " + what);
+    for (int p : peers) {
+      if (!sc.watch->alive(p)) throw left(p, true);
+      if (sc.watch->verdict_of(p) >= 0) throw left(p, false);
+    }
   if (sc.watch && sc.whole_group) {
     int d = sc.watch->any_dead();
-    if (d >= 0)
-      throw Error(ErrorCode::kPeerFailure, "rank " + std::to_string(d) +
-                                               " died (its process exited) while this rank "
-                                               "waited for " +
-                                               what + " from rank(s) " + rank_list(peers));
+    if (d >= 0) throw left(d, true);
   }
   if (now >= sc.deadline) {
+    if (sc.watch && !peers.empty()) sc.watch->record_verdict(peers[0], true);
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count();
     throw Error(ErrorCode::kTimeout, "timed out after " + std::to_string(ms) + " ms waiting for " +
                                          what + " from rank(s) " + rank_list(peers));

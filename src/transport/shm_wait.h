@@ -33,6 +33,17 @@ class PeerWatch {
   virtual bool alive(int peer) = 0;
   // Some rank whose process exited, or -1.
   virtual int any_dead() { return -1; }
+  // Who is to blame for `peer` leaving the comm: the rank it recorded as its own verdict when it
+  // gave up (it is not at fault then), else `peer`. *stalled: that rank stalled (else it died).
+  virtual int culprit(int peer, bool* stalled) {
+    *stalled = false;
+    return peer;
+  }
+  // The verdict `peer` recorded (encoded as culprit * 2 + stalled) if it gave up on the comm,
+  // else -1: a waiter fails at once instead of waiting for a rank that left.
+  virtual int verdict_of(int /*peer*/) { return -1; }
+  // Records this rank's verdict before it leaves an op with a failure (the first one stays).
+  virtual void record_verdict(int /*rank*/, bool /*stalled*/) {}
 };
 
 struct WaitScope {

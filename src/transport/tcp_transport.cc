@@ -2,10 +2,11 @@
 // exchange() that drives every send and receive of a step with non-blocking sockets and poll().
 // Layer: transport.
 //
-// Wire format, per direction of a connection: frames of a 16-byte header {payload bytes, sequence
-// number, magic} followed by the payload. Sends go out with one sendmsg() of header + payload
-// iovecs (no copy); receives land in a small per-link staging buffer (so a small message costs one
-// recv()), while long payloads are read straight into the caller's buffer.
+// Wire format, per direction of a connection: frames of a 56-byte header {payload bytes, sequence
+// number, magic, the sender's call (OpFingerprint)} followed by the payload; the receiver checks
+// the call against its own before it takes a byte of the payload. Sends go out with one sendmsg()
+// of header + payload iovecs (no copy); receives land in a small per-link staging buffer (so a
+// small message costs one recv()), while long payloads are read straight into the caller's buffer.
 #include "transport/tcp_transport.h"
 
 #include <netinet/in.h>
@@ -23,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <sstream>
 #include <vector>
 
 #include "commx/error.h"
@@ -34,9 +36,16 @@ namespace {
 
 constexpr uint32_t kHelloMagic = 0x54584d43;  // "CMXT"
 constexpr uint32_t kFrameMagic = 0x46584d43;  // "CMXF"
-// A frame without payload whose `bytes` is the rank the sender lost: it gave up on the comm.
+// A frame without payload whose `bytes` is the rank the sender lost: it gave up on the comm. Its
+// `seq` is kLostStalled when the sender timed out waiting for that rank, kLostDead otherwise.
 constexpr uint32_t kAbortMagic = 0x41584d43;  // "CMXA"
-constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kLostDead = 0;
+constexpr uint32_t kLostStalled = 1;
+// A frame without payload whose `bytes` is the rank whose call (in `call`) did not match the
+// sender's: it gave up on the comm.
+constexpr uint32_t kMismatchMagic = 0x4d584d43;  // "CMXM"
+constexpr uint8_t kUnknownCall = 0xff;           // OpFingerprint::type of a call a rank did not see
+constexpr uint32_t kProtocolVersion = 2;         // 2: the call's fingerprint in every frame header
 constexpr size_t kMaxCommName = 4096;
 constexpr size_t kStageBytes = 64 << 10;
 // A payload remainder at least this long is received straight into the caller's buffer.
@@ -44,6 +53,10 @@ constexpr size_t kDirectRecvMin = 8 << 10;
 constexpr int kMaxIov = 64;
 constexpr int kMaxBackoffMs = 200;
 constexpr int kTieBreakWaitMs = 50;
+// How long a rank whose link to a peer broke looks for that peer's verdict (published before it
+// closed its links when it gave up), and the most a timed-out rank waits for its pending peers'.
+constexpr std::chrono::milliseconds kVerdictLookupWait{20};
+constexpr std::chrono::milliseconds kVerdictGraceMax{1000};
 
 struct Hello {
   uint32_t magic;
@@ -72,8 +85,9 @@ struct FrameHeader {
   uint64_t bytes;
   uint32_t seq;
   uint32_t magic;
+  OpFingerprint call;
 };
-static_assert(sizeof(FrameHeader) == 16);
+static_assert(sizeof(FrameHeader) == 56);
 
 const char* verdict_text(Verdict v) {
   switch (v) {
@@ -220,7 +234,7 @@ class TcpTransport final : public Transport {
       if (s.peer == rank_) continue;
       Peer& p = activate(s.peer);
       p.sends.push_back(&s);
-      p.headers.push_back(FrameHeader{s.bytes, p.send_seq++, kFrameMagic});
+      p.headers.push_back(FrameHeader{s.bytes, p.send_seq++, kFrameMagic, call_});
     }
     for (const RecvReq& r : recvs) {
       if (r.peer != rank_) activate(r.peer).recvs.push_back(&r);
@@ -231,8 +245,19 @@ class TcpTransport final : public Transport {
       }
       run(deadline);
     } catch (const Error& e) {
-      if (e.code() == ErrorCode::kPeerFailure) {
-        give_up(e);
+      if ((e.code() == ErrorCode::kPeerFailure || e.code() == ErrorCode::kTimeout) &&
+          lost_rank_ >= 0) {
+        // First publish who is to blame, then close the links: a peer that sees a link close or
+        // stay silent finds the verdict and names that rank, not this one.
+        publish_verdict(lost_rank_, lost_stalled_ ? Why::kStalled : Why::kDied);
+        give_up(e, FrameHeader{static_cast<uint64_t>(lost_rank_),
+                               lost_stalled_ ? kLostStalled : kLostDead,
+                               kAbortMagic,
+                               {}});
+      } else if (mismatched_rank_ >= 0) {
+        publish_verdict(mismatched_rank_, Why::kMismatch);
+        give_up(e, FrameHeader{static_cast<uint64_t>(mismatched_rank_), 0, kMismatchMagic,
+                               mismatched_call_});
       } else {
         for (int q : active_) {
           if (!peers_[q].done()) mark_broken(q, e);
@@ -245,6 +270,14 @@ class TcpTransport final : public Transport {
   }
 
  private:
+  // Who a rank gave up on the comm for: a rank that died or stalled, or one whose call did not
+  // match its own.
+  enum class Why { kDied, kStalled, kMismatch };
+  struct Blame {
+    int rank;
+    Why why;
+  };
+
   // ---- setup ----
 
   Error system_error(const std::string& what) const {
@@ -349,13 +382,15 @@ class TcpTransport final : public Transport {
   // lost rank (unless a frame to it is half sent), then every link closes. Ranks still waiting on
   // this one (which may never talk to the lost rank) fail now, naming it, not at their timeout,
   // and can shrink the comm together.
-  void give_up(const Error& e) {
-    const FrameHeader abort_frame{static_cast<uint64_t>(lost_rank_), 0, kAbortMagic};
+  // A mismatched call does the same with a frame naming the rank and the call that did not match.
+  void give_up(const Error& e, const FrameHeader& abort_frame) {
+    const int named = static_cast<int>(abort_frame.bytes);
     for (int q = 0; q < static_cast<int>(peers_.size()); ++q) {
       if (q == rank_) continue;
       Peer& p = peers_[q];
       const bool half_sent = p.si < p.sends.size() && p.soff > 0;
-      if (p.conn == Conn::kConnected && p.fd >= 0 && !half_sent && lost_rank_ >= 0 && lost_rank_ != q) {
+      const bool tell = abort_frame.magic == kMismatchMagic || (named >= 0 && named != q);
+      if (p.conn == Conn::kConnected && p.fd >= 0 && !half_sent && tell) {
         (void)!send(p.fd, &abort_frame, sizeof(abort_frame), MSG_NOSIGNAL | MSG_DONTWAIT);
         // Read what the peer sent meanwhile: closing with unread bytes resets the connection,
         // which may drop the frame before the peer reads it.
@@ -395,9 +430,92 @@ class TcpTransport final : public Transport {
                                     " is unusable after an earlier error: " + p.broken_why);
   }
 
+  // q's link broke (closed, reset, refused). If q gave up on the comm first, its published
+  // verdict names the rank that actually failed: that one is blamed, not q.
   Error peer_failure(int q, const std::string& what) const {
+    if (auto b = verdict_of(q, kVerdictLookupWait)) return relayed_failure(q, *b, what);
     if (lost_rank_ < 0) lost_rank_ = q;
     return Error(ErrorCode::kPeerFailure, prefix_ + peer_name(q) + " failed: " + what);
+  }
+
+  // The error of a rank that hears from q (a frame or a verdict) that q gave up on the comm
+  // because rank b.rank died or stalled.
+  Error relayed_failure(int q, Blame b, const std::string& what) const {
+    const std::string then = what.empty() ? "" : "; then: " + what;
+    if (b.why == Why::kMismatch && mismatched_rank_ < 0) {
+      mismatched_rank_ = b.rank;
+      mismatched_call_ = OpFingerprint{};
+      mismatched_call_.type = kUnknownCall;
+    }
+    if (b.why == Why::kMismatch)
+      return Error(ErrorCode::kInvalidArgument,
+                   prefix_ + peer_name(q) + " gave up on this comm: the call of rank " +
+                       std::to_string(b.rank) + " did not match its own (this rank called " +
+                       describe_call(call_) + then + ")");
+    if (lost_rank_ < 0) {
+      lost_rank_ = b.rank;
+      lost_stalled_ = b.why == Why::kStalled;
+    }
+    const bool stalled = b.why == Why::kStalled;
+    std::string msg = prefix_ + "rank " + std::to_string(b.rank) +
+                      (stalled ? " stalled (" + peer_name(q) + " timed out waiting for it"
+                               : " failed (" + peer_name(q) + " lost it") +
+                      " and gave up on this comm" + then + ")";
+    return Error(stalled ? ErrorCode::kTimeout : ErrorCode::kPeerFailure, msg);
+  }
+
+  // ---- verdicts: who actually failed ----
+
+  std::string verdict_key(int r) const { return tag_ + "/verdict/" + std::to_string(r); }
+
+  // Once, before this rank closes its links after a failure: "<rank> failed|stalled|mismatch".
+  void publish_verdict(int rank, Why why) {
+    if (verdict_published_ || rank < 0) return;
+    verdict_published_ = true;
+    const char* word = why == Why::kStalled    ? " stalled"
+                       : why == Why::kMismatch ? " mismatch"
+                                               : " failed";
+    try {
+      store_->set_str(verdict_key(rank_), std::to_string(rank) + word);
+    } catch (const std::exception&) {
+      // The store is gone too: peers fall back to what they see themselves.
+    }
+  }
+
+  // q's verdict if it published one within `wait` (it names another rank than q and this one).
+  // What rank q published: nothing (within `wait`), the ranks it timed out waiting for
+  // ("waits 3 5", published at its deadline while it looks for their verdicts), or its final
+  // verdict ("3 stalled", published before it closed its links).
+  struct Published {
+    std::optional<Blame> verdict;
+    std::optional<std::vector<int>> waits;
+  };
+  Published published_by(int q, std::chrono::milliseconds wait) const {
+    Published out;
+    try {
+      store_->wait({verdict_key(q)}, wait);
+      std::istringstream in(store_->get_str(verdict_key(q)));
+      std::string first, word;
+      in >> first;
+      if (first == "waits") {
+        out.waits.emplace();
+        for (int r; in >> r;)
+          if (r >= 0 && r < size_) out.waits->push_back(r);
+        return out;
+      }
+      const int r = std::stoi(first);
+      in >> word;
+      if (word == "mismatch" && r >= 0 && r < size_)
+        out.verdict = Blame{r, Why::kMismatch};
+      else if (r >= 0 && r < size_ && r != q && r != rank_)
+        out.verdict = Blame{r, word == "stalled" ? Why::kStalled : Why::kDied};
+    } catch (const std::exception&) {
+      // None (in time), or the store is unreachable.
+    }
+    return out;
+  }
+  std::optional<Blame> verdict_of(int q, std::chrono::milliseconds wait) const {
+    return published_by(q, wait).verdict;
   }
 
   Error io_failure(int q, const char* op, int err) const {
@@ -408,12 +526,86 @@ class TcpTransport final : public Transport {
     return peer_failure(q, std::string(op) + " failed: " + std::strerror(err));
   }
 
-  Error timeout_error(Clock::time_point now) const {
+  // A deadline passed with peers pending. A pending peer may itself be waiting on a rank that
+  // stalled or died, and give up on the comm at about the same time: for a short grace this
+  // rank looks for the pending peers' verdicts, and blames the rank they name, not them. Pending
+  // peers without a verdict are the ones this rank blames itself.
+  Error timeout_error(Clock::time_point now, Deadline deadline) const {
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - start_).count();
+    const auto budget = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - start_);
+    const Clock::time_point grace_end =
+        now + std::clamp(budget / 4, std::chrono::milliseconds(10), kVerdictGraceMax);
+    std::vector<int> pending;
+    for (int q : active_)
+      if (!peers_[q].done()) pending.push_back(q);
+    // Publish whom this rank waits for, then follow what the ranks it waits for published (at
+    // their own deadlines, about now): the ranks at the end of the chains, which published
+    // nothing, stalled; a rank that gave up names its culprit itself.
+    if (!verdict_published_) {
+      std::string w = "waits";
+      for (int q : pending) w += " " + std::to_string(q);
+      try {
+        store_->set_str(verdict_key(rank_), w);
+      } catch (const std::exception&) {
+      }
+    }
+    std::vector<int> silent;                     // pending peers that stalled themselves
+    std::vector<std::pair<int, Blame>> relayed;  // (pending peer, the culprit behind it)
+    std::vector<char> seen(static_cast<size_t>(size_), 0);
+    seen[rank_] = 1;
+    std::vector<std::pair<int, int>> todo;  // (rank to look up, the pending peer it is behind)
+    for (int q : pending) {
+      seen[q] = 1;
+      todo.push_back({q, q});
+    }
+    for (size_t i = 0; i < todo.size(); ++i) {
+      const auto [r, via] = todo[i];
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(grace_end - Clock::now());
+      Published p = published_by(r, std::max(left, std::chrono::milliseconds(1)));
+      if (p.verdict) {
+        if (p.verdict->why == Why::kMismatch) return relayed_failure(via, *p.verdict, "");
+        relayed.push_back({via, *p.verdict});
+      } else if (p.waits) {
+        for (int x : *p.waits)
+          if (!seen[x]) {
+            seen[x] = 1;
+            todo.push_back({x, via});
+          }
+      } else if (r == via) {
+        silent.push_back(r);
+      } else {
+        relayed.push_back({via, Blame{r, Why::kStalled}});
+      }
+    }
+    // A pending peer whose chain leads back to this rank (each waits for the other: a lost link,
+    // or a deadlock) has no one behind it to blame: it is blamed itself.
+    for (int q : pending) {
+      const bool behind_q =
+          std::any_of(relayed.begin(), relayed.end(), [q](const auto& x) { return x.first == q; });
+      if (!behind_q && std::find(silent.begin(), silent.end(), q) == silent.end())
+        silent.push_back(q);
+    }
+    if (lost_rank_ < 0) {
+      if (!silent.empty()) {
+        lost_rank_ = silent.front();
+        lost_stalled_ = true;
+      } else if (!relayed.empty()) {
+        lost_rank_ = relayed.front().second.rank;
+        lost_stalled_ = relayed.front().second.why == Why::kStalled;
+      }
+    }
+    std::string behind;  // culprits this rank waited for through others
+    for (const auto& [via, b] : relayed) {
+      behind += "; rank " + std::to_string(b.rank) +
+                (b.why == Why::kStalled ? " stalled" : " failed") + " (" + peer_name(via) +
+                ", which this rank waited for, was waiting for it)";
+    }
+    if (silent.empty() && !relayed.empty())
+      return Error(ErrorCode::kTimeout,
+                   prefix_ + "exchange timed out after " + std::to_string(ms) + " ms" + behind);
     std::string what;
-    for (int q : active_) {
+    for (int q : silent) {
       const Peer& p = peers_[q];
-      if (p.done()) continue;
       if (!what.empty()) what += "; ";
       what += peer_name(q) + ": sent " + std::to_string(p.si) + "/" +
               std::to_string(p.sends.size()) + ", received " + std::to_string(p.ri) + "/" +
@@ -440,7 +632,7 @@ class TcpTransport final : public Transport {
       }
     }
     return Error(ErrorCode::kTimeout, prefix_ + "exchange timed out after " + std::to_string(ms) +
-                                          " ms; pending: " + what);
+                                          " ms; pending: " + what + behind);
   }
 
   // ---- the progress loop ----
@@ -475,7 +667,7 @@ class TcpTransport final : public Transport {
         }
         if (p.conn == Conn::kIdle) wake = std::min(wake, p.retry_at);
       }
-      if (now >= deadline) throw timeout_error(now);
+      if (now >= deadline) throw timeout_error(now, deadline);
 
       fds.clear();
       who.clear();
@@ -635,17 +827,37 @@ class TcpTransport final : public Transport {
         std::memcpy(&h, p.stage.data() + p.rpos, sizeof(h));
         p.rpos += sizeof(h);
         if (h.magic == kAbortMagic && h.bytes < peers_.size()) {
-          const int lost = static_cast<int>(h.bytes);
-          if (lost_rank_ < 0) lost_rank_ = lost;
-          throw Error(ErrorCode::kPeerFailure,
-                      prefix_ + "rank " + std::to_string(lost) + " failed (" + peer_name(q) +
-                          " lost it and gave up on this comm)");
+          throw relayed_failure(
+              q,
+              Blame{static_cast<int>(h.bytes), h.seq == kLostStalled ? Why::kStalled : Why::kDied},
+              "");
+        }
+        if (h.magic == kMismatchMagic && h.bytes < peers_.size()) {
+          // Gives up in turn, telling its own peers (the comm is failed everywhere).
+          const int other = static_cast<int>(h.bytes);
+          if (mismatched_rank_ < 0) {
+            mismatched_rank_ = other;
+            mismatched_call_ = h.call;
+          }
+          const bool known = h.call.type != kUnknownCall;
+          std::string theirs = other == rank_ ? "this rank's call"
+                                              : "rank " + std::to_string(other) + "'s call" +
+                                                    (known ? " " + describe_call(h.call) : "");
+          throw Error(ErrorCode::kInvalidArgument,
+                      prefix_ + peer_name(q) + " gave up on this comm: " + theirs +
+                          " did not match its own (this rank called " + describe_call(call_) + ")");
         }
         if (h.magic != kFrameMagic || h.seq != p.recv_seq) {
           throw Error(ErrorCode::kInternal,
                       prefix_ + "protocol error on the link from " + peer_name(q) +
                           ": bad frame header (expected message #" + std::to_string(p.recv_seq) +
                           ", got #" + std::to_string(h.seq) + ")");
+        }
+        if (!fingerprints_match(h.call, call_)) {
+          mismatched_rank_ = q;
+          mismatched_call_ = h.call;
+          throw Error(ErrorCode::kInvalidArgument,
+                      prefix_ + mismatch_message(rank_, call_, q, h.call));
         }
         if (h.bytes != r->bytes) {
           throw Error(ErrorCode::kInvalidArgument,
@@ -908,6 +1120,12 @@ class TcpTransport final : public Transport {
   const std::string comm_name_;
   std::string prefix_;
   mutable int lost_rank_ = -1;  // the first rank this one lost (told to peers when it gives up)
+  mutable bool lost_stalled_ = false;  // ... because it stalled (else it died)
+  bool verdict_published_ = false;
+  // The first rank whose call did not match (told to peers too), and its call (type
+  // kUnknownCall when only a peer's verdict named it).
+  mutable int mismatched_rank_ = -1;
+  mutable OpFingerprint mismatched_call_{};
   std::string tag_;
   std::string address_;
   std::chrono::milliseconds refused_grace_{2000};

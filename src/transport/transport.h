@@ -7,6 +7,8 @@
 #include <span>
 #include <string>
 
+#include "core/op_fingerprint.h"
+
 namespace commx {
 
 using Clock = std::chrono::steady_clock;
@@ -37,6 +39,15 @@ class Transport {
                         Deadline deadline) = 0;
   // Non-blocking; wakes any exchange() in progress, which then throws Aborted.
   virtual void abort() = 0;
+
+  // The call the messages of the following exchanges belong to. Every message carries it and
+  // its receiver compares it with its own before taking any byte: a mismatch is an
+  // InvalidArgument naming both calls (mismatch_message) instead of data paired with another op.
+  void set_call(const OpFingerprint& f) { call_ = f; }
+  OpFingerprint& call() { return call_; }
+
+ protected:
+  OpFingerprint call_{};
 };
 
 }  // namespace commx

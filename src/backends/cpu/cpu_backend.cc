@@ -149,49 +149,6 @@ void run_collective(const OpDesc& op, Coll& c, int rank, int n) {
   }
 }
 
-DataType op_dtype(const OpDesc& op) {
-  switch (op.type) {
-    case OpType::kReduceScatter:
-    case OpType::kReduceScatterV:
-    case OpType::kScatter:
-      return op.output.dtype;
-    case OpType::kAllToAll:
-      return op.inputs.empty() ? DataType::kFloat32 : op.inputs[0].dtype;
-    default:
-      return op.input.dtype;
-  }
-}
-
-// The count all ranks must agree on (0 where they may legitimately differ).
-int64_t agreed_count(const OpDesc& op) {
-  auto sum = [](const std::vector<Tensor>& ts) {
-    int64_t s = 0;
-    for (auto& t : ts) s += t.count;
-    return s;
-  };
-  switch (op.type) {
-    case OpType::kAllReduce:
-    case OpType::kReduce:
-    case OpType::kBroadcast:
-    case OpType::kAllGather:
-    case OpType::kAllGatherSingle:
-    case OpType::kAllToAllSingle:
-    case OpType::kGather:
-    case OpType::kGatherSingle:
-      return op.input.count;
-    case OpType::kAllGatherV:
-      return sum(op.outputs);
-    case OpType::kReduceScatter:
-    case OpType::kReduceScatterSingle:
-    case OpType::kScatter:
-      return op.output.count;
-    case OpType::kReduceScatterV:
-      return sum(op.inputs);
-    default:
-      return 0;
-  }
-}
-
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
 struct Registration {
@@ -363,8 +320,12 @@ CpuAlgo CpuBackend::table_algorithm(const OpDesc& op) const {
 void CpuBackend::dispatch(const OpDesc& op, Deadline deadline) {
   CpuAlgo algo = parse_algorithm_hint(op.hints);
   if (algo == CpuAlgo::kAuto) algo = table_algorithm(op);
-  if (op.type == OpType::kSend || op.type == OpType::kRecv || op.type == OpType::kBatchP2P)
-    return run_p2p(op, deadline);
+  const bool p2p =
+      op.type == OpType::kSend || op.type == OpType::kRecv || op.type == OpType::kBatchP2P;
+  // Every message of the op carries what this rank called; peers check it before using a byte.
+  const OpFingerprint fp = fingerprint_of(op, p2p ? 0 : collectives_++);
+  transport_->set_call(fp);
+  if (p2p) return run_p2p(op, deadline);
   // Low precision (FP8 on the wire, FP32 sums) when enabled and eligible, over the transport;
   // execute() adds the op's prefix to errors.
   if (lowp::lowp_maybe_run(op, lowp_, *transport_, ctx_.rank, ctx_.size, deadline, "",
@@ -376,18 +337,8 @@ void CpuBackend::dispatch(const OpDesc& op, Deadline deadline) {
     GenericColl c{*transport_, ctx_.rank, ctx_.size, deadline, scratch_};
     return run_generic(op, c, algo);
   }
-  OpSig sig;
-  sig.type = static_cast<uint32_t>(op.type);
-  sig.dtype = static_cast<uint32_t>(op_dtype(op));
-  sig.count = agreed_count(op);
-  sig.root =
-      (op.type == OpType::kReduce || op.type == OpType::kBroadcast || op.type == OpType::kGather ||
-       op.type == OpType::kGatherSingle || op.type == OpType::kScatter)
-          ? op.root
-          : -1;
-  sig.seq = op.seq;
   ShmColl c{*group_, WaitScope{deadline, &aborted_, group_.get(), &tuning_.wait, &sleeping_on_},
-            sig, tuning_.chunk_bytes, group_->cma_min_bytes()};
+            fp, tuning_.chunk_bytes, group_->cma_min_bytes()};
   c.ws.whole_group = true;
   if (op.type == OpType::kBroadcast) {
     c.cma_min_bytes = group_->cma_broadcast_min_bytes();

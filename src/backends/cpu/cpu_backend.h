@@ -58,6 +58,7 @@ class CpuBackend : public HostBackend {
   std::unique_ptr<ShmGroup> group_;       // ranks on one host
   std::unique_ptr<Transport> transport_;  // shm rings, or TCP across hosts
   std::vector<char> scratch_;
+  uint32_t collectives_ = 0;  // collectives run so far: the ordinal in the next op's fingerprint
   std::atomic<bool> aborted_{false};
   std::atomic<ShmWord*> sleeping_on_{nullptr};
   std::atomic<bool> has_failed_{false};
