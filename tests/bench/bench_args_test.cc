@@ -1,9 +1,12 @@
 // commx-bench command line, size parsing, shapes and bus-bandwidth factors. Layer: tests.
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "args.h"
 #include "collective.h"
 #include "commx/error.h"
+#include "header.h"
 
 using namespace commx;
 using namespace commx::bench;
@@ -98,6 +101,111 @@ TEST(BenchArgs, Errors) {
     EXPECT_NE(std::string(e.what()).find("cuda"), std::string::npos);
   }
   EXPECT_TRUE(parse({"--help"}).help);
+}
+
+TEST(BenchArgs, RemainingNcclTestsFlags) {
+  Options d = parse({"all_reduce"});
+  EXPECT_EQ(d.agg_iters, 0);
+  EXPECT_EQ(d.average, Options::Average::kMax);
+  EXPECT_FALSE(d.blocking);
+  EXPECT_EQ(d.cycles, 1);
+  Options o = parse({"all_reduce", "-t", "1", "-g", "1", "-a", "1", "-m", "4", "-z", "1", "-T",
+                     "30", "-N", "3", "-o", "mulsum", "-G", "0"});
+  EXPECT_EQ(o.nthreads, 1);
+  EXPECT_EQ(o.ngpus, 1);
+  EXPECT_EQ(o.average, Options::Average::kMean);
+  EXPECT_EQ(o.agg_iters, 4);
+  EXPECT_TRUE(o.blocking);
+  EXPECT_EQ(o.timeout_s, 30);
+  EXPECT_EQ(o.cycles, 3);
+  ASSERT_EQ(o.ops.size(), 1u);
+  EXPECT_EQ(o.ops[0].kind, ReduceKind::kPremulSum);
+  EXPECT_FALSE(o.graph);
+  Options l = parse({"all_reduce", "--nthreads", "1", "--ngpus=1", "--average=2", "--agg_iters",
+                     "2", "--blocking", "0", "--run_cycles", "0", "--timeout=5", "--op",
+                     "sum,mulsum:0.25", "--minbytes", "1K", "--maxbytes=4K", "--stepbytes",
+                     "1K", "--datatype", "int32", "--warmup_iters", "0", "--iters", "3",
+                     "--check", "0", "--root", "1"});
+  EXPECT_EQ(l.average, Options::Average::kMin);
+  EXPECT_EQ(l.agg_iters, 2);
+  EXPECT_EQ(l.cycles, 0);
+  EXPECT_EQ(l.timeout_s, 5);
+  ASSERT_EQ(l.ops.size(), 2u);
+  EXPECT_EQ(l.ops[1].kind, ReduceKind::kPremulSum);
+  EXPECT_EQ(size_list(l), (std::vector<uint64_t>{1024, 2048, 3072, 4096}));
+  EXPECT_EQ(l.dtypes[0], DataType::kInt32);
+  EXPECT_EQ(l.warmup, 0);
+  EXPECT_EQ(l.iters, 3);
+  EXPECT_FALSE(l.check);
+  EXPECT_EQ(l.root, 1);
+  Options a3 = parse({"all_reduce", "-a", "3"});
+  EXPECT_EQ(a3.average, Options::Average::kMax);
+  Options a0 = parse({"all_reduce", "-a", "0"});
+  EXPECT_EQ(a0.average, Options::Average::kRank0);
+  Options g = parse({"all_reduce", "--device", "cuda", "-G", "10"});
+  EXPECT_TRUE(g.graph);
+  EXPECT_EQ(g.graph_launches, 10);
+  Options png = parse({"all_reduce", "--svg", "a.svg", "--png", "b.png"});
+  EXPECT_EQ(png.png_path, "b.png");
+}
+
+std::string error_of(std::vector<const char*> a) {
+  try {
+    parse(std::move(a));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(BenchArgs, RemainingNcclTestsFlagErrorsSayWhy) {
+  EXPECT_NE(error_of({"all_reduce", "-t", "2"}).find("one rank per process"), std::string::npos);
+  EXPECT_NE(error_of({"all_reduce", "-g", "8"}).find("one device per rank"), std::string::npos);
+  EXPECT_NE(error_of({"all_reduce", "-a", "4"}).find("-a must be in [0, 3]"), std::string::npos);
+  EXPECT_NE(error_of({"all_reduce", "-m", "-1"}).find("-m must be in"), std::string::npos);
+  EXPECT_NE(error_of({"all_reduce", "-z", "2"}).find("-z must be in [0, 1]"), std::string::npos);
+  EXPECT_NE(error_of({"all_reduce", "-N", "x"}).find("-N expects an integer"), std::string::npos);
+  EXPECT_NE(error_of({"all_reduce", "-T", "0"}).find("-T must be in"), std::string::npos);
+  EXPECT_NE(error_of({"all_reduce", "-o", "mulsumx"}).find("mulsumx"), std::string::npos);
+  for (const char* f : {"-p", "-y", "-k", "-l", "-C", "-O", "-u", "-B", "-F", "-L", "-s", "-S",
+                        "-P", "-R", "-A", "--local_register"})
+    EXPECT_NE(error_of({"all_reduce", f, "1"}).find(std::string("nccl-tests flag ") + f +
+                                                    " is not supported by commx-bench"),
+              std::string::npos)
+        << f;
+  EXPECT_NE(error_of({"all_reduce", "-Q", "1"}).find("unknown flag '-Q'"), std::string::npos);
+  EXPECT_NE(error_of({"all_reduce", "--png", "x.png"}).find("--png needs --svg"),
+            std::string::npos);
+  EXPECT_NE(error_of({"all_reduce", "-G", "1"}).find("-G needs --device cuda"), std::string::npos);
+}
+
+TEST(BenchHeader, ParameterLineAsNcclTests) {
+  EXPECT_EQ(nccl_tests_parameter_line(parse({"all_reduce"})),
+            "# nThread 1 nGpus 1 minBytes 8 maxBytes 33554432 step: 2(factor) warmup iters: 5 "
+            "iters: 20 agg iters: 0 validation: 1 graph: 0");
+  EXPECT_EQ(nccl_tests_parameter_line(parse({"all_reduce", "-b", "1K", "-e", "8K", "-i", "1K",
+                                             "-w", "1", "-n", "3", "-m", "2", "-c", "0",
+                                             "--device", "cuda", "-G", "4"})),
+            "# nThread 1 nGpus 1 minBytes 1024 maxBytes 8192 step: 1024(bytes) warmup iters: 1 "
+            "iters: 3 agg iters: 2 validation: 0 graph: 4");
+  EXPECT_EQ(nccl_tests_parameter_line(parse({"all_reduce", "-f", "1.5"})).find("step: 1.5(factor)")
+                != std::string::npos,
+            true);
+}
+
+TEST(BenchHeader, UsingDevicesBlock) {
+  EXPECT_EQ(device_line(3, 0, 4242, "node7", "cpu [cpus 0-3] Some CPU"),
+            "#  Rank  3 Group  0 Pid   4242 on      node7 device cpu [cpus 0-3] Some CPU");
+  EXPECT_EQ(device_line(12, 1, 7, "h", " 1 [0x1b] NVIDIA H100"),
+            "#  Rank 12 Group  1 Pid      7 on          h device  1 [0x1b] NVIDIA H100");
+  std::string cpu = this_device(Device::cpu());
+  EXPECT_EQ(cpu.rfind("cpu [cpus ", 0), 0u) << cpu;
+  std::ostringstream os;
+  Options o = parse({"all_reduce", "-z", "1"});
+  print_run_header(os, o, {"#  Rank  0 a", "#  Rank  1 b"});
+  EXPECT_EQ(os.str(), nccl_tests_parameter_line(o) +
+                          "\n# Blocking Enabled: wait for completion after each collective\n#\n"
+                          "# Using devices\n#  Rank  0 a\n#  Rank  1 b\n");
 }
 
 TEST(BenchCollectives, BusBandwidthFactorsMatchNcclTests) {

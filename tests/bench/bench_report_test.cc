@@ -28,6 +28,8 @@ std::vector<Row> sample_rows() {
       r.count = s / 4;
       r.time_us = 1.5 + s / 1000.0;
       r.mean_us = r.time_us * 1.1;
+      r.min_us = r.time_us * 0.9;
+      r.max_us = r.time_us * 1.5;
       r.algbw = s / (r.time_us * 1e3);
       r.busbw = r.algbw;
       r.wrong = 0;
@@ -58,8 +60,10 @@ TEST(BenchReport, JsonParsesBack) {
       "assert h[\"cores\"]>0 and h[\"world_size\"]==2 and \"hostname\" in h and \"gpus\" in h;"
       "assert len(r)==6 and r[3][\"backend\"]==\"gloo \\\"quoted\\\" <x>\";"
       "keys={\"collective\",\"backend\",\"world_size\",\"dtype\",\"op\",\"size\",\"count\","
-      "\"time_us\",\"algbw\",\"busbw\",\"wrong\",\"in_place\",\"graph\",\"root\"};"
-      "assert all(keys <= set(x) for x in r)";
+      "\"time_us\",\"algbw\",\"busbw\",\"wrong\",\"in_place\",\"graph\",\"root\","
+      "\"min_us\",\"max_us\"};"
+      "assert all(keys <= set(x) for x in r);"
+      "assert all(x[\"min_us\"] < x[\"time_us\"] < x[\"max_us\"] for x in r)";
   EXPECT_EQ(python_check(code, path), 0);
 }
 
@@ -70,10 +74,54 @@ TEST(BenchReport, SvgIsWellFormed) {
   const char* code =
       "import sys,xml.etree.ElementTree as E; t=E.parse(sys.argv[1]).getroot();"
       "ns=\"{http://www.w3.org/2000/svg}\"; assert t.tag==ns+\"svg\";"
-      "paths=t.findall(ns+\"path\"); assert len(paths)==4, len(paths)";
+      "paths=t.findall(ns+\"path\");"
+      "bands=[p for p in paths if p.get(\"class\")==\"spread\"];"
+      "assert len(paths)-len(bands)==4 and len(bands)==4, len(paths);"
+      "import re; ticks=[x.text for x in t.iter(ns+\"text\") if x.get(\"font-size\")==\"11\""
+      " and x.get(\"text-anchor\") in (\"end\",\"middle\")];"
+      "vals=[x for x in ticks if re.fullmatch(r\"[0-9.]+[kMGT]?\",x)];"
+      "sizes=[x for x in ticks if re.fullmatch(r\"[0-9]+[BKMG]\",x)];"
+      "assert set(vals)>={\"1\",\"10\",\"100\",\"1k\"}, ticks;"
+      "assert {\"8B\",\"1K\",\"1M\"}<=set(sizes), ticks;"
+      "assert not [x for x in ticks if \"e\" in x], ticks";
   EXPECT_EQ(python_check(code, path), 0);
   EXPECT_NE(svg.find("fill='white'"), std::string::npos);
   EXPECT_NE(svg.find("busbw"), std::string::npos);
+}
+
+// The band of one series lies around its median line: max above, min below, in SVG y (down).
+TEST(BenchReport, SvgBandBracketsTheMedian) {
+  auto rows = sample_rows();
+  rows.resize(3);  // one backend
+  std::string svg = to_svg(machine(), rows);
+  auto coords = [](const std::string& d) {
+    std::vector<std::pair<double, double>> pts;
+    std::istringstream in(d);
+    std::string tok;
+    while (in >> tok) {
+      if (tok == "Z") break;
+      tok = tok.substr(1);  // M or L
+      auto comma = tok.find(',');
+      pts.emplace_back(std::stod(tok.substr(0, comma)), std::stod(tok.substr(comma + 1)));
+    }
+    return pts;
+  };
+  size_t band_at = svg.find("class='spread' d='");
+  ASSERT_NE(band_at, std::string::npos);
+  band_at += 18;
+  auto band = coords(svg.substr(band_at, svg.find('\'', band_at) - band_at));
+  size_t line_at = svg.find("<path d='", band_at);
+  ASSERT_NE(line_at, std::string::npos);
+  line_at += 9;
+  auto line = coords(svg.substr(line_at, svg.find('\'', line_at) - line_at));
+  ASSERT_EQ(line.size(), 3u);
+  ASSERT_EQ(band.size(), 6u);
+  for (size_t j = 0; j < 3; ++j) {
+    EXPECT_DOUBLE_EQ(band[j].first, line[j].first);
+    EXPECT_DOUBLE_EQ(band[5 - j].first, line[j].first);
+    EXPECT_LT(band[j].second, line[j].second);      // max time: higher on the page
+    EXPECT_GT(band[5 - j].second, line[j].second);  // min time: lower
+  }
 }
 
 TEST(BenchReport, TextRows) {
@@ -98,6 +146,8 @@ TEST(BenchReport, Markdown) {
   EXPECT_NE(md.find("### all_reduce float32 sum in-place"), std::string::npos) << md;
   EXPECT_NE(md.find("| 1024 |"), std::string::npos) << md;
   EXPECT_NE(md.find("2.00x"), std::string::npos) << md;
+  EXPECT_NE(md.find("cpu min-max (us)"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 2.27-3.79 |"), std::string::npos) << md;  // 1024 B: 2.524 x 0.9, x 1.5
   // header, separator and 3 sizes
   size_t table_lines = 0;
   for (size_t p = md.find("| size"); p != std::string::npos && p < md.size();

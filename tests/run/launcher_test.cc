@@ -2,8 +2,11 @@
 // failure's exit code, quick termination of the other ranks (SIGTERM, then SIGKILL), --timeout,
 // signal forwarding, no orphans when the launcher is killed, and the hosted store.
 // Layer: tests (run).
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -274,6 +277,61 @@ TEST(CommxRun, StoreRejectsProcessesWithoutTheJobToken) {
   EXPECT_NE(env.out().find("COMMX_AUTH_TOKEN=<unset>"), std::string::npos) << env.out();
 }
 
+TEST(CommxRun, MpirunAndTorchrunFlags) {
+  ::unsetenv("OMP_NUM_THREADS");
+  Launch l({"-np", "2", "-x", "RUN_TEST_EXPORTED=yes", "--rdzv-id", "job9", "--allow-run-as-root",
+            RUN_CHILD_PATH, "env"});
+  ASSERT_EQ(l.wait(), 0) << l.err();
+  std::string out = l.out();
+  for (const char* want : {"[1] RANK=1", "[1] GROUP_RANK=0", "[1] ROLE_RANK=1",
+                           "[0] ROLE_WORLD_SIZE=2", "[0] TORCHELASTIC_RUN_ID=job9",
+                           "[0] OMP_NUM_THREADS=1", "[1] RUN_TEST_EXPORTED=yes"})
+    EXPECT_NE(out.find(std::string(want) + "\n"), std::string::npos) << want << "\n" << out;
+  Launch torchrun_style({"--nproc_per_node=2", "--standalone", RUN_CHILD_PATH, "env"});
+  ASSERT_EQ(torchrun_style.wait(), 0) << torchrun_style.err();
+  EXPECT_NE(torchrun_style.out().find("[1] LOCAL_WORLD_SIZE=2\n"), std::string::npos);
+}
+
+// A port nothing listens on right now (the kernel's pick for an ephemeral bind).
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST(CommxRun, TwoNodesRendezvousThroughNodeZerosStore) {
+  // Two launchers on loopback as two nodes of one 4-rank job: node 1's ranks join the store
+  // node 0 hosts at --master-addr:--master-port and see global ranks 2 and 3.
+  std::string port = std::to_string(free_port());
+  std::vector<std::string> common = {"--nnodes", "2", "--nproc-per-node", "2", "--master-addr",
+                                     "127.0.0.1", "--master-port", port, "--timeout", "60"};
+  auto args = [&](const char* node_rank, const char* mode) {
+    std::vector<std::string> a = common;
+    a.insert(a.end(), {"--node-rank", node_rank, RUN_CHILD_PATH, mode});
+    return a;
+  };
+  // Nodes share the job's store token; they cannot make one each.
+  ::setenv("COMMX_AUTH_TOKEN", "two-node-test-secret-0123456789", 1);
+  Launch node1(args("1", "store"));  // first: its ranks wait for node 0's store
+  Launch node0(args("0", "store"));
+  ::unsetenv("COMMX_AUTH_TOKEN");
+  EXPECT_EQ(node0.wait(), 0) << node0.out() << node0.err();
+  EXPECT_EQ(node1.wait(), 0) << node1.out() << node1.err();
+  for (auto& [l, ranks] : {std::pair<Launch*, std::vector<int>>{&node0, {0, 1}},
+                           std::pair<Launch*, std::vector<int>>{&node1, {2, 3}}})
+    for (int r : ranks)
+      EXPECT_NE(l->out().find("[" + std::to_string(r) + "] store ok rank " + std::to_string(r) +
+                              " of 4"),
+                std::string::npos)
+          << l->out();
+}
+
 TEST(CommxRun, UsageErrorsAndMissingProgram) {
   for (std::vector<std::string> args :
        std::vector<std::vector<std::string>>{{},
@@ -282,7 +340,10 @@ TEST(CommxRun, UsageErrorsAndMissingProgram) {
                                              {"--bogus", "-n", "1", "true"},
                                              {"-n", "2"},
                                              {"-n", "1", "--timeout", "-3", "true"},
-                                             {"-n", "1", "--settle", "x", "true"}}) {
+                                             {"-n", "1", "--settle", "x", "true"},
+                                             {"-np", "2", "--nnodes", "2", "true"},
+                                             {"-n", "1", "--nnodes", "2", "--node-rank", "1",
+                                              "--master-port", "9", "true"}}) {
     Launch l(args);
     EXPECT_EQ(l.wait(), 2) << "args: " << testing::PrintToString(args) << " " << l.err();
   }

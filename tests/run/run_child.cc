@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
     for (const char* k : {"COMMX_RANK", "COMMX_WORLD_SIZE", "COMMX_LOCAL_RANK",
                           "COMMX_LOCAL_WORLD_SIZE", "RANK", "WORLD_SIZE", "LOCAL_RANK",
                           "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "COMMX_STORE_HOSTED",
-                          "COMMX_AUTH_TOKEN"}) {
+                          "COMMX_AUTH_TOKEN", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
+                          "TORCHELASTIC_RUN_ID", "OMP_NUM_THREADS", "RUN_TEST_EXPORTED"}) {
       const char* v = getenv(k);
       std::printf("%s=%s\n", k, v ? v : "<unset>");
     }

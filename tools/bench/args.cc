@@ -41,6 +41,32 @@ const DataType kAllDtypes[] = {DataType::kFloat32,  DataType::kFloat64,    DataT
                                DataType::kInt8,     DataType::kUInt8,      DataType::kInt32,
                                DataType::kInt64,    DataType::kUInt32,     DataType::kUInt64};
 
+// nccl-tests flags commx-bench knows but does not implement, with the reason.
+const char* unsupported_nccl_tests_flag(const std::string& a) {
+  static const std::pair<const char*, const char*> kFlags[] = {
+      {"-p", "parallel init concerns several GPUs per process (one rank per process here)"},
+      {"--parallel_init", "parallel init concerns several GPUs per process (one rank per process here)"},
+      {"-y", "the CUDA null stream is not used (each comm has its stream)"},
+      {"--stream_null", "the CUDA null stream is not used (each comm has its stream)"},
+      {"-k", "no side computation"}, {"--side_comp", "no side computation"},
+      {"-l", "no trace replay"}, {"--replay", "no trace replay"},
+      {"-C", "no CPU-time report"}, {"--report_cputime", "no CPU-time report"},
+      {"-O", "use --inplace 0|1"}, {"--out_of_place", "use --inplace 0|1"},
+      {"-u", "buffers are always aligned"}, {"--unalign", "buffers are always aligned"},
+      {"-B", "comms are always blocking at init"}, {"--commblocking", "comms are always blocking at init"},
+      {"-F", "no fault-tolerance test"}, {"--ft_test", "no fault-tolerance test"},
+      {"-L", "no fault-tolerance test"}, {"--ft_list", "no fault-tolerance test"},
+      {"-s", "no byte budget; use -n"}, {"--tbytes", "no byte budget; use -n"},
+      {"-S", "no comm split"}, {"--split_share", "no comm split"},
+      {"-P", "no comm split"}, {"--split_comm", "no comm split"},
+      {"-R", "no buffer registration"}, {"--local_register", "no buffer registration"},
+      {"-A", "min/median/max per size are in --json, --md and --svg"},
+      {"--per_coll_perf", "min/median/max per size are in --json, --md and --svg"}};
+  for (const auto& [flag, why] : kFlags)
+    if (a == flag) return why;
+  return nullptr;
+}
+
 }  // namespace
 
 uint64_t parse_size(const std::string& in) {
@@ -112,6 +138,9 @@ Options parse_args(int argc, const char* const* argv) {
       if (i + 1 >= argc) bad(a + " needs a value");
       return argv[++i];
     };
+    if (const char* why = unsupported_nccl_tests_flag(a)) {
+      bad("nccl-tests flag " + a + " is not supported by commx-bench: " + why);
+    }
     if (a == "-b" || a == "--minbytes")
       o.min_bytes = parse_size(value());
     else if (a == "-e" || a == "--maxbytes")
@@ -146,7 +175,9 @@ Options parse_args(int argc, const char* const* argv) {
       } else {
         for (const auto& s : split(v, ',')) {
           auto colon = s.find(':');
-          ReduceKind k = parse_reduce_kind(s.substr(0, colon));
+          std::string name = s.substr(0, colon);
+          // nccl-tests' name of ncclPreMulSum.
+          ReduceKind k = parse_reduce_kind(name == "mulsum" ? "premul_sum" : name);
           if (k == ReduceKind::kPremulSum) {
             double f = colon == std::string::npos ? 0.5 : std::atof(s.c_str() + colon + 1);
             o.ops.push_back(ReduceOp::premul_sum(f));
@@ -156,6 +187,24 @@ Options parse_args(int argc, const char* const* argv) {
         }
       }
       if (o.ops.empty()) bad("-o lists no op");
+    } else if (a == "-t" || a == "--nthreads") {
+      o.nthreads = parse_int(a, value(), 1, 1 << 16);
+      if (o.nthreads != 1)
+        bad(a + " " + std::to_string(o.nthreads) + ": commx-bench runs one rank per process; " +
+            "start more ranks with --np N, commx-run or mpirun");
+    } else if (a == "-g" || a == "--ngpus") {
+      o.ngpus = parse_int(a, value(), 1, 1 << 16);
+      if (o.ngpus != 1)
+        bad(a + " " + std::to_string(o.ngpus) + ": commx-bench drives one device per rank; " +
+            "start one rank per GPU with --np N, commx-run or mpirun");
+    } else if (a == "-a" || a == "--average") {
+      o.average = static_cast<Options::Average>(parse_int(a, value(), 0, 3));
+    } else if (a == "-m" || a == "--agg_iters") {
+      o.agg_iters = parse_int(a, value(), 0, 1 << 20);
+    } else if (a == "-z" || a == "--blocking") {
+      o.blocking = parse_int(a, value(), 0, 1) == 1;
+    } else if (a == "-N" || a == "--run_cycles") {
+      o.cycles = parse_int(a, value(), 0, 1 << 20);
     } else if (a == "-r" || a == "--root")
       o.root = parse_int(a, value(), 0, 1 << 20);
     else if (a == "-w" || a == "--warmup_iters")
@@ -179,8 +228,10 @@ Options parse_args(int argc, const char* const* argv) {
       o.inplace = parse_int(a, value(), 0, 1);
     else if (a == "--device")
       o.device = Device::parse(value());
-    else if (a == "--graph" || a == "-G")
-      o.graph = parse_int(a, value(), 0, 1) == 1;
+    else if (a == "--graph" || a == "-G" || a == "--cudagraph") {
+      o.graph_launches = parse_int(a, value(), 0, 1 << 20);
+      o.graph = o.graph_launches > 0;
+    }
     else if (a == "--json")
       o.json_path = value();
     else if (a == "--svg")
@@ -189,7 +240,9 @@ Options parse_args(int argc, const char* const* argv) {
       o.md_path = value();
     else if (a == "--tune")
       o.tune_path = value();
-    else if (a == "--timeout") {
+    else if (a == "--png")
+      o.png_path = value();
+    else if (a == "--timeout" || a == "-T") {
       o.timeout_s = parse_int(a, value(), 1, 1 << 20);
     } else {
       bad("unknown flag '" + a + "'");
@@ -207,7 +260,9 @@ Options parse_args(int argc, const char* const* argv) {
     bad("-b " + std::to_string(o.min_bytes) + " is larger than -e " + std::to_string(o.max_bytes));
   if (o.backends.empty()) o.backends.push_back({o.device.is_cuda() ? "cuda" : "cpu", ""});
   if (o.graph && !o.device.is_cuda())
-    bad("--graph 1 needs --device cuda: CUDA graphs capture GPU work, CPU backends have none");
+    bad(std::string(o.graph_launches ? "-G" : "--graph") +
+        " needs --device cuda: CUDA graphs capture GPU work, CPU backends have none");
+  if (!o.png_path.empty() && o.svg_path.empty()) bad("--png needs --svg (the PNG is drawn from it)");
   return o;
 }
 
@@ -224,6 +279,19 @@ std::vector<uint64_t> size_list(const Options& o) {
   return sizes;
 }
 
+std::string nccl_tests_parameter_line(const Options& o) {
+  std::ostringstream s;
+  s << "# nThread " << o.nthreads << " nGpus " << o.ngpus << " minBytes " << o.min_bytes
+    << " maxBytes " << o.max_bytes << " step: ";
+  if (o.step_bytes)
+    s << o.step_bytes << "(bytes)";
+  else
+    s << std::defaultfloat << o.step_factor << "(factor)";
+  s << " warmup iters: " << o.warmup << " iters: " << o.iters << " agg iters: " << o.agg_iters
+    << " validation: " << (o.check ? 1 : 0) << " graph: " << o.graph_launches;
+  return s.str();
+}
+
 std::string usage() {
   return R"(usage: commx-bench <collective>[,<collective>...]|all [options]
 collectives: all_reduce all_gather reduce_scatter all_to_all broadcast reduce gather scatter
@@ -235,21 +303,30 @@ nccl-tests flags:
   -d T     data type: float, double, half, bf16, fp8e4m3, fp8e5m2, int8, uint8, int32, int64,
            uint32, uint64, a comma list, or all (default float)
   -o OP    sum, prod, min, max, avg, band, bor, bxor, premul_sum[:factor], a list, or all
+           (mulsum is nccl-tests' name of premul_sum)
   -r R     root rank (default 0)
   -w N     warm-up iterations (default 5)       -n N  timed iterations (default 20)
+  -m N     ops per timed batch (agg iters; default 0: batches of about 20 us per size)
   -c 0|1   check every result against a host reference (default 1)
+  -a 0-3   time reported over the ranks: 0 rank 0, 1 mean, 2 min, 3 max (default 3)
+  -z 0|1   blocking: wait for each op to complete before starting the next (default 0)
+  -N N     run the whole sweep N times, printing each (default 1; 0: until interrupted)
+  -G N     CUDA graph launches: N > 0 captures each op in a graph (cuda devices only)
+  -T S     per-op timeout in seconds (default 120; also --timeout)
+  -t 1, -g 1   threads per process and GPUs per thread: one rank per process, so only 1
+Long forms as nccl-tests spells them (--minbytes, --op, --agg_iters, --run_cycles ...) work too.
 commx flags:
   --backend a,b:algo   backends to compare on the same buffers (default cpu, or cuda on GPUs);
                        "name:algo" passes the algorithm hint; rows show time ratio vs the first
   --np N               spawn N local ranks (fork + a TCP store on 127.0.0.1) when started alone
   --inplace 0|1        only out-of-place (0) or only in-place (1) runs (default: both)
   --device cpu|cuda[:i]   buffers on this device (default cpu)
-  --graph 0|1          capture the op in a CUDA graph (cuda devices only)
   --json FILE          machine header + one object per row
-  --svg FILE           latency and busbw against size, one line per backend
+  --svg FILE           latency and busbw against size, one line per backend with its
+                       min-max band; a PNG beside it (x.png) when rsvg-convert is installed
+  --png FILE           the PNG's path instead
   --md FILE            markdown tables: per size, each backend's time, busbw and ratio
   --tune FILE          write the per-size fastest algorithm (tuning table, COMMX_TUNING_FILE)
-  --timeout S          per-op timeout in seconds (default 120)
 )";
 }
 

@@ -29,6 +29,16 @@ struct Options {
   int root = 0;
   int warmup = 5;
   int iters = 20;
+  int agg_iters = 0;  // -m: ops per timed batch; 0: chosen per size (batches of ~20 us)
+  // -a: how one number comes from the ranks' times (nccl-tests' codes). commx-bench's default is
+  // the slowest rank (max), nccl-tests' is the average.
+  enum class Average { kRank0 = 0, kMean = 1, kMin = 2, kMax = 3 };
+  Average average = Average::kMax;
+  bool blocking = false;  // -z 1: wait for each op to complete before the next
+  int cycles = 1;         // -N: run the whole sweep this many times (0: until interrupted)
+  int nthreads = 1;       // -t and -g: accepted as 1 (one rank and device per process)
+  int ngpus = 1;
+  int graph_launches = 0;  // -G N as given (graph capture is on when N > 0)
   bool check = true;
   std::vector<BackendSpec> backends;  // empty: "cpu" (or "cuda" on a GPU device)
   int np = 0;                         // 0: one rank per process from the environment
@@ -36,6 +46,7 @@ struct Options {
   Device device = Device::cpu();
   bool graph = false;
   std::string json_path, svg_path, tune_path, md_path;
+  std::string png_path;  // empty: beside the SVG (x.svg -> x.png) when rsvg-convert is there
   double timeout_s = 120;
   bool help = false;
   std::string command_line;
@@ -50,5 +61,8 @@ Options parse_args(int argc, const char* const* argv);
 // The list of sizes from min to max by factor (or additive step), as nccl-tests walks them.
 std::vector<uint64_t> size_list(const Options& o);
 std::string usage();
+// The nccl-tests parameter line: "# nThread 1 nGpus 1 minBytes 8 maxBytes 33554432 step: 2(factor)
+// warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0" (agg iters 0: chosen per size).
+std::string nccl_tests_parameter_line(const Options& o);
 
 }  // namespace commx::bench

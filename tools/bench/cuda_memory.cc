@@ -3,6 +3,7 @@
 // Layer: tools/bench.
 #include <cuda_runtime.h>
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "commx/error.h"
@@ -98,6 +99,14 @@ std::vector<std::string> gpu_names() {
     if (cudaGetDeviceProperties(&p, i) == cudaSuccess) names.push_back(p.name);
   }
   return names;
+}
+
+std::string gpu_description(int index) {
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, index) != cudaSuccess) return "?";
+  char b[300];
+  std::snprintf(b, sizeof b, "[0x%02x] %s", p.pciBusID, p.name);
+  return b;
 }
 
 }  // namespace commx::bench

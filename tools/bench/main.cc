@@ -1,14 +1,20 @@
 // commx-bench: nccl-tests-style measurements of every commx collective, for one or several
 // backends side by side (see docs/bench.md). Layer: tools (public API only, plus the tuning
 // table format from the core).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 
 #include "args.h"
 #include "commx/comm.h"
 #include "commx/error.h"
+#include "header.h"
 #include "launch.h"
 #include "memory.h"
+#include "png.h"
 #include "report.h"
 #include "runner.h"
 #include "tune.h"
@@ -26,6 +32,21 @@ bool write_file(const std::string& path, const std::string& text) {
     return false;
   }
   return true;
+}
+
+// nccl-tests' "# Using devices" lines of every rank, in rank order (meaningful on rank 0).
+std::vector<std::string> gather_device_lines(Comm& control, const Device& device) {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  std::string mine = device_line(control.rank(), 0, static_cast<long>(::getpid()), host,
+                                 this_device(device));
+  std::vector<char> in(kDeviceLineBytes, 0), all(kDeviceLineBytes * control.size(), 0);
+  std::memcpy(in.data(), mine.data(), std::min(mine.size(), kDeviceLineBytes - 1));
+  control.all_gather_single(Tensor(all.data(), static_cast<int64_t>(all.size()), DataType::kUInt8),
+                            Tensor(in.data(), static_cast<int64_t>(in.size()), DataType::kUInt8));
+  std::vector<std::string> lines;
+  for (int r = 0; r < control.size(); ++r) lines.emplace_back(all.data() + r * kDeviceLineBytes);
+  return lines;
 }
 
 int run_rank(const Options& opts) {
@@ -67,9 +88,12 @@ int run_rank(const Options& opts) {
     if (lead) std::cerr << "commx-bench: none of the requested backends could run\n";
     return 3;
   }
+  std::vector<std::string> devices = gather_device_lines(*control, o.device);
   if (lead) {
-    std::cout << "# commx-bench: " << o.command_line << "\n# " << control->size()
-              << " ranks, device " << o.device.str() << ", backends:";
+    std::cout << "# commx-bench: " << o.command_line << "\n";
+    print_run_header(std::cout, o, devices);
+    std::cout << "#\n# " << control->size() << " ranks, device " << o.device.str()
+              << ", backends:";
     for (const auto& l : labels) std::cout << " " << l;
     std::cout << " (control comm: " << control->backend_name() << ")\n";
   }
@@ -77,7 +101,11 @@ int run_rank(const Options& opts) {
   int64_t wrong = 0;
   {
     Runner runner(o, *control, comms, *mem, lead ? &std::cout : nullptr);
-    rows = runner.run();
+    // -N: the whole sweep again, each printed; the files get the last cycle's rows.
+    for (int cycle = 0; o.cycles == 0 || cycle < o.cycles; ++cycle) {
+      if (lead && o.cycles != 1) std::cout << "#\n# cycle " << cycle + 1 << "\n";
+      rows = runner.run();
+    }
     wrong = runner.total_wrong();
   }
   if (lead) {
@@ -90,7 +118,15 @@ int run_rank(const Options& opts) {
     MachineInfo m = collect_machine_info(o.command_line, control->size(), labels);
     bool ok = true;
     if (!o.json_path.empty()) ok = write_file(o.json_path, to_json(m, rows)) && ok;
-    if (!o.svg_path.empty()) ok = write_file(o.svg_path, to_svg(m, rows)) && ok;
+    if (!o.svg_path.empty() && write_file(o.svg_path, to_svg(m, rows))) {
+      std::string png = o.png_path.empty() ? png_path_beside(o.svg_path) : o.png_path, why;
+      if (!svg_to_png(o.svg_path, png, why)) {
+        std::cerr << "# note: no PNG beside " << o.svg_path << ": " << why << "\n";
+        ok = ok && o.png_path.empty();  // only an asked-for PNG is an error
+      }
+    } else if (!o.svg_path.empty()) {
+      ok = false;
+    }
     if (!o.md_path.empty()) ok = write_file(o.md_path, to_markdown(m, rows)) && ok;
     if (!o.tune_path.empty()) {
       TuningTable t = tuning_from_rows(rows, o.backends[0].name);

@@ -35,5 +35,7 @@ std::unique_ptr<Memory> make_memory(const Device& d);
 Device resolve_device(Device d);
 // GPU model names visible to this process ("" entries never); empty without CUDA.
 std::vector<std::string> gpu_names();
+// "[0x<PCI bus>] <model>" of GPU `index`, as nccl-tests prints it; "?" without CUDA.
+std::string gpu_description(int index);
 
 }  // namespace commx::bench

@@ -15,4 +15,6 @@ Device resolve_device(Device d) { return d; }
 
 std::vector<std::string> gpu_names() { return {}; }
 
+std::string gpu_description(int) { return "?"; }
+
 }  // namespace commx::bench

@@ -87,25 +87,37 @@ std::string size_label(double bytes) {
   return o.str();
 }
 
-std::string value_label(double v) {
-  std::ostringstream o;
-  o.precision(3);
-  if (v >= 1e6 || v < 1e-3) o << std::scientific;
-  o << v;
-  return o.str();
+// Tick labels of the value axes, all in one style at every power of ten: 0.01, 0.1, 1, 10, 100,
+// 1k, 10k, 100k, 1M (never "1e+03" beside "100").
+std::string tick_label(double v) {
+  const struct {
+    double scale;
+    const char* suffix;
+  } kUnits[] = {{1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "k"}};
+  for (const auto& u : kUnits)
+    if (v >= u.scale) return fmt("%.0f", v / u.scale) + u.suffix;
+  if (v >= 1) return fmt("%.0f", v);
+  int digits = std::clamp(static_cast<int>(std::ceil(-std::log10(v) - 1e-9)), 1, 12);
+  char b[32];
+  std::snprintf(b, sizeof b, "%.*f", digits, v);
+  return b;
 }
 
-// One log-log panel with a line per series.
-void panel(
-    std::ostringstream& s, double x0, double y0, double w, double h, const std::string& title,
-    const std::string& ylabel,
-    const std::vector<std::pair<std::string, std::vector<std::pair<double, double>>>>& series) {
+struct Point {
+  double x, y, lo, hi;  // the median and the min-max spread around it
+};
+using Series = std::pair<std::string, std::vector<Point>>;
+
+// One log-log panel: per series its min-max band, the median line and points.
+void panel(std::ostringstream& s, double x0, double y0, double w, double h,
+           const std::string& title, const std::string& ylabel, const std::vector<Series>& series) {
   double xmin = 1e300, xmax = -1e300, ymin = 1e300, ymax = -1e300;
   for (const auto& [name, pts] : series)
-    for (auto [x, y] : pts) {
-      if (x <= 0 || y <= 0) continue;
-      xmin = std::min(xmin, x), xmax = std::max(xmax, x);
-      ymin = std::min(ymin, y), ymax = std::max(ymax, y);
+    for (const auto& p : pts) {
+      if (p.x <= 0 || p.y <= 0) continue;
+      xmin = std::min(xmin, p.x), xmax = std::max(xmax, p.x);
+      ymin = std::min({ymin, p.y, p.lo > 0 ? p.lo : p.y});
+      ymax = std::max({ymax, p.y, p.hi});
     }
   s << "<text x='" << x0 + w / 2 << "' y='" << y0 - 8
     << "' text-anchor='middle' font-size='14' font-weight='bold'>" << xml_escape(title)
@@ -123,7 +135,7 @@ void panel(
   if (ly1 <= ly0) ly1 = ly0 + 1;
   auto px = [&](double x) { return x0 + (std::log2(x) - lx0) / (lx1 - lx0) * w; };
   auto py = [&](double y) { return y0 + h - (std::log10(y) - ly0) / (ly1 - ly0) * h; };
-  int xstep = std::max(1, static_cast<int>((lx1 - lx0) / 8));
+  int xstep = std::max(1, static_cast<int>(std::ceil((lx1 - lx0) / 10)));
   for (int e = static_cast<int>(lx0); e <= static_cast<int>(lx1); e += xstep) {
     double x = px(std::ldexp(1.0, e));
     s << "<line x1='" << x << "' y1='" << y0 << "' x2='" << x << "' y2='" << y0 + h
@@ -134,7 +146,7 @@ void panel(
     double y = py(std::pow(10.0, e));
     s << "<line x1='" << x0 << "' y1='" << y << "' x2='" << x0 + w << "' y2='" << y
       << "' stroke='#ddd'/>\n<text x='" << x0 - 6 << "' y='" << y + 4
-      << "' text-anchor='end' font-size='11'>" << value_label(std::pow(10.0, e)) << "</text>\n";
+      << "' text-anchor='end' font-size='11'>" << tick_label(std::pow(10.0, e)) << "</text>\n";
   }
   s << "<text x='" << x0 + w / 2 << "' y='" << y0 + h + 34
     << "' text-anchor='middle' font-size='12'>message size (bytes)</text>\n";
@@ -142,15 +154,27 @@ void panel(
     << ") rotate(-90)' text-anchor='middle' font-size='12'>" << ylabel << "</text>\n";
   for (size_t i = 0; i < series.size(); ++i) {
     const char* color = kColors[i % 10];
-    std::ostringstream path;
-    bool first = true;
-    for (auto [x, y] : series[i].second) {
-      if (x <= 0 || y <= 0) continue;
-      path << (first ? "M" : " L") << px(x) << "," << py(y);
-      s << "<circle cx='" << px(x) << "' cy='" << py(y) << "' r='2.5' fill='" << color << "'/>\n";
-      first = false;
+    std::vector<Point> pts;
+    for (const auto& p : series[i].second)
+      if (p.x > 0 && p.y > 0) pts.push_back(p);
+    // The band: along the max edge left to right, back along the min edge.
+    if (pts.size() > 1 || (pts.size() == 1 && pts[0].hi > pts[0].lo)) {
+      std::ostringstream band;
+      for (size_t j = 0; j < pts.size(); ++j)
+        band << (j ? " L" : "M") << px(pts[j].x) << "," << py(std::max(pts[j].hi, pts[j].y));
+      for (size_t j = pts.size(); j-- > 0;)
+        band << " L" << px(pts[j].x) << ","
+             << py(pts[j].lo > 0 ? std::min(pts[j].lo, pts[j].y) : pts[j].y);
+      s << "<path class='spread' d='" << band.str() << " Z' fill='" << color
+        << "' fill-opacity='0.2' stroke='none'/>\n";
     }
-    if (!first)
+    std::ostringstream path;
+    for (size_t j = 0; j < pts.size(); ++j) {
+      path << (j ? " L" : "M") << px(pts[j].x) << "," << py(pts[j].y);
+      s << "<circle cx='" << px(pts[j].x) << "' cy='" << py(pts[j].y) << "' r='2.5' fill='"
+        << color << "'/>\n";
+    }
+    if (!pts.empty())
       s << "<path d='" << path.str() << "' fill='none' stroke='" << color
         << "' stroke-width='2'/>\n";
     // Legend, top-left inside the panel.
@@ -256,6 +280,7 @@ std::string to_json(const MachineInfo& m, const std::vector<Row>& rows) {
       << r.dtype << "\", \"op\": \"" << r.op << "\", \"root\": " << r.root
       << ", \"size\": " << r.size << ", \"count\": " << r.count
       << ", \"time_us\": " << num(r.time_us) << ", \"mean_us\": " << num(r.mean_us)
+      << ", \"min_us\": " << num(r.min_us) << ", \"max_us\": " << num(r.max_us)
       << ", \"algbw\": " << num(r.algbw) << ", \"busbw\": " << num(r.busbw)
       << ", \"wrong\": " << r.wrong << ", \"in_place\": " << (r.in_place ? "true" : "false")
       << ", \"graph\": " << (r.graph ? "true" : "false") << ", \"ratio\": " << num(r.ratio) << "}";
@@ -290,11 +315,12 @@ std::string to_markdown(const MachineInfo& m, const std::vector<Row>& rows) {
     std::replace(title.begin(), title.end(), '|', ' ');
     o << "\n### " << title << "\n\n| size (B) |";
     for (size_t b = 0; b < backends.size(); ++b) {
-      o << " " << backends[b] << " time (us) | " << backends[b] << " busbw (GB/s) |";
+      o << " " << backends[b] << " time (us) | " << backends[b] << " min-max (us) | "
+        << backends[b] << " busbw (GB/s) |";
       if (b > 0) o << " " << backends[b] << " / " << backends[0] << " |";
     }
     o << " #wrong |\n|---:|";
-    for (size_t b = 0; b < backends.size(); ++b) o << (b > 0 ? "---:|---:|---:|" : "---:|---:|");
+    for (size_t b = 0; b < backends.size(); ++b) o << (b > 0 ? "---:|---:|---:|---:|" : "---:|---:|---:|");
     o << "---:|\n";
     for (uint64_t s : sizes) {
       o << "| " << s << " |";
@@ -305,12 +331,13 @@ std::string to_markdown(const MachineInfo& m, const std::vector<Row>& rows) {
         for (const auto& r : rows)
           if (key(r) == g && r.backend == backends[b] && r.size == s) hit = &r;
         if (hit) {
-          o << " " << fmt("%.2f", hit->time_us) << " | " << fmt("%.3f", hit->busbw) << " |";
+          o << " " << fmt("%.2f", hit->time_us) << " | " << fmt("%.2f", hit->min_us) << "-"
+            << fmt("%.2f", hit->max_us) << " | " << fmt("%.3f", hit->busbw) << " |";
           if (b > 0)
             o << " " << (hit->ratio > 0 ? fmt("%.2fx", hit->ratio) : std::string("-")) << " |";
           if (hit->wrong >= 0) wrong += hit->wrong, checked = true;
         } else {
-          o << " - | - |" << (b > 0 ? " - |" : "");
+          o << " - | - | - |" << (b > 0 ? " - |" : "");
         }
       }
       o << " " << (checked ? std::to_string(wrong) : std::string("N/A")) << " |\n";
@@ -334,7 +361,9 @@ std::string to_svg(const MachineInfo& m, const std::vector<Row>& rows) {
   s << "<text x='" << left << "' y='24' font-size='16' font-weight='bold'>commx-bench, "
     << m.world_size << " ranks, " << xml_escape(m.hostname) << " (" << xml_escape(m.cpu_model)
     << ")</text>\n<text x='" << left << "' y='44' font-size='11' fill='#444'>"
-    << xml_escape(m.command_line) << " -- " << m.date << "</text>\n";
+    << xml_escape(m.command_line) << " -- " << m.date
+    << "</text>\n<text x='" << left << "' y='60' font-size='11' fill='#444'>lines: median per "
+       "size; bands: min to max over the timed batches</text>\n";
   for (size_t ci = 0; ci < colls.size(); ++ci) {
     std::string dtype, op;
     bool have_oop = false;
@@ -348,14 +377,17 @@ std::string to_svg(const MachineInfo& m, const std::vector<Row>& rows) {
       if (r.collective == colls[ci] &&
           std::find(backends.begin(), backends.end(), r.backend) == backends.end())
         backends.push_back(r.backend);
-    std::vector<std::pair<std::string, std::vector<std::pair<double, double>>>> lat, bw;
+    std::vector<Series> lat, bw;
     for (const auto& b : backends) {
-      std::vector<std::pair<double, double>> l, w;
+      std::vector<Point> l, w;
       for (const auto& r : rows)
         if (r.collective == colls[ci] && r.backend == b && r.dtype == dtype && r.op == op &&
             r.in_place == !have_oop && r.size > 0) {
-          l.emplace_back(static_cast<double>(r.size), r.time_us);
-          w.emplace_back(static_cast<double>(r.size), r.busbw);
+          double x = static_cast<double>(r.size);
+          l.push_back({x, r.time_us, r.min_us, r.max_us});
+          // Bandwidth scales with 1/time: the slowest batch gives the lowest busbw.
+          auto bw_at = [&r](double t) { return t > 0 ? r.busbw * r.time_us / t : 0.0; };
+          w.push_back({x, r.busbw, bw_at(r.max_us), bw_at(r.min_us)});
         }
       lat.emplace_back(b, l);
       bw.emplace_back(b, w);

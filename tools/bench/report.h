@@ -19,9 +19,11 @@ std::string json_escape(const std::string& s);
 // {"header": {...machine...}, "rows": [{...}, ...]}
 std::string to_json(const MachineInfo& m, const std::vector<Row>& rows);
 // Markdown: the machine and command, then per collective/dtype/op/placement a table with one row
-// per size and, per backend, time (us), busbw (GB/s) and the ratio to the first backend.
+// per size and, per backend, median time (us), its min-max, busbw (GB/s) and the ratio to the
+// first backend.
 std::string to_markdown(const MachineInfo& m, const std::vector<Row>& rows);
-// Latency and busbw against size (log axes), one panel pair per collective, one line per backend.
+// Latency and busbw against size (log axes), one panel pair per collective, one line per backend
+// (the median) over a band from min to max.
 std::string to_svg(const MachineInfo& m, const std::vector<Row>& rows);
 
 }  // namespace commx::bench

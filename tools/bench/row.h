@@ -16,8 +16,12 @@ struct Row {
   int root = -1;
   uint64_t size = 0;  // bytes (the nccl-tests "size" column)
   int64_t count = 0;
-  double time_us = 0;  // median over iterations, max over ranks
-  double mean_us = 0;  // mean over iterations, max over ranks
+  // Per op, over the timed batches (each -m ops, or ~20 us of ops), then over the ranks as -a
+  // says (default: the slowest rank).
+  double time_us = 0;  // median
+  double mean_us = 0;  // mean
+  double min_us = 0;   // fastest batch
+  double max_us = 0;   // slowest batch
   double algbw = 0;    // GB/s
   double busbw = 0;    // GB/s
   int64_t wrong = -1;  // mismatching elements over all ranks; -1: not checked

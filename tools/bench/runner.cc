@@ -301,23 +301,38 @@ Row Runner::measure(const BenchComm& bc, const Point& p, bool ip) {
       wrong = check_outputs(p, ip);
     }
   }
+  if (o_.blocking) {
+    // -z 1: every op completes before the next starts (nccl-tests' blocking mode).
+    op = [inner = std::move(op), this] {
+      inner();
+      mem_.sync();
+    };
+  }
   auto w0 = Clock::now();
   for (int i = 0; i < o_.warmup; ++i) op();
   mem_.sync();
   double warm_us = std::chrono::duration<double, std::micro>(Clock::now() - w0).count();
-  // Back-to-back ops are timed in batches long enough (~kBatchUs) that reading the clock (over
-  // 100 ns in some VMs) and the GPU stream sync do not weigh on sub-microsecond ops; ops longer
-  // than that are timed one by one. time = median over batches of the per-op average.
+  // Back-to-back ops are timed in batches: -m ops each (nccl-tests' agg iters; -n batches), or
+  // by default batches long enough (~kBatchUs) that reading the clock (over 100 ns in some VMs)
+  // and the GPU stream sync do not weigh on sub-microsecond ops, yet at least kMinBatches of
+  // them so min and max mean something; ops longer than that are timed one by one.
   constexpr double kBatchUs = 20;
-  int batch = 1;
-  if (o_.warmup > 0 && warm_us > 0)
-    batch = std::clamp(static_cast<int>(kBatchUs / (warm_us / o_.warmup)), 1, o_.iters);
-  int nbatches = o_.iters / batch;
+  constexpr int kMinBatches = 5;
+  int batch = 1, nbatches = o_.iters, total_ops = o_.iters;
+  if (o_.agg_iters > 0) {
+    batch = o_.agg_iters;
+    total_ops = o_.iters * batch;
+  } else {
+    int most = std::max(1, o_.iters / kMinBatches);
+    if (o_.warmup > 0 && warm_us > 0)
+      batch = std::clamp(static_cast<int>(kBatchUs / (warm_us / o_.warmup)), 1, most);
+    nbatches = o_.iters / batch;
+  }
   control_.barrier();
   std::vector<double> us(nbatches);
   double total = 0;
   for (int b = 0; b < nbatches; ++b) {
-    int count = b + 1 == nbatches ? o_.iters - b * batch : batch;
+    int count = b + 1 == nbatches ? total_ops - b * batch : batch;
     auto t0 = Clock::now();
     for (int i = 0; i < count; ++i) op();
     mem_.sync();
@@ -328,21 +343,42 @@ Row Runner::measure(const BenchComm& bc, const Point& p, bool ip) {
   // Ping-pong: one round trip carries the message twice; report the one-way time.
   double scale = p.c == Coll::kSendRecv ? 0.5 : 1.0;
   for (auto& t : us) t *= scale;
-  double mean = total * scale / o_.iters;
+  double mean = total * scale / total_ops;
   std::sort(us.begin(), us.end());
   double median =
       us.size() % 2 ? us[us.size() / 2] : (us[us.size() / 2 - 1] + us[us.size() / 2]) / 2;
-  double times[2] = {median, mean};
-  control_.all_reduce(Tensor(times, 2, DataType::kFloat64), ReduceOp::MAX);
+  double times[4] = {median, mean, us.front(), us.back()};
+  reduce_over_ranks(times, 4);
   int64_t wrongs[1] = {wrong};
   if (o_.check) control_.all_reduce(Tensor(wrongs, 1, DataType::kInt64), ReduceOp::SUM);
   row.time_us = times[0];
   row.mean_us = times[1];
+  row.min_us = times[2];
+  row.max_us = times[3];
   row.wrong = o_.check && p.c != Coll::kBarrier ? wrongs[0] : -1;
   row.algbw = row.time_us > 0 ? static_cast<double>(row.size) / (row.time_us * 1e3) : 0;
   row.busbw = row.algbw * busbw_factor(p.c, size_);
   if (row.wrong > 0) total_wrong_ += row.wrong;
   return row;
+}
+
+void Runner::reduce_over_ranks(double* v, int n) {
+  Tensor t(v, n, DataType::kFloat64);
+  switch (o_.average) {
+    case Options::Average::kRank0:
+      control_.broadcast(t, 0);
+      break;
+    case Options::Average::kMean:
+      control_.all_reduce(t, ReduceOp::SUM);
+      for (int i = 0; i < n; ++i) v[i] /= size_;
+      break;
+    case Options::Average::kMin:
+      control_.all_reduce(t, ReduceOp::MIN);
+      break;
+    case Options::Average::kMax:
+      control_.all_reduce(t, ReduceOp::MAX);
+      break;
+  }
 }
 
 void Runner::run_collective(Coll c, DataType dt, ReduceOp op, std::vector<Row>& rows) {

@@ -1,6 +1,6 @@
 // The measuring loop of commx-bench: for each collective, dtype, op and size, every backend runs
-// on the same buffers; each result is checked against a host reference, then timed (median and
-// mean of back-to-back iterations after a barrier, max over ranks). Layer: tools/bench.
+// on the same buffers; each result is checked against a host reference, then timed (median, mean,
+// min and max over batches of back-to-back ops after a barrier, combined over ranks as -a says). Layer: tools/bench.
 #pragma once
 
 #include <memory>
@@ -39,6 +39,8 @@ class Runner {
   bool supported(const BenchComm& bc, Coll c, DataType dt, ReduceOp op);
   void fill_inputs(const Point& p, bool in_place);
   int64_t check_outputs(const Point& p, bool in_place);
+  // Combines each rank's values into one (the same on every rank) as -a says.
+  void reduce_over_ranks(double* v, int n);
 
   const Options& o_;
   Comm& control_;

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -88,8 +89,9 @@ void bind_to_core(const LaunchOptions& o, int rank) {
 }
 
 // Runs in the forked child: environment, descriptors and signal state, then exec.
-[[noreturn]] void exec_rank(const LaunchOptions& o, int rank, uint16_t port, int out_w, int err_w,
-                            const sigset_t& child_mask, pid_t parent) {
+[[noreturn]] void exec_rank(const LaunchOptions& o, int rank,
+                            const std::vector<std::pair<std::string, std::string>>& env, int out_w,
+                            int err_w, const sigset_t& child_mask, pid_t parent) {
   ::setpgid(0, 0);  // its own group: the launcher signals the rank and its descendants
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed launcher leaves no orphans
   if (::getppid() != parent) ::_exit(127);
@@ -98,17 +100,7 @@ void bind_to_core(const LaunchOptions& o, int rank) {
   ::signal(SIGPIPE, SIG_DFL);
   ::sigprocmask(SIG_SETMASK, &child_mask, nullptr);
   bind_to_core(o, rank);
-  auto set = [](const char* k, const std::string& v) { ::setenv(k, v.c_str(), 1); };
-  std::string r = std::to_string(rank), n = std::to_string(o.nprocs);
-  for (const char* k : {"COMMX_RANK", "RANK", "COMMX_LOCAL_RANK", "LOCAL_RANK"}) set(k, r);
-  for (const char* k :
-       {"COMMX_WORLD_SIZE", "WORLD_SIZE", "COMMX_LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE"})
-    set(k, n);
-  set("MASTER_ADDR", "127.0.0.1");
-  set("MASTER_PORT", std::to_string(port));
-  // The launcher hosts the store: commx's bootstrap and torch's env:// join it as clients.
-  set("COMMX_STORE_HOSTED", "1");
-  set("TORCHELASTIC_USE_AGENT_STORE", "True");
+  for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
   std::vector<char*> argv;
   for (auto& a : o.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -159,13 +151,14 @@ class Supervisor {
       say(std::string("pipe: ") + strerror(errno));
       return false;
     }
+    auto env = rank_environment(o_, r, port_);  // built before fork: the child only sets it
     pid_t parent = ::getpid();
     pid_t pid = ::fork();
     if (pid < 0) {
       say(std::string("fork: ") + strerror(errno));
       return false;
     }
-    if (pid == 0) exec_rank(o_, r, port_, out[1], err[1], child_mask, parent);
+    if (pid == 0) exec_rank(o_, r, env, out[1], err[1], child_mask, parent);
     ::setpgid(pid, pid);  // also here: no window where a signal to the group misses it
     ::close(out[1]);
     ::close(err[1]);
@@ -175,7 +168,7 @@ class Supervisor {
     k.fds[1] = err[0];
     for (int i = 0; i < 2; ++i) {
       ::fcntl(k.fds[i], F_SETFL, ::fcntl(k.fds[i], F_GETFL) | O_NONBLOCK);
-      k.sinks[i] = std::make_unique<LinePrefixer>(r, i == 0 ? 1 : 2);
+      k.sinks[i] = std::make_unique<LinePrefixer>(o_.node_rank * o_.nprocs + r, i == 0 ? 1 : 2);
     }
     ++running_;
     return true;
@@ -265,10 +258,10 @@ class Supervisor {
         // Ranks that end because the launcher is ending the job do not decide the exit code.
         if (code != 0 && !terminating_) {
           if (WIFEXITED(status))
-            say("rank " + std::to_string(k.rank) + " exited with code " + std::to_string(code) +
+            say("rank " + std::to_string(global(k)) + " exited with code " + std::to_string(code) +
                 (running_ ? "; ending the other ranks" : ""));
           else
-            say("rank " + std::to_string(k.rank) + " was killed by signal " +
+            say("rank " + std::to_string(global(k)) + " was killed by signal " +
                 std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")" +
                 (running_ ? "; ending the other ranks" : ""));
           record_failure(code);
@@ -280,6 +273,8 @@ class Supervisor {
       }
     }
   }
+
+  int global(const Rank& k) const { return o_.node_rank * o_.nprocs + k.rank; }
 
   void record_failure(int code) {
     if (!first_failure_) first_failure_ = code;
@@ -346,6 +341,36 @@ class Supervisor {
 };
 
 }  // namespace
+
+std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchOptions& o,
+                                                                   int local_rank,
+                                                                   uint16_t store_port) {
+  std::vector<std::pair<std::string, std::string>> env;
+  auto set = [&env](const char* k, const std::string& v) { env.emplace_back(k, v); };
+  const std::string rank = std::to_string(o.node_rank * o.nprocs + local_rank);
+  const std::string world = std::to_string(o.world_size());
+  const std::string local = std::to_string(local_rank), local_world = std::to_string(o.nprocs);
+  for (const char* k : {"COMMX_RANK", "RANK", "ROLE_RANK"}) set(k, rank);
+  for (const char* k : {"COMMX_WORLD_SIZE", "WORLD_SIZE", "ROLE_WORLD_SIZE"}) set(k, world);
+  for (const char* k : {"COMMX_LOCAL_RANK", "LOCAL_RANK"}) set(k, local);
+  for (const char* k : {"COMMX_LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE"}) set(k, local_world);
+  // torchrun's agent environment: one worker group per node, one role, no restarts.
+  set("GROUP_RANK", std::to_string(o.node_rank));
+  set("GROUP_WORLD_SIZE", std::to_string(o.nnodes));
+  set("ROLE_NAME", "default");
+  set("TORCHELASTIC_RUN_ID", o.run_id);
+  set("TORCHELASTIC_RESTART_COUNT", "0");
+  set("TORCHELASTIC_MAX_RESTARTS", "0");
+  set("MASTER_ADDR", o.master_addr);
+  set("MASTER_PORT", std::to_string(store_port));
+  // The launcher hosts the store: commx's bootstrap and torch's env:// join it as clients.
+  set("COMMX_STORE_HOSTED", "1");
+  set("TORCHELASTIC_USE_AGENT_STORE", "True");
+  // As torchrun: several ranks on a node must not each start a thread per core.
+  if (o.nprocs > 1 && !std::getenv("OMP_NUM_THREADS")) set("OMP_NUM_THREADS", "1");
+  for (const auto& kv : o.env) env.push_back(kv);
+  return env;
+}
 
 void block_job_signals() {
   sigset_t mask = job_signals();
