@@ -82,7 +82,7 @@ TEST(BenchReport, SvgIsWellFormed) {
       "vals=[x for x in ticks if re.fullmatch(r\"[0-9.]+[kMGT]?\",x)];"
       "sizes=[x for x in ticks if re.fullmatch(r\"[0-9]+[BKMG]\",x)];"
       "assert set(vals)>={\"1\",\"10\",\"100\",\"1k\"}, ticks;"
-      "assert {\"8B\",\"1K\",\"1M\"}<=set(sizes), ticks;"
+      "assert {\"8B\",\"2K\",\"512K\"}<=set(sizes), ticks;"
       "assert not [x for x in ticks if \"e\" in x], ticks";
   EXPECT_EQ(python_check(code, path), 0);
   EXPECT_NE(svg.find("fill='white'"), std::string::npos);
