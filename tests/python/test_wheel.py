@@ -121,8 +121,18 @@ def test_commx_bench_from_the_wheel_measures_and_checks(venv):
 
 
 def test_commx_analyze_from_the_wheel_reads_dumps(venv):
+    # Two ranks' flight-recorder dumps: rank 1 never entered op #2, which rank 0 is stuck in.
     dumps = venv["tmp"] / "dumps"
     dumps.mkdir()
+
+    def op(seq, state):
+        return {"seq": seq, "op": "all_reduce", "dtype": "float", "count": 4, "root": -1,
+                "state": state}
+
+    for rank, ops in ((0, [op(1, "completed"), op(2, "started")]), (1, [op(1, "completed")])):
+        (dumps / f"w.rank{rank}.json").write_text(
+            json.dumps({"comm": "w", "rank": rank, "size": 2, "ops": ops}))
     r = _run(venv, ["commx-analyze", str(dumps)])
-    assert r.returncode in (0, 1), (r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "ranks [1] never entered all_reduce #2" in r.stdout, r.stdout
+    assert "rank 0 is stuck in all_reduce #2" in r.stdout, r.stdout
