@@ -103,14 +103,14 @@ TEST(RunArgs, MultiNodeErrorsNameTheProblem) {
 }
 
 TEST(RunArgs, ExportedVariables) {
-  ::setenv("COMMX_RUN_ARGS_TEST_VAR", "from-here", 1);
-  auto o = parse({"-x", "A=1", "-x", "COMMX_RUN_ARGS_TEST_VAR", "-x", "B=x=y", "-n", "1", "p"});
+  ::setenv("RUN_ARGS_TEST_VAR", "from-here", 1);
+  auto o = parse({"-x", "A=1", "-x", "RUN_ARGS_TEST_VAR", "-x", "B=x=y", "-n", "1", "p"});
   ASSERT_EQ(o.env.size(), 3u);
   EXPECT_EQ(o.env[0], (std::pair<std::string, std::string>{"A", "1"}));
   EXPECT_EQ(o.env[1].second, "from-here");
   EXPECT_EQ(o.env[2], (std::pair<std::string, std::string>{"B", "x=y"}));
-  ::unsetenv("COMMX_RUN_ARGS_TEST_VAR");
-  EXPECT_NE(error_of({"-x", "COMMX_RUN_ARGS_TEST_VAR", "-n", "1", "p"}).find("not set"),
+  ::unsetenv("RUN_ARGS_TEST_VAR");
+  EXPECT_NE(error_of({"-x", "RUN_ARGS_TEST_VAR", "-n", "1", "p"}).find("not set"),
             std::string::npos);
   EXPECT_NE(error_of({"-x", "1BAD=2", "-n", "1", "p"}).find("not an environment variable"),
             std::string::npos);
