@@ -74,13 +74,7 @@ __all__ = [
     "Window", "Work", "WorkStatus", "as_commx_store", "load_backend", "new_comm", "register_backend",
     "registered_backends", "AllGatherPHandle", "BatchP2POptions", "CommOptions", "HookArgs",
     "OpName", "P2POpType", "RedOpType", "RemovableHandle", "available_backends",
-    "is_backend_built", "objcol",
+    "is_backend_built",
 ]
+# commx.objcol (object collectives, needs torch) is imported as `from commx import objcol`.
 
-
-def __getattr__(name):
-    # objcol needs torch: imported on first use, as `commx.objcol` or `from commx import objcol`.
-    if name == "objcol":
-        from . import objcol
-        return objcol
-    raise AttributeError(f"module 'commx' has no attribute {name!r}")

@@ -18,15 +18,15 @@ from ranks import init_agent_store_env, native_tcp_store, run_ranks  # noqa: E40
 GROUP_TIMEOUT = timedelta(seconds=30)
 
 
-def _init(rank, size, port):
+def _init(rank, size, port, timeout=GROUP_TIMEOUT):
     import commx.torch as ct
     ct.set_device_backend("cpu", "cpu")
     if native_tcp_store():
         init_agent_store_env(rank, size, port)
-        dist.init_process_group("commx", timeout=GROUP_TIMEOUT)
+        dist.init_process_group("commx", timeout=timeout)
     else:
         dist.init_process_group("commx", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=size, timeout=GROUP_TIMEOUT)
+                                world_size=size, timeout=timeout)
 
 
 def _check_sum(group, members, rank, tag):
@@ -198,3 +198,32 @@ def _monitored_barrier_names_the_missing_rank(rank, size, port):
 def test_monitored_barrier_names_the_missing_rank():
     got = run_ranks(3, _monitored_barrier_names_the_missing_rank, with_store=False, timeout=60)
     assert got == ["named", "timed out", "skipped"]
+
+
+def _failed_op_dumps(rank, size, port, trace_dir):
+    import json
+    import os
+    import time
+
+    import commx
+    os.environ["COMMX_TRACE_DIR"] = trace_dir
+    _init(rank, size, port, timeout=timedelta(seconds=2))
+    t = torch.ones(8)
+    dist.all_reduce(t)  # both ranks: the comm exists
+    if rank == 1:
+        time.sleep(4)  # alive, but skips the next all_reduce
+        return "skipped"
+    with pytest.raises(commx.TimeoutError) as info:
+        dist.all_reduce(t)  # issued async by the process group, failed when waited for
+    assert isinstance(info.value, dist.DistBackendError)
+    with open(os.path.join(trace_dir, "pg0_cpu.rank0.json")) as f:
+        dump = json.load(f)
+    ops = [(op["seq"], op["op"], op["state"]) for op in dump["ops"]]
+    assert ops == [(1, "all_reduce", "completed"), (2, "all_reduce", "failed")], ops
+    assert "rank(s) 1" in dump["ops"][-1]["error"]
+    return "dumped"
+
+
+def test_failed_async_op_of_the_process_group_dumps_the_flight_record(tmp_path):
+    got = run_ranks(2, _failed_op_dumps, str(tmp_path), with_store=False, timeout=60)
+    assert got == ["dumped", "skipped"]
