@@ -173,6 +173,12 @@ void bind_comm(py::module_& m) {
       .def(
           "get_store", [](PyComm& p) { return get(p).store(); },
           "This comm's private (prefixed) store.")
+      .def("flight_record_json", [](PyComm& p) { return get(p).flight_record_json(); },
+           "The flight recorder's record of this comm's last ops (JSON).")
+      .def(
+          "dump_flight_record", [](PyComm& p) { return get(p).dump_flight_record(); },
+          "Writes the record to $COMMX_TRACE_DIR/<comm>.rank<r>.json; returns the path ('' "
+          "without COMMX_TRACE_DIR).")
 
       .def(
           "all_reduce",

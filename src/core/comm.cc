@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <mutex>
+#include <sstream>
 
 #include "commx/comm.h"
 #include "commx/error.h"
@@ -33,6 +34,43 @@ Timeout resolve_timeout(const CommOptions& o) {
   if (setting_is_set("COMMX_TIMEOUT_SECONDS"))
     return timeout_from_seconds(setting_seconds("COMMX_TIMEOUT_SECONDS"), "COMMX_TIMEOUT_SECONDS");
   return kDefaultTimeout;
+}
+
+// The launcher's rank of each comm rank, for dumps: the hint "world_ranks" ("0,2,4", as the torch
+// process group passes its members), else 0..size-1.
+std::vector<int> world_ranks_of(const Hints& hints, const std::string& name, int rank, int size) {
+  std::vector<int> out;
+  auto it = hints.find("world_ranks");
+  if (it == hints.end()) {
+    for (int i = 0; i < size; ++i) out.push_back(i);
+    return out;
+  }
+  std::stringstream in(it->second);
+  std::string item;
+  try {
+    while (std::getline(in, item, ',')) out.push_back(std::stoi(item));
+  } catch (const std::exception&) {
+    out.clear();
+  }
+  if (static_cast<int>(out.size()) != size)
+    throw Error(ErrorCode::kInvalidArgument,
+                comm_context(name, rank, size) + "hint world_ranks='" + it->second +
+                    "' is not a comma-separated list of " + std::to_string(size) + " ranks");
+  return out;
+}
+
+// Ranks started with different world sizes meet at the comm's first key: the first size written
+// stays, and a rank with another one says so (instead of failing later on a layout or a wait).
+void check_same_size(Store& store, const std::string& name, int rank, int size,
+                     const std::string& source) {
+  const std::string mine = std::to_string(size);
+  Bytes got = store.compare_set("size", {}, Bytes(mine.begin(), mine.end()));
+  const std::string first(got.begin(), got.end());
+  if (first != mine)
+    throw Error(ErrorCode::kInvalidArgument,
+                comm_context(name, rank, size) + "this rank has world size " + mine + " (from " +
+                    (source.empty() ? std::string("the default") : source) + ") but another rank of this comm has world size " + first +
+                    ": every rank must be started with the same size");
 }
 
 std::shared_ptr<FlightRecorder> make_recorder() {
@@ -85,8 +123,7 @@ std::shared_ptr<Comm> Comm::create(const std::string& backend, Device device, co
   c.backend = create_backend(backend);
   c.base_store = options.store ? options.store : store_from_env(ri, c.timeout);
   c.store_prefix = "commx/" + name + "/" + std::to_string(store_instance(*c.base_store, name, c.rank));
-  c.world_ranks.resize(c.size);
-  for (int i = 0; i < c.size; ++i) c.world_ranks[i] = i;
+  c.world_ranks = world_ranks_of(options.hints, name, c.rank, c.size);
   options.timeout = c.timeout;
   c.options = options;
 
@@ -95,6 +132,7 @@ std::shared_ptr<Comm> Comm::create(const std::string& backend, Device device, co
     throw Error(ErrorCode::kInvalidArgument, "comm '" + name + "' rank " + std::to_string(c.rank) +
                                                  ": backend '" + backend + "' cannot run on device " + device.str());
   c.store = make_prefix_store(c.store_prefix, c.base_store);
+  check_same_size(*c.store, name, c.rank, c.size, ri.source);
   BackendContext ctx{name, c.rank, c.size, device, c.store, options, c.world_ranks};
   c.backend->init(ctx);
   return comm;
@@ -373,7 +411,8 @@ void Comm::finalize() {
 }
 
 std::string Comm::flight_record_json() {
-  return impl_->recorder->dump_json(impl_->name, impl_->rank, impl_->size, impl_->backend_name);
+  return impl_->recorder->dump_json(impl_->name, impl_->rank, impl_->size, impl_->backend_name,
+                                    impl_->world_ranks);
 }
 
 std::string Comm::dump_flight_record() {

@@ -41,7 +41,7 @@ class CommImpl {
   // "[comm 'name' rank r/n] op #seq: " -- the prefix of every error about an op.
   std::string op_context(const OpDesc& op) const;
   // The recorder with the names its dumps carry (for the Works of async ops).
-  RecorderRef recorder_ref() const { return {recorder, name, rank, size, backend_name}; }
+  RecorderRef recorder_ref() const { return {recorder, name, rank, size, backend_name, world_ranks}; }
 };
 
 // Throws InvalidArgument/Unsupported naming comm, rank, op and what is wrong.

@@ -66,7 +66,7 @@ class RecordedWork : public WorkState {
 
 void RecorderRef::fail_and_dump(uint64_t id, const std::string& error) const {
   recorder->record_failed(id, error);
-  write_trace_file(comm, rank, recorder->dump_json(comm, rank, size, backend));
+  write_trace_file(comm, rank, recorder->dump_json(comm, rank, size, backend, world_ranks));
 }
 
 Work recorded_work(Work inner, RecorderRef ref, uint64_t id) {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "commx/work.h"
 #include "core/flight_recorder.h"
@@ -19,6 +20,7 @@ struct RecorderRef {
   int rank = 0;
   int size = 1;
   std::string backend;
+  std::vector<int> world_ranks;
 
   // Marks entry `id` failed with `error` and writes the dump (see write_trace_file).
   void fail_and_dump(uint64_t id, const std::string& error) const;

@@ -54,6 +54,28 @@ def test_missing_store_is_told_in_python_terms():
     assert rc != 0 and "store=" in out and "new_comm" in out, out
 
 
+def test_world_size_mismatch_is_named():
+    # Rank 0 believes in 2 ranks and hosts the store, rank 1 in 3: the one that meets the other's
+    # size names both; the other gives up within the comm timeout.
+    port = str(free_port())
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "COMMX_TIMEOUT_SECONDS": "8"}
+    procs = []
+    for rank, size in ((0, 2), (1, 3)):
+        e = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+        e.update(env, RANK=str(rank), WORLD_SIZE=str(size))
+        e["PYTHONPATH"] = PYPATH + os.pathsep + e.get("PYTHONPATH", "")
+        procs.append(subprocess.Popen([sys.executable, "-c", NEW_COMM.format("cpu")], env=e,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True))
+        time.sleep(0.5)  # rank 0 hosts the store first
+    outs = [p.communicate(timeout=60)[0] for p in procs]
+    assert all(p.returncode != 0 for p in procs), outs
+    named = [o for o in outs if "world size" in o and "another rank of this comm has world size"
+             in o]
+    assert named, outs
+    assert ("world size 3" in named[0] and "world size 2" in named[0]), named
+
+
 def test_one_rank_job_with_master_port_0_needs_no_store():
     rc, out, took = _run(NEW_COMM.format("cpu"), {
         "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0"})

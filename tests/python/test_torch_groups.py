@@ -5,6 +5,7 @@ c10d extras a backend provides (batch_isend_irecv, coalescing, get_future, monit
 Every group has a short timeout, so a disagreement on a comm's identity fails fast instead of
 hanging. Skipped where torch is absent. Layer: tests (Python)."""
 
+import os
 from datetime import timedelta
 
 import pytest
@@ -211,7 +212,10 @@ def _failed_op_dumps(rank, size, port, trace_dir):
     t = torch.ones(8)
     dist.all_reduce(t)  # both ranks: the comm exists
     if rank == 1:
-        time.sleep(4)  # alive, but skips the next all_reduce
+        time.sleep(4)  # alive, but skips the next all_reduce; then dumps on request
+        backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+        assert backend.comm_for(torch.device("cpu")).dump_flight_record().endswith(
+            "pg0_cpu.rank1.json")
         return "skipped"
     with pytest.raises(commx.TimeoutError) as info:
         dist.all_reduce(t)  # issued async by the process group, failed when waited for
@@ -220,10 +224,22 @@ def _failed_op_dumps(rank, size, port, trace_dir):
         dump = json.load(f)
     ops = [(op["seq"], op["op"], op["state"]) for op in dump["ops"]]
     assert ops == [(1, "all_reduce", "completed"), (2, "all_reduce", "failed")], ops
-    assert "rank(s) 1" in dump["ops"][-1]["error"]
+    assert "rank(s) 1" in dump["ops"][-1]["error"] and dump["world_ranks"] == [0, 1]
     return "dumped"
 
 
-def test_failed_async_op_of_the_process_group_dumps_the_flight_record(tmp_path):
+def test_failed_async_op_of_the_process_group_dumps_the_flight_record(tmp_path, capfd):
     got = run_ranks(2, _failed_op_dumps, str(tmp_path), with_store=False, timeout=60)
     assert got == ["dumped", "skipped"]
+
+    # torch's flight-recorder analysis reads the dumps once converted.
+    from commx import flight_recorder
+    out = tmp_path / "torch_fr"
+    written = flight_recorder.convert(str(tmp_path), str(out))
+    assert sorted(os.path.basename(p) for p in written) == ["rank_0", "rank_1"]
+    from torch.distributed.flight_recorder.fr_trace import main as fr_trace
+    capfd.readouterr()
+    fr_trace([str(out), "-p", "rank_"])
+    report = "".join(capfd.readouterr())
+    assert "all_reduce" in report and "pg0_cpu" in report, report
+    assert "missing ranks: {1}" in report or "{1}" in report, report

@@ -253,9 +253,11 @@ class CommxProcessGroup(_base_class()):
             dev = device
             if kind == "cuda" and device.index is None:
                 dev = torch.device("cuda", torch.cuda.current_device())
+            # world_ranks: the group's members in its dumps (commx.flight_recorder maps them).
             comm = commx.new_comm(device_backend(kind), str(dev), self._comm_name(kind),
                                   timeout=self._timeout, store=self._store, rank=self._rank,
-                                  size=self._size)
+                                  size=self._size,
+                                  hints={"world_ranks": ",".join(map(str, self._global_ranks))})
             self._comms[kind] = comm
         return comm
 
