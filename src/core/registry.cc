@@ -86,7 +86,7 @@ std::vector<std::string> registered_backends() {
 std::vector<std::string> available_backends() {
   std::vector<std::string> names = registered_backends();
   add_plugins_in(library_dir(), names);
-  if (auto dir = env_str("COMMX_PLUGIN_DIR")) add_plugins_in(*dir, names);
+  if (auto dir = setting_str("COMMX_PLUGIN_DIR")) add_plugins_in(*dir, names);
   std::sort(names.begin(), names.end());
   names.erase(std::unique(names.begin(), names.end()), names.end());
   return names;
