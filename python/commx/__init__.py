@@ -42,6 +42,21 @@ from ._C import (  # noqa: F401
 from ._backends import BackendHandle, load_backend, register_backend, registered_backends
 from ._comm import new_comm
 from ._stores import as_commx_store
+from . import _torchcomms
+from ._torchcomms import (  # noqa: F401
+    AllGatherPHandle,
+    BatchP2POptions,
+    CommOptions,
+    HookArgs,
+    OpName,
+    P2POpType,
+    RedOpType,
+    RemovableHandle,
+    available_backends,
+    is_backend_built,
+)
+
+_torchcomms.install()
 
 # torchcomms' type names, so code written against torchcomms reads the same.
 TorchComm = Comm
@@ -57,5 +72,9 @@ __all__ = [
     "SystemCallError", "TCPStore", "TimeoutError", "TorchComm", "TorchCommWindow", "TorchWork",
     "UnsupportedError",
     "Window", "Work", "WorkStatus", "as_commx_store", "load_backend", "new_comm", "register_backend",
-    "registered_backends",
+    "registered_backends", "AllGatherPHandle", "BatchP2POptions", "CommOptions", "HookArgs",
+    "OpName", "P2POpType", "RedOpType", "RemovableHandle", "available_backends",
+    "is_backend_built",
 ]
+# commx.objcol (object collectives, needs torch) is imported as `from commx import objcol`.
+

@@ -6,6 +6,7 @@ import sys
 from . import _C
 from ._backends import BackendHandle, load_backend
 from ._stores import as_commx_store
+from ._torchcomms import CommOptions
 
 
 # Where the C++ core looks for the rank, in its order (src/core/env.cc): (rank, size) variables.
@@ -43,7 +44,7 @@ def _resolve_device(device, rank):
 def new_comm(
     backend,
     device,
-    name,
+    name="main",
     abort_process_on_timeout_or_error=None,
     timeout=None,
     high_priority_stream=None,
@@ -64,12 +65,14 @@ def new_comm(
     store: a commx store or a torch.distributed store (default: from the environment: torchrun's
     MASTER_ADDR/MASTER_PORT, COMMX_STORE_FILE, ...). rank/size: explicit, else from the
     environment (COMMX_RANK/COMMX_WORLD_SIZE, RANK/WORLD_SIZE, MPI, PMI).
-    high_priority_stream is accepted for torchcomms compatibility and ignored.
+    name: the comm's name (default "main"); ranks creating comms of one name on one store in
+    the same order get the same comm.
+    high_priority_stream is accepted for torchcomms compatibility and ignored (get_options()
+    reports it).
     """
-    del high_priority_stream
     load_backend(backend)
     cstore, owner = as_commx_store(store)
-    return _C.new_comm(
+    comm = _C.new_comm(
         backend,
         _resolve_device(device, rank),
         name,
@@ -82,6 +85,11 @@ def new_comm(
         enable_reconfigure=enable_reconfigure,
         store_owner=owner,
     )
+    comm._options = CommOptions(
+        abort_process_on_timeout_or_error=bool(abort_process_on_timeout_or_error),
+        timeout=comm.get_timeout(), high_priority_stream=bool(high_priority_stream),
+        store=store, enable_reconfigure=enable_reconfigure, hints=hints)
+    return comm
 
 
 def _get_device(self):

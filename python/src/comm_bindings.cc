@@ -2,6 +2,7 @@
 // DLPack, `async_op`, then `hints=` and `timeout=`; the GIL is released while it communicates.
 // Layer: Python bindings.
 #include "comm.h"
+#include "commx/backends.h"
 #include "module.h"
 #include "work.h"
 
@@ -30,14 +31,21 @@ commx::Comm& get(PyComm& c) {
   return *c.comm;
 }
 
-std::vector<int64_t> to_splits(py::handle seq, const char* what) {
+// Split sizes count rows of dim 0, as torch and torchcomms count them; the C++ API counts
+// elements, so each split is scaled by the elements of one row of `tensor`.
+std::vector<int64_t> to_splits(py::handle seq, py::handle tensor, const char* what) {
+  int64_t row = 1;
+  if (py::hasattr(tensor, "shape")) {
+    py::tuple shape = py::tuple(tensor.attr("shape"));
+    for (size_t d = 1; d < shape.size(); ++d) row *= shape[d].cast<int64_t>();
+  }
   std::vector<int64_t> out;
   for (py::handle v : seq) {
     int64_t n = v.cast<int64_t>();
     if (n < 0)
       throw commx::Error(commx::ErrorCode::kInvalidArgument,
                          std::string(what) + ": split sizes must not be negative");
-    out.push_back(n);
+    out.push_back(n * row);
   }
   return out;
 }
@@ -70,6 +78,7 @@ struct PyBatchOp {
   std::shared_ptr<commx::Comm> comm;
   std::vector<commx::P2POp> ops;
   KeepAlive keep;
+  py::list added;  // (is_send, tensor as given, peer) per op, for BatchSendRecv.ops
 };
 
 constexpr auto kAsync = "async_op";
@@ -86,6 +95,7 @@ void bind_comm(py::module_& m) {
           "send",
           [](PyBatchOp& b, py::object t, int dst) -> PyBatchOp& {
             b.ops.push_back(commx::P2POp{true, to_tensor(t, b.keep, "send tensor"), dst});
+            b.added.append(py::make_tuple(true, t, dst));
             return b;
           },
           py::arg("tensor"), py::arg("dst"), py::return_value_policy::reference_internal)
@@ -93,6 +103,7 @@ void bind_comm(py::module_& m) {
           "recv",
           [](PyBatchOp& b, py::object t, int src) -> PyBatchOp& {
             b.ops.push_back(commx::P2POp{false, to_tensor(t, b.keep, "recv tensor"), src});
+            b.added.append(py::make_tuple(false, t, src));
             return b;
           },
           py::arg("tensor"), py::arg("src"), py::return_value_policy::reference_internal)
@@ -103,16 +114,21 @@ void bind_comm(py::module_& m) {
             auto keep = std::move(b.keep);
             b.ops.clear();
             b.keep.clear();
+            b.added = py::list();
             auto o = to_op_options(to, h);
             auto comm = b.comm;
             return issue(*comm, std::move(keep), [&] { return comm->batch_p2p(ops, async, o); });
           },
           async_op, hints, timeout)
-      .def_property_readonly("num_ops", [](const PyBatchOp& b) { return b.ops.size(); });
+      .def_property_readonly("num_ops", [](const PyBatchOp& b) { return b.ops.size(); })
+      .def_property_readonly("_added", [](const PyBatchOp& b) { return b.added; });
 
-  py::class_<PyComm, std::shared_ptr<PyComm>> c(m, "Comm",
+  // dynamic_attr: the Python layer keeps per-comm state (creation options, hooks, defaults set by
+  // set_timeout/set_hints) on the object.
+  py::class_<PyComm, std::shared_ptr<PyComm>> c(m, "Comm", py::dynamic_attr(),
                                                 "A communicator (torchcomms' TorchComm).");
   bind_comm_window(c);
+  bind_comm_hooks(c);
   c.def("get_rank", [](PyComm& p) { return get(p).rank(); })
       .def("get_size", [](PyComm& p) { return get(p).size(); })
       .def("get_name", [](PyComm& p) { return get(p).name(); })
@@ -157,6 +173,12 @@ void bind_comm(py::module_& m) {
       .def(
           "get_store", [](PyComm& p) { return get(p).store(); },
           "This comm's private (prefixed) store.")
+      .def("flight_record_json", [](PyComm& p) { return get(p).flight_record_json(); },
+           "The flight recorder's record of this comm's last ops (JSON).")
+      .def(
+          "dump_flight_record", [](PyComm& p) { return get(p).dump_flight_record(); },
+          "Writes the record to $COMMX_TRACE_DIR/<comm>.rank<r>.json; returns the path ('' "
+          "without COMMX_TRACE_DIR).")
 
       .def(
           "all_reduce",
@@ -282,8 +304,8 @@ void bind_comm(py::module_& m) {
             KeepAlive keep;
             auto o_t = to_tensor(out, keep, "all_to_all_v_single output");
             auto i_t = to_tensor(in, keep, "all_to_all_v_single input");
-            auto os = to_splits(out_splits, "all_to_all_v_single output_split_sizes");
-            auto is = to_splits(in_splits, "all_to_all_v_single input_split_sizes");
+            auto os = to_splits(out_splits, out, "all_to_all_v_single output_split_sizes");
+            auto is = to_splits(in_splits, in, "all_to_all_v_single input_split_sizes");
             auto o = to_op_options(to, h);
             return issue(get(p), std::move(keep),
                          [&] { return get(p).all_to_all_v_single(o_t, i_t, os, is, async, o); });
@@ -353,7 +375,7 @@ void bind_comm(py::module_& m) {
           py::arg("tensor"), py::arg("src"), async_op, hints, timeout)
       .def("batch_op_create",
            [](PyComm& p) {
-             return PyBatchOp{p.comm, {}, {}};
+             return PyBatchOp{p.comm, {}, {}, py::list()};
            })
       .def(
           "split",
@@ -403,6 +425,9 @@ void bind_comm(py::module_& m) {
       py::arg("store_owner") = py::none());
 
   m.def("registered_backends", &commx::registered_backends);
+  m.def("available_backends", &commx::available_backends,
+        "Registered backends and those a plugin file next to libcommx (or in COMMX_PLUGIN_DIR) "
+        "offers.");
   m.def("has_backend", &commx::has_backend, py::arg("name"));
 }
 

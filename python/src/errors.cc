@@ -1,5 +1,7 @@
 // commx::Error <-> Python exceptions: commx.Error (a RuntimeError) with one subclass per
-// ErrorCode and a `.code` attribute holding commx.ErrorCode.
+// ErrorCode and a `.code` attribute holding commx.ErrorCode; commx.TimeoutError is also the
+// builtin TimeoutError, and with torch.distributed imported every error raised is also torch's
+// DistError (bad input) or DistBackendError (a failed op).
 // Layer: Python bindings.
 #include <string>
 
@@ -12,6 +14,9 @@ namespace {
 struct ErrorClasses {
   py::object base;
   std::vector<std::pair<commx::ErrorCode, py::object>> by_code;
+  // With torch.distributed imported: each class also derived from torch's DistError (bad input)
+  // or DistBackendError (the communication failed), made on first use.
+  std::vector<std::pair<py::object, py::object>> torch_flavour;
 };
 
 // Leaked on purpose: Python objects must not be destroyed after the interpreter has finalised.
@@ -26,10 +31,33 @@ py::object class_of(commx::ErrorCode code) {
   return classes().base;
 }
 
+// `cls` and torch's DistError/DistBackendError in one class, so `except commx.PeerFailureError`
+// and `except torch.distributed.DistBackendError` both catch it; `cls` itself without torch.
+py::object torch_flavour_of(const py::object& cls, commx::ErrorCode code) {
+  py::dict modules = py::module_::import("sys").attr("modules");
+  if (!modules.contains("torch.distributed")) return cls;
+  auto& c = classes();
+  for (auto& [plain, flavoured] : c.torch_flavour)
+    if (plain.is(cls)) return flavoured;
+  py::object dist = modules["torch.distributed"];
+  const bool bad_input =
+      code == commx::ErrorCode::kInvalidArgument || code == commx::ErrorCode::kUnsupported;
+  const char* torch_base = bad_input ? "DistError" : "DistBackendError";
+  if (!py::hasattr(dist, torch_base)) return cls;
+  py::dict ns;
+  ns["__module__"] = cls.attr("__module__");
+  ns["__doc__"] = cls.attr("__doc__");
+  py::object flavoured = py::module_::import("builtins")
+                             .attr("type")(cls.attr("__name__"),
+                                           py::make_tuple(cls, dist.attr(torch_base)), ns);
+  c.torch_flavour.emplace_back(cls, flavoured);
+  return flavoured;
+}
+
 }  // namespace
 
 void raise_python_error(const commx::Error& e) {
-  py::object cls = class_of(e.code());
+  py::object cls = torch_flavour_of(class_of(e.code()), e.code());
   py::object inst = cls(py::str(e.what()));
   inst.attr("code") = py::cast(e.code());
   PyErr_SetObject(cls.ptr(), inst.ptr());
@@ -72,7 +100,7 @@ void bind_errors(py::module_& m) {
 
   auto& c = classes();
   c.base = py::reinterpret_steal<py::object>(PyErr_NewExceptionWithDoc(
-      "commx._C.Error", "Base of every commx error; `.code` is a commx.ErrorCode.",
+      "commx.Error", "Base of every commx error; `.code` is a commx.ErrorCode.",
       PyExc_RuntimeError, nullptr));
   m.attr("Error") = c.base;
   const std::pair<commx::ErrorCode, const char*> subclasses[] = {
@@ -87,13 +115,24 @@ void bind_errors(py::module_& m) {
       {commx::ErrorCode::kInternal, "InternalError"},
   };
   for (auto& [code, name] : subclasses) {
-    std::string qual = std::string("commx._C.") + name;
+    std::string qual = std::string("commx.") + name;
+    // commx.TimeoutError is also the builtin TimeoutError, which it shadows in `from commx import *`.
+    py::object bases = code == commx::ErrorCode::kTimeout
+                           ? py::object(py::make_tuple(c.base, py::handle(PyExc_TimeoutError)))
+                           : c.base;
     py::object cls =
-        py::reinterpret_steal<py::object>(PyErr_NewException(qual.c_str(), c.base.ptr(), nullptr));
+        py::reinterpret_steal<py::object>(PyErr_NewException(qual.c_str(), bases.ptr(), nullptr));
     cls.attr("code") = py::cast(code);  // also for instances raised from Python
     m.attr(name) = cls;
     c.by_code.emplace_back(code, cls);
   }
+
+  m.def(
+      "_torch_flavour",
+      [](py::object cls) { return torch_flavour_of(cls, cls.attr("code").cast<commx::ErrorCode>()); },
+      py::arg("cls"),
+      "The class to raise for a commx error class: with torch.distributed imported, the one that "
+      "also derives from torch's DistError/DistBackendError.");
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {

@@ -15,6 +15,8 @@ void bind_window(py::module_& m);
 struct PyComm;
 // Comm.new_window (window_bindings.cc).
 void bind_comm_window(py::class_<PyComm, std::shared_ptr<PyComm>>& c);
+// Comm._install_hooks (hook_bindings.cc).
+void bind_comm_hooks(py::class_<PyComm, std::shared_ptr<PyComm>>& c);
 void bind_python_backends(py::module_& m);
 
 }  // namespace commx_py

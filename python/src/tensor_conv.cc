@@ -57,7 +57,13 @@ commx::Tensor to_tensor(py::handle obj, KeepAlive& keep, const char* what) {
   try {
     t = commx::from_dlpack(managed->dl_tensor);
   } catch (const commx::Error& e) {
-    throw commx::Error(e.code(), std::string(what) + ": " + e.what());
+    // e.what() starts with the code's name, which the rethrown error carries once already.
+    std::string msg = e.what();
+    const std::string code = std::string(commx::error_code_name(e.code())) + ": ";
+    if (msg.rfind(code, 0) == 0) msg = msg.substr(code.size());
+    if (msg.find("not contiguous") != std::string::npos)
+      msg += ": pass a contiguous one (tensor.contiguous(), and copy an output's result back)";
+    throw commx::Error(e.code(), std::string(what) + ": " + msg);
   }
   if (t.device.is_cuda()) t.stream = torch_current_stream(t.device.index);
   // The capsule keeps its name "dltensor", so its destructor calls the producer's deleter when

@@ -62,7 +62,9 @@ std::shared_ptr<Store> store_from_env(const RankInfo& ri, Timeout timeout) {
   if (auto it = cache.find(key); it != cache.end())
     if (auto alive = it->second.lock()) return alive;
   std::shared_ptr<Store> store;
-  if (env_str("MASTER_ADDR")) {
+  if (ri.size == 1) {
+    store = make_hash_store();  // a 1-rank job meets no one: no server to wait for
+  } else if (env_str("MASTER_ADDR")) {
     store = tcp_store_from_env(ri, timeout);
   } else if (auto path = setting_str("COMMX_STORE_FILE")) {
     store = make_file_store(*path, ri.size);
@@ -73,13 +75,12 @@ std::shared_ptr<Store> store_from_env(const RankInfo& ri, Timeout timeout) {
     std::string safe;
     for (char c : *job) safe += (isalnum(static_cast<unsigned char>(c)) ? c : '_');
     store = make_file_store(tmp + "/commx-store-" + safe + "-" + std::to_string(getuid()), ri.size);
-  } else if (ri.size == 1) {
-    store = make_hash_store();
   } else {
     throw Error(ErrorCode::kInvalidArgument,
                 "rank " + std::to_string(ri.rank) + " of " + std::to_string(ri.size) +
                     ": no rendezvous store; set MASTER_ADDR/MASTER_PORT or COMMX_STORE_FILE, run "
-                    "under commx-run/torchrun/mpirun, or pass CommOptions::store");
+                    "under commx-run/torchrun/mpirun, or pass a store (new_comm(..., store=...) in Python, "
+                    "CommOptions::store in C++)");
   }
   store->set_timeout(timeout);
   cache[key] = store;

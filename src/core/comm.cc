@@ -2,8 +2,8 @@
 // Layer: core. Backends are found by name through the registry.
 #include <cstdlib>
 #include <iostream>
-#include <map>
 #include <mutex>
+#include <sstream>
 
 #include "commx/comm.h"
 #include "commx/error.h"
@@ -15,13 +15,12 @@
 namespace commx {
 namespace {
 
-// How many comms of each name this process created: makes store keys unique when a name is
-// reused (every rank creates comms in the same order, so the counters agree).
-uint64_t next_instance(const std::string& key) {
-  static std::mutex m;
-  static std::map<std::string, uint64_t> counts;
-  std::lock_guard<std::mutex> g(m);
-  return counts[key]++;
+// The instance number of a comm named `name` on `store`: how many comms of that name this rank
+// created on this store before, counted in the store itself. Members of one group agree on it
+// whatever else each of them created elsewhere (a subgroup some ranks skipped, another store), so
+// the number only separates a name reused on one store by the same members.
+uint64_t store_instance(Store& store, const std::string& name, int rank) {
+  return static_cast<uint64_t>(store.add("commx/" + name + "/created/" + std::to_string(rank), 1) - 1);
 }
 
 Timeout resolve_timeout(const CommOptions& o) {
@@ -37,12 +36,45 @@ Timeout resolve_timeout(const CommOptions& o) {
   return kDefaultTimeout;
 }
 
-std::unique_ptr<FlightRecorder> make_recorder() {
-  return std::make_unique<FlightRecorder>(static_cast<size_t>(setting_int("COMMX_FLIGHT_RECORDER_SIZE")));
+// The launcher's rank of each comm rank, for dumps: the hint "world_ranks" ("0,2,4", as the torch
+// process group passes its members), else 0..size-1.
+std::vector<int> world_ranks_of(const Hints& hints, const std::string& name, int rank, int size) {
+  std::vector<int> out;
+  auto it = hints.find("world_ranks");
+  if (it == hints.end()) {
+    for (int i = 0; i < size; ++i) out.push_back(i);
+    return out;
+  }
+  std::stringstream in(it->second);
+  std::string item;
+  try {
+    while (std::getline(in, item, ',')) out.push_back(std::stoi(item));
+  } catch (const std::exception&) {
+    out.clear();
+  }
+  if (static_cast<int>(out.size()) != size)
+    throw Error(ErrorCode::kInvalidArgument,
+                comm_context(name, rank, size) + "hint world_ranks='" + it->second +
+                    "' is not a comma-separated list of " + std::to_string(size) + " ranks");
+  return out;
 }
 
-bool is_fault(ErrorCode c) {
-  return c == ErrorCode::kTimeout || c == ErrorCode::kPeerFailure || c == ErrorCode::kAborted;
+// Ranks started with different world sizes meet at the comm's first key: the first size written
+// stays, and a rank with another one says so (instead of failing later on a layout or a wait).
+void check_same_size(Store& store, const std::string& name, int rank, int size,
+                     const std::string& source) {
+  const std::string mine = std::to_string(size);
+  Bytes got = store.compare_set("size", {}, Bytes(mine.begin(), mine.end()));
+  const std::string first(got.begin(), got.end());
+  if (first != mine)
+    throw Error(ErrorCode::kInvalidArgument,
+                comm_context(name, rank, size) + "this rank has world size " + mine + " (from " +
+                    (source.empty() ? std::string("the default") : source) + ") but another rank of this comm has world size " + first +
+                    ": every rank must be started with the same size");
+}
+
+std::shared_ptr<FlightRecorder> make_recorder() {
+  return std::make_shared<FlightRecorder>(static_cast<size_t>(setting_int("COMMX_FLIGHT_RECORDER_SIZE")));
 }
 
 OpInfo info_of(const OpDesc& op) {
@@ -87,19 +119,20 @@ std::shared_ptr<Comm> Comm::create(const std::string& backend, Device device, co
                                                  " is not in [0, " + std::to_string(ri.size) + ")");
   c.rank = ri.rank;
   c.size = ri.size;
+  // An unknown backend is reported before anything waits for a store.
+  c.backend = create_backend(backend);
   c.base_store = options.store ? options.store : store_from_env(ri, c.timeout);
-  c.store_prefix = "commx/" + name + "/" + std::to_string(next_instance("world/" + name));
-  c.world_ranks.resize(c.size);
-  for (int i = 0; i < c.size; ++i) c.world_ranks[i] = i;
+  c.store_prefix = "commx/" + name + "/" + std::to_string(store_instance(*c.base_store, name, c.rank));
+  c.world_ranks = world_ranks_of(options.hints, name, c.rank, c.size);
   options.timeout = c.timeout;
   c.options = options;
 
   c.recorder = make_recorder();
-  c.backend = create_backend(backend);
   if (!c.backend->accepts_device(device))
     throw Error(ErrorCode::kInvalidArgument, "comm '" + name + "' rank " + std::to_string(c.rank) +
                                                  ": backend '" + backend + "' cannot run on device " + device.str());
   c.store = make_prefix_store(c.store_prefix, c.base_store);
+  check_same_size(*c.store, name, c.rank, c.size, ri.source);
   BackendContext ctx{name, c.rank, c.size, device, c.store, options, c.world_ranks};
   c.backend->init(ctx);
   return comm;
@@ -148,8 +181,7 @@ Work Comm::issue(OpDesc op, bool async_op, const OpOptions& o) {
   try {
     w = c.backend->run(op, async_op);
   } catch (const Error& e) {
-    c.recorder->record_failed(rec, e.what());
-    if (is_fault(e.code())) dump_flight_record();
+    c.recorder_ref().fail_and_dump(rec, e.what());
     if ((e.code() == ErrorCode::kTimeout || e.code() == ErrorCode::kPeerFailure) && c.abort_process) {
       std::cerr << "commx: " << e.what() << " (aborting the process: abort_process_on_timeout_or_error)\n";
       abort();
@@ -157,10 +189,12 @@ Work Comm::issue(OpDesc op, bool async_op, const OpOptions& o) {
     }
     throw;
   } catch (const std::exception& e) {
-    c.recorder->record_failed(rec, e.what());
+    c.recorder_ref().fail_and_dump(rec, e.what());
     throw;
   }
   c.recorder->record_issued(rec, w);
+  // An async op's failure shows only when it is waited for or polled: its Work dumps then.
+  if (async_op) w = recorded_work(std::move(w), c.recorder_ref(), rec);
   {
     std::lock_guard<std::mutex> g(c.hooks_mu);
     for (auto& h : c.post_hooks) h(*this, info, w);
@@ -377,7 +411,8 @@ void Comm::finalize() {
 }
 
 std::string Comm::flight_record_json() {
-  return impl_->recorder->dump_json(impl_->name, impl_->rank, impl_->size, impl_->backend_name);
+  return impl_->recorder->dump_json(impl_->name, impl_->rank, impl_->size, impl_->backend_name,
+                                    impl_->world_ranks);
 }
 
 std::string Comm::dump_flight_record() {

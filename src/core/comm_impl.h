@@ -8,6 +8,7 @@
 
 #include "commx/comm.h"
 #include "core/flight_recorder.h"
+#include "core/recorded_work.h"
 
 namespace commx {
 
@@ -30,7 +31,7 @@ class CommImpl {
   std::atomic<bool> aborted{false};
   std::atomic<bool> finalized{false};
   uint64_t split_count = 0;
-  std::unique_ptr<FlightRecorder> recorder;
+  std::shared_ptr<FlightRecorder> recorder;  // shared with the Works of async ops
 
   std::mutex hooks_mu;
   std::vector<PreHook> pre_hooks;
@@ -39,6 +40,8 @@ class CommImpl {
 
   // "[comm 'name' rank r/n] op #seq: " -- the prefix of every error about an op.
   std::string op_context(const OpDesc& op) const;
+  // The recorder with the names its dumps carry (for the Works of async ops).
+  RecorderRef recorder_ref() const { return {recorder, name, rank, size, backend_name, world_ranks}; }
 };
 
 // Throws InvalidArgument/Unsupported naming comm, rank, op and what is wrong.

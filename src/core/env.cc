@@ -105,7 +105,13 @@ std::string library_dir() {
 namespace {
 std::optional<RankInfo> try_vars(const char* rank, const char* size, const char* lrank,
                                  const char* lsize, const char* source) {
-  if (!env_str(rank) || !env_str(size)) return std::nullopt;
+  const bool has_rank = env_str(rank).has_value(), has_size = env_str(size).has_value();
+  if (has_rank != has_size)  // half a launcher's variables: a silent 1-rank job would be worse
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string(has_size ? size : rank) + "=" + *env_str(has_size ? size : rank) +
+                    " is set but " + (has_size ? rank : size) + " is not: set both (" + source +
+                    " sets them) or neither");
+  if (!has_rank) return std::nullopt;
   RankInfo r;
   r.rank = static_cast<int>(env_int(rank, 0));
   r.size = static_cast<int>(env_int(size, 1));

@@ -57,11 +57,14 @@ void FlightRecorder::record_failed(uint64_t id, const std::string& error) {
   }
 }
 
-std::string FlightRecorder::dump_json(const std::string& comm, int rank, int size, const std::string& backend) {
+std::string FlightRecorder::dump_json(const std::string& comm, int rank, int size, const std::string& backend,
+                                      const std::vector<int>& world_ranks) {
   std::lock_guard<std::mutex> g(mu_);
   std::ostringstream o;
   o << "{\"comm\":\"" << json_escape(comm) << "\",\"rank\":" << rank << ",\"size\":" << size
-    << ",\"backend\":\"" << json_escape(backend) << "\",\"ops\":[";
+    << ",\"backend\":\"" << json_escape(backend) << "\",\"world_ranks\":[";
+  for (size_t i = 0; i < world_ranks.size(); ++i) o << (i ? "," : "") << world_ranks[i];
+  o << "],\"ops\":[";
   bool first = true;
   uint64_t lo = next_id_ > entries_.size() ? next_id_ - entries_.size() : 1;
   for (uint64_t id = lo; id < next_id_; ++id) {

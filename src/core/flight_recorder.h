@@ -21,8 +21,10 @@ class FlightRecorder {
   uint64_t record_start(OpType type, uint64_t seq, DataType dtype, int64_t count, int root);
   void record_issued(uint64_t id, const Work& w);
   void record_failed(uint64_t id, const std::string& error);
-  // JSON object: {"comm":..,"rank":..,"size":..,"backend":..,"ops":[...]} (oldest first).
-  std::string dump_json(const std::string& comm, int rank, int size, const std::string& backend);
+  // JSON object: {"comm":..,"rank":..,"size":..,"backend":..,"world_ranks":[...],"ops":[...]}
+  // (oldest first); world_ranks[r]: the launcher's rank of comm rank r.
+  std::string dump_json(const std::string& comm, int rank, int size, const std::string& backend,
+                        const std::vector<int>& world_ranks);
   size_t capacity() const { return entries_.size(); }
 
  private:

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <map>
 #include <mutex>
 
 #include "commx/backend.h"
+#include "commx/backends.h"
 #include "commx/error.h"
 #include "core/env.h"
 #include "core/settings.h"
@@ -53,6 +55,18 @@ std::string load_plugin(const std::string& path) {
   return "";
 }
 
+// Backends a plugin file offers in `dir` (libcommx_backend_<name>.so), not loaded yet.
+void add_plugins_in(const std::string& dir, std::vector<std::string>& names) {
+  const std::string head = "libcommx_backend_", tail = ".so";
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    std::string f = entry.path().filename().string();
+    if (f.size() > head.size() + tail.size() && f.rfind(head, 0) == 0 &&
+        f.compare(f.size() - tail.size(), tail.size(), tail) == 0)
+      names.push_back(f.substr(head.size(), f.size() - head.size() - tail.size()));
+  }
+}
+
 }  // namespace
 
 void register_backend(const std::string& name, BackendFactory factory) {
@@ -66,6 +80,15 @@ std::vector<std::string> registered_backends() {
   std::lock_guard<std::mutex> g(registry_mutex());
   std::vector<std::string> names;
   for (auto& [n, f] : registry()) names.push_back(n);
+  return names;
+}
+
+std::vector<std::string> available_backends() {
+  std::vector<std::string> names = registered_backends();
+  add_plugins_in(library_dir(), names);
+  if (auto dir = setting_str("COMMX_PLUGIN_DIR")) add_plugins_in(*dir, names);
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
   return names;
 }
 
@@ -89,9 +112,9 @@ std::unique_ptr<Backend> create_backend(const std::string& name) {
     tried += "\n  " + why;
   }
   std::string known;
-  for (auto& n : registered_backends()) known += (known.empty() ? "" : ", ") + n;
-  throw Error(ErrorCode::kUnsupported, "no backend named '" + name + "' (registered: " + known +
-                                           "); plugins tried:" + tried);
+  for (auto& n : available_backends()) known += (known.empty() ? "" : ", ") + n;
+  throw Error(ErrorCode::kUnsupported, "no backend named '" + name + "'; backends here: " + known +
+                                           " (plugins tried:" + tried + ")");
 }
 
 }  // namespace commx

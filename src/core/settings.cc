@@ -42,7 +42,7 @@ const std::vector<SettingSpec>& table() {
       {"COMMX_ABORT_ON_ERROR", T::kBool, "0",
        "abort the process on a timeout or peer failure (after the abort hooks)", "api.md"},
       {"COMMX_TRACE_DIR", T::kPath, "unset",
-       "folder where flight-recorder dumps go (on timeout, peer failure, abort)", "api.md"},
+       "folder where flight-recorder dumps go (on a failed op, sync or async, and on abort)", "api.md"},
       {"COMMX_FLIGHT_RECORDER_SIZE", T::kInt, "1024", "ops kept per comm by the flight recorder",
        "api.md", 1, 1 << 20},
       {"COMMX_BACKEND_LIB_PATH_", T::kPath, "unset",

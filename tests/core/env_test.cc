@@ -50,3 +50,20 @@ TEST(Env, ParsesNumbersAndBooleans) {
   EXPECT_EQ(env_first({"COMMX_TEST_NOPE", "COMMX_TEST_X"}).value(), "on");
   unsetenv("COMMX_TEST_X");
 }
+
+// Half a launcher's pair is an error naming both variables, not a silent 1-rank job.
+TEST(Env, SizeWithoutRankIsAnError) {
+  clear_all();
+  setenv("WORLD_SIZE", "2", 1);
+  try {
+    rank_from_env();
+    ADD_FAILURE() << "WORLD_SIZE without RANK was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("WORLD_SIZE=2 is set but RANK is not"), std::string::npos)
+        << e.what();
+  }
+  unsetenv("WORLD_SIZE");
+  setenv("COMMX_RANK", "1", 1);
+  EXPECT_THROW(rank_from_env(), Error);
+  clear_all();
+}

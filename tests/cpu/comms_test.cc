@@ -1,8 +1,10 @@
 // Several comms at once: splits (disjoint groups with the same name, a reordered subset), ops
-// interleaved across comms, async ops in flight on two comms together, and the transport hints.
+// interleaved across comms, async ops in flight on two comms together, comms of one name on
+// group stores that only some ranks used, and the transport hints.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -70,6 +72,41 @@ TEST(Comms, SplitsAndInterleavedOps) {
       env.check(v == std::vector<int>(10, 42), "broadcast on a split");
     }
     world->barrier();
+  });
+  EXPECT_TRUE(res.all_ok()) << res.describe();
+}
+
+// Each group has its own store (as torch gives each process group a prefix store) and its comms
+// share one name: a rank that skipped a group's comm still agrees with the others on the next
+// group's, and a name reused on one store by the same members gets a fresh comm.
+TEST(Comms, NameReusedOnGroupStoresSomeRanksSkipped) {
+  auto res = run_forked(3, [](RankEnv& env) {
+    CommOptions short_wait;
+    short_wait.timeout = std::chrono::milliseconds(5000);
+    auto group_comm = [&](const std::string& group, const std::vector<int>& members) {
+      CommOptions o = short_wait;
+      o.store = make_prefix_store(group, env.store);
+      o.rank = static_cast<int>(std::find(members.begin(), members.end(), env.rank) - members.begin());
+      o.size = static_cast<int>(members.size());
+      return Comm::create("cpu", Device::cpu(), "pg_cpu", o);
+    };
+    auto check_sum = [&](Comm& c, const std::vector<int>& members, const std::string& what) {
+      std::vector<float> v = fill(env.rank, 64);
+      c.all_reduce(make_tensor(v.data(), v.size()), ReduceOp::SUM);
+      env.check(v == expect_sum(members, 64), what + ": wrong sum");
+    };
+    if (env.rank == 0) {  // a group only rank 0 uses
+      auto solo = group_comm("g1", {0});
+      check_sum(*solo, {0}, "solo group");
+    }
+    if (env.rank != 2) {
+      auto pair = group_comm("g2", {0, 1});
+      check_sum(*pair, {0, 1}, "pair after a group rank 1 skipped");
+    }
+    for (int round = 0; round < 2; ++round) {  // the same name twice on one store
+      auto all = group_comm("g3", {0, 1, 2});
+      check_sum(*all, {0, 1, 2}, "world round " + std::to_string(round));
+    }
   });
   EXPECT_TRUE(res.all_ok()) << res.describe();
 }

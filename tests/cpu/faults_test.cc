@@ -5,6 +5,9 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "cpu/cases.h"
@@ -241,6 +244,38 @@ TEST(Faults, MismatchedCallsAreClearErrors) {
                 "a2av message: " + msg);
     }
   });
+  EXPECT_TRUE(res.all_ok()) << res.describe();
+}
+
+// A failed async op leaves a flight-recorder dump, as a failed sync op does: the Work marks its
+// entry failed and writes the comm's record when the failure is seen.
+TEST(Faults, FailedAsyncOpDumpsTheFlightRecord) {
+  char tmpl[] = "/tmp/commx-trace-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  setenv("COMMX_TRACE_DIR", dir.c_str(), 1);
+  auto res = run_forked(2, [&](RankEnv& env) {
+    auto comm = env.comm("async_dump");
+    std::vector<float> v(100, 1.0f);
+    comm->all_reduce(make_tensor(v.data(), 100), ReduceOp::SUM);  // both once
+    if (env.rank == 1) {
+      std::this_thread::sleep_for(1500ms);  // alive but never calls again
+      return;
+    }
+    OpOptions o;
+    o.timeout = 300ms;
+    Work w = comm->all_reduce(make_tensor(v.data(), 100), ReduceOp::SUM, true, o);
+    expect_error(env, ErrorCode::kTimeout, [&] { w.wait(); }, "async all_reduce, rank 1 away");
+    std::ifstream f(dir + "/async_dump.rank0.json");
+    std::stringstream text;
+    text << f.rdbuf();
+    const std::string dump = text.str();
+    env.check(!dump.empty(), "no dump in " + dir);
+    env.check(has(dump, "\"seq\":2,\"op\":\"all_reduce\"") && has(dump, "\"state\":\"failed\"") &&
+                  has(dump, "rank(s) 1"),
+              "the dump names the failed op and why: " + dump);
+  });
+  unsetenv("COMMX_TRACE_DIR");
+  if (std::system(("rm -rf " + dir).c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", dir.c_str());
   EXPECT_TRUE(res.all_ok()) << res.describe();
 }
 

@@ -36,8 +36,9 @@ def test_reduce_op():
     R = commx.ReduceOp
     assert R.SUM == R.SUM and R.SUM != R.MAX
     p = R.PREMUL_SUM(0.25)
-    assert p.type == "PREMUL_SUM" and p.factor == 0.25 and repr(p) == "ReduceOp.PREMUL_SUM(0.25)"
-    assert R.AVG.type == "AVG" and repr(R.BXOR) == "ReduceOp.BXOR"
+    assert p.type is commx.RedOpType.PREMUL_SUM and p.factor == 0.25
+    assert repr(p) == "ReduceOp.PREMUL_SUM(0.25)"
+    assert R.AVG.type is commx.RedOpType.AVG and repr(R.BXOR) == "ReduceOp.BXOR"
     assert len({R.SUM, R.SUM, R.MIN}) == 2
 
 

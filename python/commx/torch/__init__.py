@@ -9,6 +9,8 @@ per device type comes from COMMX_TORCH_BACKEND_CPU (default "cpu") and COMMX_TOR
 """
 
 import os
+import threading
+import time
 from datetime import timedelta
 
 import torch
@@ -21,6 +23,11 @@ import commx
 
 BACKEND_NAME = "commx"
 _DEVICE_BACKENDS = {}
+
+
+def _error(cls, message):
+    """A commx error of class `cls` that is also torch's DistError/DistBackendError."""
+    return commx._C._torch_flavour(cls)(message)
 
 
 def set_device_backend(device_type, backend):
@@ -43,7 +50,7 @@ def _reduce_op(op):
     for theirs, ours in table:
         if op == theirs:
             return ours
-    raise commx.UnsupportedError(f"Unsupported: torch reduce op {op} has no commx counterpart "
+    raise _error(commx.UnsupportedError, f"Unsupported: torch reduce op {op} has no commx counterpart "
                                  "(PREMUL_SUM factors are not visible from Python)")
 
 
@@ -85,10 +92,38 @@ class _CommxWork(dist.Work):
         return None
 
     def get_future(self):
-        self.wait()
+        """A torch Future completed (with the op's tensors, or its error) once the op ends,
+        without blocking the caller."""
         fut = Future()
-        fut.set_result(self._result)
+
+        def complete():
+            try:
+                self.wait()
+                fut.set_result(self._result)
+            except Exception as e:  # noqa: BLE001 - handed to the future's waiter
+                fut.set_exception(e)
+        if self.is_completed():
+            complete()
+        else:
+            threading.Thread(target=complete, name="commx-work-future", daemon=True).start()
         return fut
+
+
+class _Coalesced:
+    """What a process group collects between start_coalescing and end_coalescing: the Works of
+    the collectives issued meanwhile, and the sends/receives to issue together at the end."""
+
+    def __init__(self):
+        self.works, self.finishes, self.results, self.p2p = [], [], [], []
+
+    def add(self, works, finish, tensors):
+        self.works += works
+        self.finishes.append(finish)
+        self.results += list(tensors)
+
+    def finish(self):
+        for f in self.finishes:
+            f()
 
 
 class _Contiguous:
@@ -147,12 +182,46 @@ class CommxProcessGroup(_base_class()):
     """A c10d Backend (or, on older torch, ProcessGroup) whose collectives run on commx comms
     (one per device type)."""
 
-    def __init__(self, store, rank, size, timeout):
+    def __init__(self, store, rank, size, timeout, group_name="", global_ranks=None):
         super().__init__(rank, size)
         self._store = store
         self._rank, self._size = rank, size
         self._timeout = timeout
+        self._group_name = group_name
+        self._global_ranks = list(global_ranks) if global_ranks else list(range(size))
         self._comms = {}
+        self._coalescing = None  # _Coalesced while between start_coalescing and end_coalescing
+        self._barriers = 0  # monitored barriers so far (their store keys are numbered)
+
+    # Queried by c10d through Python attribute lookup: plain properties here, or the lookup
+    # reaches the C++ property again and recurses.
+    @property
+    def supports_splitting(self):
+        return True
+
+    @property
+    def supports_coalescing(self):
+        return True
+
+    @property
+    def _supports_time_estimate(self):
+        return False
+
+    @property
+    def supports_shrinking(self):
+        return False
+
+    @property
+    def supports_reconfigure(self):
+        return False
+
+    @property
+    def supports_window(self):
+        return False
+
+    @property
+    def options(self):
+        return _C10dBackend.Options(BACKEND_NAME, self._timeout)
 
     # -- plumbing -----------------------------------------------------------------------------
     def getBackendName(self):
@@ -171,6 +240,11 @@ class CommxProcessGroup(_base_class()):
     def setGroupDesc(self, desc):
         self._group_desc = desc
 
+    def _comm_name(self, kind):
+        # torch derives the group name identically on every member (new_group is called by all
+        # ranks in the same order; split_group hashes the member list): the comm's identity.
+        return f"pg{self._group_name or ''}_{kind}"
+
     def comm_for(self, device):
         """The commx comm for tensors on `device` (created collectively on first use)."""
         kind = device.type
@@ -179,20 +253,109 @@ class CommxProcessGroup(_base_class()):
             dev = device
             if kind == "cuda" and device.index is None:
                 dev = torch.device("cuda", torch.cuda.current_device())
-            comm = commx.new_comm(device_backend(kind), str(dev), f"torch_{kind}",
+            # world_ranks: the group's members in its dumps (commx.flight_recorder maps them).
+            comm = commx.new_comm(device_backend(kind), str(dev), self._comm_name(kind),
                                   timeout=self._timeout, store=self._store, rank=self._rank,
-                                  size=self._size)
+                                  size=self._size,
+                                  hints={"world_ranks": ",".join(map(str, self._global_ranks))})
             self._comms[kind] = comm
         return comm
 
     def _run(self, tensors, fn):
         """Issues fn(comm, fix) where fn calls comm ops (which get async_op=True through
-        _AsyncComm) and returns a torch Work that waits for all of them."""
+        _AsyncComm) and returns a torch Work that waits for all of them. Between
+        start_coalescing and end_coalescing the ops join the coalesced Work instead."""
         dev = tensors[0].device if tensors else torch.device("cpu")
         fix = _Contiguous()
         comm = _AsyncComm(self.comm_for(dev))
         fn(comm, fix)
+        if self._coalescing is not None:
+            self._coalescing.add(comm.works, fix.finish, tensors)
+            return _done(tensors)
         return _CommxWork(comm.works, fix.finish, tensors)
+
+    def _p2p(self, tensors, peer, is_send):
+        """send/recv: issued at once, or, while coalescing, collected and issued together at
+        end_coalescing (one commx batch, so paired sends and receives cannot block each other)."""
+        if self._coalescing is None:
+            return self._run(tensors, lambda c, f: [c.send(f(t), peer) if is_send
+                                                   else c.recv(f(t, True), peer)
+                                                   for t in tensors])
+        for t in tensors:
+            self._coalescing.p2p.append((is_send, t, peer))
+        return _done(tensors)
+
+    # -- coalescing (batch_isend_irecv, _coalescing_manager) ------------------------------------
+    def start_coalescing(self):
+        if self._coalescing is not None:
+            raise _error(commx.InvalidArgumentError,
+                f"InvalidArgument: process group '{self._group_name}' rank {self._rank}: "
+                "start_coalescing called twice without end_coalescing")
+        self._coalescing = _Coalesced()
+
+    def end_coalescing(self):
+        group, self._coalescing = self._coalescing, None
+        if group is None:
+            raise _error(commx.InvalidArgumentError,
+                f"InvalidArgument: process group '{self._group_name}' rank {self._rank}: "
+                "end_coalescing without start_coalescing")
+        if group.p2p:
+            tensors = [t for _, t, _ in group.p2p]
+
+            def go(c, f):
+                batch = c._comm.batch_op_create()
+                for is_send, t, peer in group.p2p:
+                    batch.send(f(t), peer) if is_send else batch.recv(f(t, True), peer)
+                c.works.append(batch.issue(async_op=True))
+            fix = _Contiguous()
+            comm = _AsyncComm(self.comm_for(tensors[0].device))
+            go(comm, fix)
+            group.add(comm.works, fix.finish, tensors)
+        return _CommxWork(group.works, group.finish, group.results)
+
+    # -- groups ------------------------------------------------------------------------------
+    def split(self, store, ranks, opts=None):
+        """dist.split_group: a child backend over the members `ranks` (group ranks of this
+        group), rendezvousing on the child's store; None where this rank is not a member."""
+        ranks = list(ranks)
+        if self._rank not in ranks:
+            return None
+        timeout = getattr(opts, "_timeout", None) or self._timeout
+        name = getattr(opts, "group_name", "") or ""
+        child = CommxProcessGroup(store, ranks.index(self._rank), len(ranks), timeout,
+                                  group_name=name,
+                                  global_ranks=[self._global_ranks[r] for r in ranks])
+        return child
+
+    def monitored_barrier(self, opts, wait_all_ranks=False):
+        """gloo's monitored barrier over the group's store: rank 0 waits for every rank within
+        the timeout and names the ranks that did not arrive (all of them with wait_all_ranks),
+        then releases the others; every wait is bounded by the timeout."""
+        timeout = getattr(opts, "timeout", None) or self._timeout
+        n = self._barriers
+        self._barriers += 1
+        key = f"commx/monitored_barrier/{n}"
+        self._store.set(f"{key}/arrived/{self._rank}", "1")
+        if self._rank == 0:
+            missing = []
+            deadline = time.monotonic() + timeout.total_seconds()
+            for r in range(1, self._size):
+                left = max(deadline - time.monotonic(), 0.001)
+                try:
+                    self._store.wait([f"{key}/arrived/{r}"], timedelta(seconds=left))
+                except Exception:  # noqa: BLE001 - the store's timeout error
+                    missing.append(r)
+                    if not wait_all_ranks:
+                        break
+            if missing:
+                self._store.set(f"{key}/failed", ",".join(map(str, missing)))
+                raise _error(commx.TimeoutError,
+                    f"Timeout: process group '{self._group_name}' monitored_barrier #{n}: "
+                    f"rank(s) {missing} did not arrive within "
+                    f"{timeout.total_seconds():g} s")
+            self._store.set(f"{key}/released", "1")
+            return
+        self._store.wait([f"{key}/released"], timeout)
 
     # -- collectives --------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
@@ -259,14 +422,11 @@ class CommxProcessGroup(_base_class()):
             if not output_split_sizes and not input_split_sizes:
                 c.all_to_all_single(f(output, True), f(input))
                 return
-            # torch splits count rows of dim 0; commx counts elements.
-            def elems(t, splits):
-                row = t.numel() // t.shape[0] if t.dim() > 0 and t.shape[0] else 1
-                if not splits:
-                    splits = [t.shape[0] // self._size] * self._size
-                return [int(s) * row for s in splits]
-            c.all_to_all_v_single(f(output, True), f(input), elems(output, output_split_sizes),
-                                  elems(input, input_split_sizes))
+            # Split sizes count rows of dim 0 in torch and in commx alike.
+            def rows(t, splits):
+                return list(splits) if splits else [t.shape[0] // self._size] * self._size
+            c.all_to_all_v_single(f(output, True), f(input), rows(output, output_split_sizes),
+                                  rows(input, input_split_sizes))
         return self._run([output], go)
 
     alltoall_base = all_to_all_single
@@ -297,23 +457,47 @@ class CommxProcessGroup(_base_class()):
         return _CommxWork([comm.barrier(async_op=True)], lambda: None, None, blocking=True)
 
     def send(self, tensors, dst, tag=0):
-        return self._run(tensors, lambda c, f: [c.send(f(t), dst) for t in tensors])
+        return self._p2p(tensors, dst, True)
 
     def recv(self, tensors, src, tag=0):
-        return self._run(tensors, lambda c, f: [c.recv(f(t, True), src) for t in tensors])
+        return self._p2p(tensors, src, False)
 
     def recv_anysource(self, tensors, tag=0):
-        raise commx.UnsupportedError("Unsupported: commx has no receive from any source")
+        raise _error(commx.UnsupportedError, "Unsupported: commx has no receive from any source")
 
 
-def _create(store, rank, size, timeout):
-    return CommxProcessGroup(store, rank, size, timeout or timedelta(seconds=600))
+def _check_device_backends():
+    """The commx backends chosen for torch's device types must exist: said at
+    init_process_group/new_group, not at the first collective. The cuda one is checked where it
+    was chosen explicitly (the default is only needed once CUDA tensors are used)."""
+    for kind in ("cpu", "cuda"):
+        env = os.environ.get(f"COMMX_TORCH_BACKEND_{kind.upper()}")
+        if kind == "cuda" and kind not in _DEVICE_BACKENDS and not env:
+            continue
+        name = device_backend(kind)
+        commx.load_backend(name)
+        if name not in commx.available_backends():
+            where = (f"set_device_backend({kind!r}, {name!r})" if kind in _DEVICE_BACKENDS
+                     else f"COMMX_TORCH_BACKEND_{kind.upper()}={name}")
+            raise _error(commx.InvalidArgumentError,
+                         f"InvalidArgument: process group backend 'commx': {where} names no "
+                         f"commx backend; backends here: {', '.join(commx.available_backends())}")
+
+
+def _create(opts, backend_options=None):
+    """c10d's extended creator: the group's store, rank, size, timeout, name and members."""
+    _check_device_backends()
+    return CommxProcessGroup(opts.store, opts.group_rank, opts.group_size,
+                             opts.timeout or timedelta(seconds=600),
+                             group_name=str(opts.group_id or ""),
+                             global_ranks=opts.global_ranks_in_group)
 
 
 def register():
     """Registers "commx" with torch.distributed (idempotent)."""
     if BACKEND_NAME.upper() not in dist.Backend._plugins:
-        dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu", "cuda"])
+        dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True,
+                                      devices=["cpu", "cuda"])
 
 
 register()
