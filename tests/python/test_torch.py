@@ -17,7 +17,7 @@ import torch.distributed as dist  # noqa: E402
 import commx  # noqa: E402
 import fsdp2_worker  # noqa: E402
 import store_backend  # noqa: E402
-from ranks import gpu_env, run_ranks  # noqa: E402
+from ranks import gpu_count, gpu_env, run_ranks  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -87,15 +87,7 @@ def test_cuda_device_without_index_is_rank_modulo_gpus(monkeypatch):
 
 # -- the torch.distributed backend ------------------------------------------------------------
 
-def _cuda_gpus():
-    # NVML-based where torch can: does not initialise CUDA in this (forking) parent.
-    try:
-        return torch.cuda.device_count()
-    except Exception:  # noqa: BLE001 - no driver
-        return 0
-
-
-needs_2_gpus = pytest.mark.skipif(_cuda_gpus() < 2, reason="needs 2 GPUs")
+needs_2_gpus = pytest.mark.skipif(gpu_count() < 2, reason="needs 2 GPUs")
 # CUDA ranks are spawned (a forked child cannot use CUDA once a parent has) and import torch.
 # Spawned ranks import torch (slow) and init CUDA; a hang must still end well inside a GPU call.
 CUDA_RANKS = dict(with_store=False, method="spawn", timeout=150)

@@ -60,6 +60,10 @@ def _done(result=None):
     return _create_work_from_future(fut)
 
 
+def _nothing():
+    pass
+
+
 class _CommxWork(dist.Work):
     """A torch Work over commx Works issued with async_op=True: wait() waits for them (on CUDA:
     makes torch's current stream wait, as ProcessGroupNCCL does; `blocking`: blocks the host, for
@@ -360,6 +364,13 @@ class CommxProcessGroup(_base_class()):
     # -- collectives --------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
         op = _reduce_op(opts.reduceOp) if opts is not None else commx.ReduceOp.SUM
+        if len(tensors) == 1 and self._coalescing is None:
+            t = tensors[0]
+            if t.is_contiguous() and not t.is_complex():
+                # The common call, without stand-ins and collectors: eager loops pay this host
+                # time on every step.
+                w = self.comm_for(t.device).all_reduce(t, op, async_op=True)
+                return _CommxWork([w], _nothing, tensors)
         return self._run(tensors, lambda c, f: [c.all_reduce(f(t, True), op) for t in tensors])
 
     def allreduce_coalesced(self, tensors, opts=None):
