@@ -20,29 +20,13 @@
 #include "core/env.h"
 #include "core/tuning.h"
 #include "lowp/lowp_config.h"
+#include "scoped_env.h"
 
 using namespace commx;
+using commx::test::ScopedEnv;
 
 namespace {
 
-// Sets one variable for the scope of a test step.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = getenv(name)) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      setenv(name_, old_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 // Reads `name` the way its declared type is read.
 void read_as_declared(const char* name) {

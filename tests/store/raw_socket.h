@@ -9,10 +9,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "commx/store.h"
 
 namespace commx::test {
 
@@ -109,6 +115,22 @@ struct Frame {
 };
 
 inline Raw validate_frame() { return Frame().u8(0).u32(0x3C85F7CE).b; }
+
+// Options of a commx client of the server on `port`.
+inline TCPStoreOptions client_opts(uint16_t port, Timeout t = std::chrono::seconds(10)) {
+  TCPStoreOptions o;
+  o.port = port;
+  o.timeout = t;
+  return o;
+}
+
+// A validated raw connection to the server.
+inline std::unique_ptr<RawConn> validated(uint16_t port) {
+  auto c = std::make_unique<RawConn>(port);
+  EXPECT_TRUE(c->ok());
+  c->send(validate_frame());
+  return c;
+}
 
 inline int64_t as_i64(const Raw& r, size_t off = 0) {
   int64_t v = 0;

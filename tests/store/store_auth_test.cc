@@ -21,6 +21,7 @@
 #include "store/raw_socket.h"
 #include "store/sha256.h"
 #include "store/store_env.h"
+#include "scoped_env.h"
 
 namespace commx::test {
 namespace {
@@ -30,26 +31,6 @@ using Clock = std::chrono::steady_clock;
 
 const char* kToken = "test-token-0123456789abcdef";
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = getenv(name)) old_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      setenv(name_, old_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 std::string hex(const auth::Digest& d) {
   static const char* kHex = "0123456789abcdef";

@@ -27,19 +27,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kMiB = 1 << 20;
 
-TCPStoreOptions client_opts(uint16_t port, Timeout t = std::chrono::seconds(10)) {
-  TCPStoreOptions o;
-  o.port = port;
-  o.timeout = t;
-  return o;
-}
 
-std::unique_ptr<RawConn> validated(uint16_t port) {
-  auto c = std::make_unique<RawConn>(port);
-  EXPECT_TRUE(c->ok());
-  c->send(validate_frame());
-  return c;
-}
 
 // Sends all of `b` on a blocking socket, giving up after `limit` (the server may stop reading,
 // which is the point of some attacks). Returns the bytes sent.

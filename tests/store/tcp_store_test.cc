@@ -18,20 +18,7 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-TCPStoreOptions client_opts(uint16_t port, Timeout t = std::chrono::seconds(10)) {
-  TCPStoreOptions o;
-  o.port = port;
-  o.timeout = t;
-  return o;
-}
 
-// A validated raw connection to the server.
-std::unique_ptr<RawConn> validated(uint16_t port) {
-  auto c = std::make_unique<RawConn>(port);
-  EXPECT_TRUE(c->ok());
-  c->send(validate_frame());
-  return c;
-}
 
 // ---- Byte-exact frames against a fake server ----
 
