@@ -18,6 +18,10 @@ namespace py = pybind11;
 // Python objects an op must keep alive until it ends: the producers and their DLPack capsules.
 using KeepAlive = std::vector<py::object>;
 
+// What a non-contiguous tensor's error tells the user to do (both ways of reading tensors).
+inline constexpr const char* kContiguousAdvice =
+    "pass a contiguous one (tensor.contiguous(), and copy an output's result back)";
+
 // Takes `obj` zero-copy through `__dlpack__`; appends what must stay alive to `keep`.
 // CUDA tensors get torch's current stream of their device when torch is loaded.
 commx::Tensor to_tensor(py::handle obj, KeepAlive& keep, const char* what);

@@ -62,7 +62,7 @@ commx::Tensor to_tensor(py::handle obj, KeepAlive& keep, const char* what) {
     const std::string code = std::string(commx::error_code_name(e.code())) + ": ";
     if (msg.rfind(code, 0) == 0) msg = msg.substr(code.size());
     if (msg.find("not contiguous") != std::string::npos)
-      msg += ": pass a contiguous one (tensor.contiguous(), and copy an output's result back)";
+      msg += std::string(": ") + kContiguousAdvice;
     throw commx::Error(e.code(), std::string(what) + ": " + msg);
   }
   if (t.device.is_cuda()) t.stream = torch_current_stream(t.device.index);

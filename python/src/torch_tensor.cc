@@ -72,8 +72,7 @@ std::optional<commx::Tensor> torch_tensor(py::handle obj, const char* what) {
   if (device < 0 && !obj.attr("is_cpu").cast<bool>()) return std::nullopt;  // meta, mps, ...
   if (!obj.attr("is_contiguous")().cast<bool>())
     throw commx::Error(commx::ErrorCode::kInvalidArgument,
-                       std::string(what) + ": the tensor is not contiguous (call .contiguous() "
-                                           "first, or pass a contiguous view)");
+                       std::string(what) + ": tensor is not contiguous: " + kContiguousAdvice);
   commx::Tensor t(reinterpret_cast<void*>(obj.attr("data_ptr")().cast<uintptr_t>()),
                   obj.attr("numel")().cast<int64_t>(), dt->second,
                   device < 0 ? commx::Device::cpu() : commx::Device::cuda(device));

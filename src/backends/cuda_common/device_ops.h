@@ -43,9 +43,6 @@ class DeviceOps {
 
   // Blocks until the comm's last op ended or `deadline` passed; false at the deadline.
   bool wait_idle(std::chrono::steady_clock::time_point deadline) const;
-  bool has_work() const { return have_last_; }
-  PointerCheck& pointers() { return ptr_check_; }
-  cudaStream_t stream() const { return stream_; }
 
  private:
   // End of the last op: its Work's event, else last_event_ (recorded after delegated ops).
