@@ -43,12 +43,11 @@ __device__ __forceinline__ void report_error(const PeerSet& ps, int code, int pe
 
 // The state of one bounded wait. A poll that found nothing calls miss(): the first kTightPolls
 // misses poll again at once (a peer in step lands within microseconds); later misses sleep
-// (__nanosleep, doubling up to PeerSet::poll_sleep_ns) so that a rank that arrived early does
-// not poll every line of its buffer at full rate while its late peer's NVLink writes land in that
-// buffer: tens of thousands of threads polling that way slowed the incoming writes to ~1 GB/s,
-// so an LL all_reduce whose peer came 100 us late took 0.5-1.1 ms instead of ~0.1 ms. The clock
-// is read every 64 misses against the op's timeout, the host's abort flag (a PCIe read of mapped
-// host memory) every 1024.
+// (__nanosleep, doubling up to PeerSet::poll_sleep_ns) so an early rank polls its buffer gently.
+// The clock is read every 64 misses against the op's timeout, the host's abort flag (a PCIe read
+// of mapped host memory) only every 1024: when each of the up to 132 x 512 LL pollers read it
+// every 256 polls, the reads queued and an all_reduce whose peer came 100 us late took
+// 0.3-1.2 ms instead of ~0.1 ms (the same with the sleep off, so the reads were the cause).
 inline constexpr unsigned int kTightPolls = 32;
 
 struct PollWait {
