@@ -1,4 +1,4 @@
-// TCPStore client: a Store over the c10d TCPStore wire protocol (research/tcpstore_protocol.md),
+// TCPStore client: a Store over the c10d TCPStore wire protocol (docs/tcpstore_protocol.md),
 // so commx joins the store torchrun/torch.distributed host, or the one commx-run/rank 0 hosts.
 // One request in flight per connection, guarded by a mutex; user keys go out as "/<key>".
 // Layer: store.

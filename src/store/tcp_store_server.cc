@@ -1,4 +1,4 @@
-// TCPStoreServer: a c10d-protocol store server (research/tcpstore_protocol.md). One event-loop
+// TCPStoreServer: a c10d-protocol store server (docs/tcpstore_protocol.md). One event-loop
 // thread (epoll) serves every client; WAIT replies are deferred until the keys exist. A malformed
 // or oversized request closes only that client's connection; the server keeps serving the others.
 // Limits on memory, connections and idle time (TCPStoreServerLimits) keep any one client from

@@ -1,4 +1,4 @@
-// The c10d TCPStore wire format (research/tcpstore_protocol.md): query codes, native
+// The c10d TCPStore wire format (docs/tcpstore_protocol.md): query codes, native
 // little-endian integers, u64-length-prefixed strings. Shared by the TCP store client and server.
 // Layer: store (internal).
 #pragma once
