@@ -3,7 +3,7 @@
 # and the cuda-vs-nccl benchmark (plus PyTorch symm_mem for reference), writing everything to
 # $OUT (default bench/results/local). Usage: `bash scripts/gpu_ci.sh` (or `bash scripts/gpu.sh test bench`).
 # Env: GPU_CI_TESTS=0 skips tests, GPU_CI_BENCH=0 skips the benchmark, GPU_CI_QUICK=1 runs a
-# shorter benchmark, GPU_CI_SYMM=0 skips symm_mem, BENCH_ARGS adds commx-gpu-bench arguments.
+# shorter benchmark, GPU_CI_SYMM=0 skips symm_mem, BENCH_ARGS adds commx-bench arguments.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/bench/results/local}
@@ -20,7 +20,7 @@ LOGS=$(mktemp -d)
 } > "$OUT/machine.txt" 2>&1
 BUILD=${BUILD_DIR:-build-gpu}
 GPU_TESTS=${GPU_CI_TESTLIST:-lowp_gpu_codec_test lowp_cuda_test cuda_backend_test cuda_hier_test cuda_fd_passing_test cuda_vmm_test}
-TARGETS=${GPU_CI_TARGETS:-commx_backend_cuda commx_backend_nccl commx-gpu-bench $GPU_TESTS}
+TARGETS=${GPU_CI_TARGETS:-commx_backend_cuda commx_backend_nccl commx-bench $GPU_TESTS}
 gpu_build "$BUILD" "$LOGS/build.log" $TARGETS || exit 1
 echo "build ok"
 rc=0
@@ -40,20 +40,20 @@ if [ "${GPU_CI_BENCH:-1}" = 1 ]; then
   [ "$NR" -gt 2 ] && NR=2
   ARGS="--ranks $NR --backend cuda,nccl --dtypes bf16,f32 --ops all_reduce --modes eager,graph --min 4 --max 256M --factor ${GPU_CI_FACTOR:-4}"
   [ "${GPU_CI_QUICK:-0}" = 1 ] && ARGS="--ranks $NR --backend cuda,nccl --dtypes bf16 --ops all_reduce --modes eager,graph --min 8 --max 256M --factor 4 --reps 5"
-  echo "command: commx-gpu-bench $ARGS ${BENCH_ARGS:-}" >> "$OUT/machine.txt"
-  timeout 300 "$BUILD/bin/commx-gpu-bench" $ARGS ${BENCH_ARGS:-} --json "$OUT/allreduce.json" --md "$LOGS/allreduce.md" > "$LOGS/bench.log" 2>&1 || rc=1
+  echo "command: commx-bench $ARGS ${BENCH_ARGS:-}" >> "$OUT/machine.txt"
+  timeout 300 "$BUILD/bin/commx-bench" $ARGS ${BENCH_ARGS:-} --json "$OUT/allreduce.json" --md "$LOGS/allreduce.md" > "$LOGS/bench.log" 2>&1 || rc=1
   # A late rank (host-bound clients never issue in lock-step): each rank-1 op starts 20 us late.
-  timeout 120 "$BUILD/bin/commx-gpu-bench" --ranks "$NR" --backend cuda,nccl --dtypes bf16 --ops all_reduce \
+  timeout 120 "$BUILD/bin/commx-bench" --ranks "$NR" --backend cuda,nccl --dtypes bf16 --ops all_reduce \
     --modes eager --min 8 --max 64M --factor 8 --reps 5 --skew-us 20 \
     --json "$OUT/allreduce_skew.json" --md "$LOGS/allreduce_skew.md" >> "$LOGS/bench.log" 2>&1 || rc=1
   if [ "${GPU_CI_COLL:-1}" = 1 ]; then
-    timeout 200 "$BUILD/bin/commx-gpu-bench" --ranks "$NR" --backend cuda,nccl --dtypes bf16 \
+    timeout 200 "$BUILD/bin/commx-bench" --ranks "$NR" --backend cuda,nccl --dtypes bf16 \
       --ops all_gather,reduce_scatter,all_to_all --modes graph,eager --min 1K --max 256M --factor 4 --reps 5 \
       --json "$OUT/collectives.json" --md "$LOGS/collectives.md" >> "$LOGS/bench.log" 2>&1 || rc=1
   fi
   if [ "${GPU_CI_LOWP:-1}" = 1 ]; then
     # Issue 5: commx FP8 (one- and two-term gather) vs commx bf16 vs NCCL bf16 vs NCCL native FP8.
-    timeout 300 "$BUILD/bin/commx-gpu-bench" --ranks "$NR" --backend nccl,cuda,cuda+fp8,cuda+fp8x2,nccl+fp8 \
+    timeout 300 "$BUILD/bin/commx-bench" --ranks "$NR" --backend nccl,cuda,cuda+fp8,cuda+fp8x2,nccl+fp8 \
       --dtypes bf16 --ops all_reduce --modes eager --min 1M --max "${GPU_CI_LOWP_MAX:-1G}" --factor 4 --reps 5 \
       --error 16M --json "$OUT/lowp.json" --md "$OUT/lowp.md" > "$LOGS/lowp.log" 2>&1 || rc=1
     grep -E "error|skipping|rank" "$LOGS/lowp.log" | grep -v "^nccl  all_reduce bf16 eager" | head -40
@@ -64,7 +64,7 @@ if [ "${GPU_CI_BENCH:-1}" = 1 ]; then
   fi
   if [ "${GPU_CI_TUNE:-0}" = 2 ]; then
     # A/B of launch and buffer settings (cuda only, bf16, graph and eager).
-    B="$BUILD/bin/commx-gpu-bench --ranks $NR --backend cuda --dtypes bf16 --ops all_reduce --reps 5 --factor 4"
+    B="$BUILD/bin/commx-bench --ranks $NR --backend cuda --dtypes bf16 --ops all_reduce --reps 5 --factor 4"
     for v in "COMMX_CUDA_PDL=0" "COMMX_CUDA_PDL=1" "COMMX_CUDA_PDL=0 COMMX_CUDA_BUFFER_BYTES=64M" \
              "COMMX_CUDA_PDL=1 COMMX_CUDA_BUFFER_BYTES=64M"; do
       tag=$(echo "$v" | tr ' =' '__')
@@ -80,7 +80,7 @@ if [ "${GPU_CI_BENCH:-1}" = 1 ]; then
   if [ "${GPU_CI_TUNE:-0}" = 1 ]; then
     # Threshold tuning: each all-reduce algorithm forced over its size range, and block/buffer
     # variants for large messages (cuda only, bf16, graph).
-    B="$BUILD/bin/commx-gpu-bench --ranks $NR --backend cuda --dtypes bf16 --ops all_reduce --modes graph --reps 5"
+    B="$BUILD/bin/commx-bench --ranks $NR --backend cuda --dtypes bf16 --ops all_reduce --modes graph --reps 5"
     for a in "ll 8 1M" "flat 8 16M" "tree 8 256M"; do
       set -- $a
       timeout 100 $B --algo "$1" --min "$2" --max "$3" --json "$LOGS/tune_$1.json" --md /dev/null > "$LOGS/tune_$1.log" 2>&1

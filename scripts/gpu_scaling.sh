@@ -18,10 +18,10 @@ NG=$(nvidia-smi -L | wc -l)
 B=build-gpu
 cmake -G Ninja -S . -B $B -DCMAKE_BUILD_TYPE=Release -DCOMMX_WITH_CUDA=ON \
   ${PREFIX_PATH:+-DCMAKE_PREFIX_PATH=$PREFIX_PATH} > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-ninja -C $B -j"$(nproc)" commx_backend_cuda commx_backend_nccl commx-gpu-bench cuda_backend_test \
+ninja -C $B -j"$(nproc)" commx_backend_cuda commx_backend_nccl commx-bench cuda_backend_test \
   lowp_gpu_codec_test lowp_cuda_test >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 echo "build ok ($NG GPUs)"
-G=$B/bin/commx-gpu-bench
+G=$B/bin/commx-bench
 log=$OUT/scaling.log
 run() { echo "== $*" | tee -a "$log"; timeout "$@" 2>&1 | tee -a "$log" | grep -E "^init|wrong [1-9]|rank .*:|skipping" ; pack; }
 echo "== gpu tests (lowp, 2 GPUs)" | tee -a "$log"

@@ -13,14 +13,14 @@ left() { echo $(( ${GPU_FINAL_BUDGET:-470} - ($(date +%s) - T0) )); }
 B=build-gpu
 cmake -G Ninja -S . -B $B -DCMAKE_BUILD_TYPE=Release -DCOMMX_WITH_CUDA=ON \
   ${PREFIX_PATH:+-DCMAKE_PREFIX_PATH=$PREFIX_PATH} > "$OUT/build.log" 2>&1 &&
-  ninja -C $B -j"$(nproc)" commx commx_backend_cuda commx_backend_nccl commx-gpu-bench \
+  ninja -C $B -j"$(nproc)" commx commx_backend_cuda commx_backend_nccl commx-bench \
     cuda_backend_test cuda_hier_test >> "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 echo "build ok after $(( $(date +%s) - T0 )) s"
-timeout 120 $B/bin/commx-gpu-bench --ranks 2 --backend nccl,cuda,cuda+fp8,cuda+fp8x2,nccl+fp8 \
+timeout 120 $B/bin/commx-bench --ranks 2 --backend nccl,cuda,cuda+fp8,cuda+fp8x2,nccl+fp8 \
   --dtypes bf16 --ops all_reduce --modes eager --min 1M --max 1G --factor 4 --reps 5 --error 4M \
   --json "$OUT/lowp_np2.json" --md "$OUT/lowp_np2.md" > "$OUT/lowp.log" 2>&1
 grep -E "^\| (cuda\+|nccl\+)" "$OUT/lowp_np2.md" | cut -d'|' -f2,6,7,8,9,11,12
-COMMX_CUDA_LOWP_BLOCKS_PER_SM=1 timeout 30 $B/bin/commx-gpu-bench --ranks 2 --backend cuda+fp8 \
+COMMX_CUDA_LOWP_BLOCKS_PER_SM=1 timeout 30 $B/bin/commx-bench --ranks 2 --backend cuda+fp8 \
   --dtypes bf16 --ops all_reduce --modes eager --min 16M --max 256M --factor 4 --reps 5 \
   --json /dev/null --md /dev/null 2>&1 | grep "^cuda" | sed 's/^/one-block-per-SM /' | tee -a "$OUT/lowp.log"
 for t in "cuda_backend_test *ShareGpus*:*TwoComms*:*EveryCollectiveTwo*" "cuda_hier_test *NeverArrives*:*TwoHostsOfOne*"; do

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/bench/results/local}
 mkdir -p "$OUT"
 . scripts/gpu_env.sh
-gpu_build build-gpu "$OUT/ll128_build.log" commx_backend_cuda commx_backend_nccl commx-gpu-bench \
+gpu_build build-gpu "$OUT/ll128_build.log" commx_backend_cuda commx_backend_nccl commx-bench \
   cuda_backend_test cuda_tuning_test || exit 1
 T=build-gpu/bin/cuda_backend_test
 F='CudaBackend.AllReduceLL128:CudaBackend.PeerThatNeverArrivesTimesOutOnTheGpu'

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Experiment on a 2-GPU machine: why eager all_reduce issued from Python (host gaps, rank skew)
 # stalls where the lock-step C++ loop does not, and whether torch.cuda.graph captures. Builds the
-# cuda plugin, commx-gpu-bench and the Python extension, then: the C++ loop with host gaps and
+# cuda plugin, commx-bench and the Python extension, then: the C++ loop with host gaps and
 # skew per algorithm, kernel timelines from Python (stall_profile.py), the graph-capture tests,
 # and a short torch_bench. Everything under $OUT. Usage: bash bench/experiments/stall_diag.sh
 set -uo pipefail
@@ -14,13 +14,13 @@ BUILD=build-gpu
 LOG=$OUT/diag.log
 t0=$(date +%s)
 { cmake -G Ninja -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DCOMMX_WITH_CUDA=ON -DCOMMX_BUILD_TESTS=OFF &&
-  ninja -C $BUILD -j"$(nproc)" commx commx_backend_cuda commx_backend_nccl commx-gpu-bench &&
+  ninja -C $BUILD -j"$(nproc)" commx commx_backend_cuda commx_backend_nccl commx-bench &&
   cmake -G Ninja -S python -B build-py-gpu -DCMAKE_BUILD_TYPE=Release -DCOMMX_NATIVE_BUILD_DIR="$PWD/$BUILD" \
     -DCOMMX_PY_INPLACE=ON -DPython_EXECUTABLE="$PY" -Dpybind11_DIR="$("$PY" -c 'import pybind11; print(pybind11.get_cmake_dir())')" &&
   ninja -C build-py-gpu -j"$(nproc)"; } > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 echo "build $(( $(date +%s) - t0 )) s" | tee "$LOG"
 export PYTHONPATH="$PWD/python" PYTHONUNBUFFERED=1
-B="$BUILD/bin/commx-gpu-bench --ranks 2 --backend cuda --dtypes bf16 --ops all_reduce --modes eager --reps 3 --json /dev/null --md /dev/null"
+B="$BUILD/bin/commx-bench --ranks 2 --backend cuda --dtypes bf16 --ops all_reduce --modes eager --reps 3 --json /dev/null --md /dev/null"
 if [ "${DIAG_CPP:-1}" = 1 ]; then
   # The late-peer cost per algorithm and poll setting (the last rank 100 us late per op), then
   # the lock-step latency of the default choice with and without the poll backoff.

@@ -8,22 +8,17 @@
 
 #include "commx/error.h"
 #include "core/env.h"
+#include "cuda_check.h"
 #include "memory.h"
 
 namespace commx::bench {
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw Error(ErrorCode::kCuda,
-                std::string("commx-bench: ") + what + ": " + cudaGetErrorString(e));
-}
-
 class CudaMemory : public Memory {
  public:
   explicit CudaMemory(int index) {
-    if (index >= 0) check(cudaSetDevice(index), "cudaSetDevice");
-    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (index >= 0) cuda_check(cudaSetDevice(index), "cudaSetDevice");
+    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   }
   ~CudaMemory() override {
     if (exec_) cudaGraphExecDestroy(exec_);
@@ -32,26 +27,26 @@ class CudaMemory : public Memory {
   }
   void* alloc(size_t bytes) override {
     void* p = nullptr;
-    check(cudaMalloc(&p, bytes + 64), "cudaMalloc");
+    cuda_check(cudaMalloc(&p, bytes + 64), "cudaMalloc");
     return p;
   }
   void release(void* p) override { cudaFree(p); }
   void to_device(void* dst, const void* src, size_t n) override {
-    check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_), "cudaMemcpy H2D");
+    cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_), "cudaMemcpy H2D");
     sync();
   }
   void to_host(void* dst, const void* src, size_t n) override {
-    check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream_), "cudaMemcpy D2H");
+    cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream_), "cudaMemcpy D2H");
     sync();
   }
-  void sync() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+  void sync() override { cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
   void* stream() override { return stream_; }
   std::function<void()> capture(const std::function<void()>& fn) override {
     if (exec_) cudaGraphExecDestroy(exec_);
     if (graph_) cudaGraphDestroy(graph_);
     exec_ = nullptr;
     graph_ = nullptr;
-    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");
+    cuda_check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");
     try {
       fn();
     } catch (...) {
@@ -60,11 +55,11 @@ class CudaMemory : public Memory {
       if (g) cudaGraphDestroy(g);
       throw;
     }
-    check(cudaStreamEndCapture(stream_, &graph_), "end capture");
-    check(cudaGraphInstantiate(&exec_, graph_, 0), "cudaGraphInstantiate");
+    cuda_check(cudaStreamEndCapture(stream_, &graph_), "end capture");
+    cuda_check(cudaGraphInstantiate(&exec_, graph_, 0), "cudaGraphInstantiate");
     cudaGraphExec_t exec = exec_;
     cudaStream_t s = stream_;
-    return [exec, s] { check(cudaGraphLaunch(exec, s), "cudaGraphLaunch"); };
+    return [exec, s] { cuda_check(cudaGraphLaunch(exec, s), "cudaGraphLaunch"); };
   }
 
  private:

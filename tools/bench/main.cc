@@ -1,5 +1,6 @@
 // commx-bench: nccl-tests-style measurements of every commx collective, for one or several
-// backends side by side (see docs/bench.md). Layer: tools (public API only, plus the tuning
+// backends side by side, and in a CUDA build the GPU sweep (eager vs graph-captured, FP8
+// variants; sweep.h) (see docs/bench.md). Layer: tools (public API only, plus the tuning
 // table format from the core).
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include "png.h"
 #include "report.h"
 #include "runner.h"
+#include "sweep.h"
 #include "tune.h"
 
 using namespace commx;
@@ -141,9 +143,38 @@ int run_rank(const Options& opts) {
   return wrong > 0 ? 1 : 0;
 }
 
+// The GPU sweep form (sweep_args.h): ranks from a launcher, else --ranks forked here.
+int sweep_main(int argc, char** argv) {
+  SweepOptions o;
+  try {
+    o = parse_sweep_args(argc, argv);
+  } catch (const Error& e) {
+    std::cerr << "commx-bench: " << e.what() << "\n";
+    return 2;
+  }
+  if (o.help) {
+    std::cout << usage() << "\n" << sweep_usage();
+    return 0;
+  }
+  if (!sweep_available()) {
+    std::cerr << "commx-bench: this build has no CUDA: the GPU sweep (--ranks, --ops, --modes, "
+                 "...) is not available\n";
+    return 2;
+  }
+  try {
+    if (launcher_world_size() == 0)
+      return spawn_local_ranks(o.ranks, [&] { return run_sweep_rank(o); });
+    return run_sweep_rank(o);
+  } catch (const Error& e) {
+    std::cerr << "commx-bench: " << e.what() << "\n";
+    return 1;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (is_sweep_command(argc, argv)) return sweep_main(argc, argv);
   Options o;
   try {
     o = parse_args(argc, argv);
@@ -153,6 +184,7 @@ int main(int argc, char** argv) {
   }
   if (o.help) {
     std::cout << usage();
+    if (sweep_available()) std::cout << "\n" << sweep_usage();
     return 0;
   }
   try {

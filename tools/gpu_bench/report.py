@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Turns commx-gpu-bench / symm_mem_bench JSON into a markdown report (cuda vs nccl vs symm_mem,
+"""Turns the JSON of commx-bench's GPU sweep and of symm_mem_bench into a markdown report (cuda vs nccl vs symm_mem,
 ratios against the issue-4 targets) and an SVG of latency and bus bandwidth against size.
 Layer: tools. Usage: report.py RESULTS_DIR (reads allreduce.json, collectives.json,
 symm_mem.json there; writes report.md and allreduce_bf16.svg)."""

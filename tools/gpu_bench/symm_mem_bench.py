@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch SymmetricMemory one-shot / two-shot all-reduce timing (no multicast), for reference
-beside commx-gpu-bench. Layer: tools. Usage: symm_mem_bench.py --ranks 2 --json out.json
-Same method as commx-gpu-bench: median of batches of back-to-back calls, eager and graph."""
+beside commx-bench's GPU sweep. Layer: tools. Usage: symm_mem_bench.py --ranks 2 --json out.json
+Same method as that sweep: median of batches of back-to-back calls, eager and graph."""
 import argparse, json, os, sys
 
 import torch

@@ -6,7 +6,7 @@ symm_mem, in the same processes on the same tensors. Layer: tools.
 Modes: eager back-to-back from Python (GPU time per op from CUDA events, host time per call),
 eager with one rank spinning SKEW us on the host before each op (--skews), and graphs captured
 with torch.cuda.graph's default settings, replayed. Every client's result is checked against the
-exact sum (integer-valued inputs). JSON rows as commx-gpu-bench writes them (backend, op, dtype,
+exact sum (integer-valued inputs). JSON rows as commx-bench's GPU sweep writes them (backend, op, dtype,
 mode, bytes, time_us, busbw_gbps, wrong) plus client, skew_us and host_us.
 
   python3 tools/gpu_bench/torch_bench.py --ranks 2 --json out.json --md out.md
