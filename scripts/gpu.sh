@@ -4,21 +4,23 @@
 #   test     the C++ GPU suites (cuda, FP8, hierarchical, VMM, fd passing)
 #   python   the Python/torch GPU tests (every binding, CUDA graphs as PyTorch captures them,
 #            the "commx" process group, DeviceMesh, FSDP2 against NCCL under torchrun)
-#   bench    commx-gpu-bench: cuda vs nccl (+ FP8, symm_mem), lock-step and with a late rank
+#   bench    commx-bench's GPU sweep: cuda vs nccl (+ FP8, symm_mem), lock-step and with a late rank
 #   torch    the PyTorch client benchmark (tools/gpu_bench/torch_bench.py) and the decode step
 #            (tools/gpu_bench/decode_bench.py)
 #   scaling  the 2/4/8-GPU scaling comparison (scripts/gpu_scaling.sh)
-# Results go to $OUT (default bench/results/local): the summaries (report.md, torch_bench.md,
+#   vmm      the GPU suites over VMM peer memory (scripts/gpu_vmm.sh; VMM_STEPS picks steps)
+#   hier     the hierarchical (multi-host) path with forced hosts (scripts/gpu_hier.sh)
+# Results go to $OUT (default bench/results/<machine>_<date>, results_dir in scripts/gpu_env.sh): the summaries (report.md, torch_bench.md,
 # decode.md, summary.txt) and everything else packed in results.tar.gz (a remote runner may return at
 # most 8 files). Env of the underlying scripts applies (GPU_CI_*, GPU_PY_*); TORCH_BENCH_ARGS and
 # DECODE_ARGS add arguments.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-FINAL=${OUT:-$PWD/bench/results/local}
+. scripts/gpu_env.sh
+FINAL=${OUT:-$(results_dir)}
 mkdir -p "$FINAL"
 WORK=$(mktemp -d)
 export OUT=$WORK
-. scripts/gpu_env.sh
 PY=$(command -v "${PYTHON:-python3}")
 rc=0
 run() {  # name command...: runs one step, notes its status in summary.txt
@@ -46,7 +48,9 @@ for suite in "${@:-test}"; do
     bench) run bench env GPU_CI_TESTS=0 bash scripts/gpu_ci.sh ;;
     torch) run torch torch_suite ;;
     scaling) run scaling bash scripts/gpu_scaling.sh ;;
-    *) echo "unknown suite '$suite' (test, python, bench, torch, scaling)"; rc=2 ;;
+    vmm) run vmm bash scripts/gpu_vmm.sh ;;
+    hier) run hier bash scripts/gpu_hier.sh ;;
+    *) echo "unknown suite '$suite' (test, python, bench, torch, scaling, vmm, hier)"; rc=2 ;;
   esac
 done
 for f in report.md torch_bench.md decode.md summary.txt; do

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: builds commx with the GPU backends, runs the GPU tests (label gpu)
 # and the cuda-vs-nccl benchmark (plus PyTorch symm_mem for reference), writing everything to
-# $OUT (default bench/results/local). Usage: `bash scripts/gpu_ci.sh` (or `bash scripts/gpu.sh test bench`).
+# $OUT (default bench/results/<machine>_<date>, see results_dir in scripts/gpu_env.sh). Usage: `bash scripts/gpu_ci.sh` (or `bash scripts/gpu.sh test bench`).
 # Env: GPU_CI_TESTS=0 skips tests, GPU_CI_BENCH=0 skips the benchmark, GPU_CI_QUICK=1 runs a
 # shorter benchmark, GPU_CI_SYMM=0 skips symm_mem, BENCH_ARGS adds commx-bench arguments.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/bench/results/local}
+. scripts/gpu_env.sh
+OUT=${OUT:-$(results_dir)}
 mkdir -p "$OUT"
 # Logs go to LOGS and are packed into $OUT/logs.tar.gz at the end (a remote runner may return at
 # most 8 files): machine.txt, gpu_tests.log, allreduce.json, collectives.json, symm_mem.json,
 # report.md (cuda vs nccl vs symm_mem against the targets), allreduce_bf16.svg, logs.tar.gz.
 LOGS=$(mktemp -d)
-. scripts/gpu_env.sh
 {
   date -u; hostname; nvidia-smi; nvidia-smi topo -m; nvcc --version | tail -1
   echo "COMMX_NCCL_LIBRARY=${COMMX_NCCL_LIBRARY:-}"

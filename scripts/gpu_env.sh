@@ -16,6 +16,17 @@ if ! [ -f /usr/include/gtest/gtest.h ] && ls .gpudeps/*.deb >/dev/null 2>&1; the
   for _deb in .gpudeps/*.deb; do dpkg -x "$_deb" .gpudeps/root; done
   PREFIX_PATH="$PWD/.gpudeps/root/usr"
 fi
+# results_dir: where a run's results go by default, bench/results/<machine>_<YYYY-MM-DD> (UTC):
+# the machine from COMMX_MACHINE, else "<GPU model>x<GPU count>" (h200x2), else the host name.
+results_dir() {
+  local m=${COMMX_MACHINE:-} n model
+  if [ -z "$m" ]; then
+    n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    model=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | awk '{print tolower($2)}')
+    if [ -n "$model" ]; then m=${model}x$n; else m=$(hostname -s); fi
+  fi
+  echo "$PWD/bench/results/${m}_$(date -u +%F)"
+}
 # gpu_build DIR LOG TARGET...: configures DIR (Release, CUDA on, the carried GoogleTest) and builds
 # the targets with every core; output to LOG, its tail printed on failure.
 gpu_build() {

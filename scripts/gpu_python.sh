@@ -4,18 +4,18 @@
 # pip, no network), then runs tests/python/test_cuda.py and the CUDA tests of test_torch.py (the
 # "commx" process group and DeviceMesh/DTensor on CUDA tensors, the quick start and the FSDP2 loop
 # against NCCL under torchrun), then the CPU Python suite on this machine's torch (GPU_PY_CPU=0
-# skips it). Everything goes to $OUT/python_gpu.log (OUT default bench/results/local); the summary
+# skips it). Everything goes to $OUT/python_gpu.log (OUT default bench/results/<machine>_<date>); the summary
 # is printed. Reuses build-gpu/ when scripts/gpu_ci.sh built it; else builds build-gpu-py/.
 # Usage (on a machine with 2 GPUs): bash scripts/gpu_python.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/bench/results/local}
+. scripts/gpu_env.sh
+OUT=${OUT:-$(results_dir)}
 mkdir -p "$OUT"
 LOG="$OUT/python_gpu.log"
 : > "$LOG"
 PY=${PYTHON:-python3}
 PY=$(command -v "$PY")
-. scripts/gpu_env.sh
 JOBS=$(nproc)
 say() { echo "$*" | tee -a "$LOG"; }
 

@@ -6,13 +6,13 @@
 # Writes logs and JSON to $OUT. Usage: bash scripts/gpu_scaling.sh (GoogleTest from .gpudeps when the machine has none).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-FINAL=${OUT:-$PWD/bench/results/scaling-local}
+. scripts/gpu_env.sh
+FINAL=${OUT:-$(results_dir)}
 mkdir -p "$FINAL"
 # Work in a scratch folder and pack it into $FINAL after every step (a remote runner may return at
 # most 8 files, and whatever is there when a step overruns the call's limit).
 OUT=$(mktemp -d)
 pack() { tar -czf "$FINAL/scaling.tar.gz" -C "$OUT" . ; cp "$OUT/scaling.log" "$OUT"/*.md "$FINAL/" 2>/dev/null; }
-. scripts/gpu_env.sh
 NG=$(nvidia-smi -L | wc -l)
 { date -u; nvidia-smi -L; nvidia-smi topo -m; echo "COMMX_NCCL_LIBRARY=${COMMX_NCCL_LIBRARY:-}"; } > "$OUT/machine.txt" 2>&1
 B=build-gpu

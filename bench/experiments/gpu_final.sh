@@ -4,11 +4,11 @@
 # is left of GPU_FINAL_BUDGET seconds. Everything lands in $OUT. Usage: bash bench/experiments/gpu_final.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/bench/results/local}
+. scripts/gpu_env.sh
+OUT=${OUT:-$(results_dir)}
 mkdir -p "$OUT"
 T0=$(date +%s)
 left() { echo $(( ${GPU_FINAL_BUDGET:-470} - ($(date +%s) - T0) )); }
-. scripts/gpu_env.sh
 { date -u; nvidia-smi -L; echo "COMMX_NCCL_LIBRARY=${COMMX_NCCL_LIBRARY:-}"; } > "$OUT/machine.txt"
 B=build-gpu
 cmake -G Ninja -S . -B $B -DCMAKE_BUILD_TYPE=Release -DCOMMX_WITH_CUDA=ON \

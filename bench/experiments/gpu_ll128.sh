@@ -2,12 +2,12 @@
 # Usage (GPU machine, repository root): bash bench/experiments/gpu_ll128.sh
 # First GPU run of the opt-in LL128 all_reduce: builds build-gpu/, runs its tests (ipc and vmm peer
 # memory, the GPU-side timeout) and the LL vs LL128 vs NCCL sweep; logs to $OUT (default
-# bench/results/local): ll128_tests.log, ll_sweep.log.
+# bench/results/<machine>_<date>): ll128_tests.log, ll_sweep.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/bench/results/local}
-mkdir -p "$OUT"
 . scripts/gpu_env.sh
+OUT=${OUT:-$(results_dir)}
+mkdir -p "$OUT"
 gpu_build build-gpu "$OUT/ll128_build.log" commx_backend_cuda commx_backend_nccl commx-bench \
   cuda_backend_test cuda_tuning_test || exit 1
 T=build-gpu/bin/cuda_backend_test

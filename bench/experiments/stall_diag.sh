@@ -6,9 +6,9 @@
 # and a short torch_bench. Everything under $OUT. Usage: bash bench/experiments/stall_diag.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/bench/results/local}
-mkdir -p "$OUT"
 . scripts/gpu_env.sh
+OUT=${OUT:-$(results_dir)}
+mkdir -p "$OUT"
 PY=$(command -v python3)
 BUILD=build-gpu
 LOG=$OUT/diag.log

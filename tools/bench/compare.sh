@@ -5,12 +5,13 @@
 # writes JSON, SVG and a markdown table into OUTDIR. Layer: tools/bench.
 #
 # usage: tools/bench/compare.sh [NP] [OUTDIR] [extra commx-bench flags...]
+#   OUTDIR defaults to bench/results/<host>_<YYYY-MM-DD> (UTC).
 #   env: COMMX_BENCH (path of commx-bench; default build/bin/commx-bench),
 #        COLLECTIVES (default all_reduce,all_gather,reduce_scatter,broadcast,all_to_all,barrier),
 #        BACKENDS (default cpu,gloo,mpi), SIZES (default "-b 8 -e 64M -f 4")
 set -euo pipefail
 np="${1:-2}"
-out="${2:-bench/results}"
+out="${2:-bench/results/$(hostname -s)_$(date -u +%F)}"
 shift $(( $# > 2 ? 2 : $# ))
 bench="${COMMX_BENCH:-build/bin/commx-bench}"
 colls="${COLLECTIVES:-all_reduce,all_gather,reduce_scatter,broadcast,all_to_all,barrier}"

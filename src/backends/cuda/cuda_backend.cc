@@ -78,8 +78,8 @@ void CudaBackend::init(const BackendContext& ctx) {
     if (pm_->shares_gpu() || !pm_->atomic_links())
       tuning_ = Tuning::resolve(ctx.size, sms, ctx.options.hints, false);
     // Several ranks on one GPU (time-sliced contexts): multi-block latency kernels returned wrong
-    // all_reduce results at 8 ranks on 4 H200s (32 KiB, eager), one block returned none
-    // (bench/results/scaling_h200x4). Until the cause is found, one block there.
+    // all_reduce results at 8 ranks on 4 H200s (32 KiB eager, bf16 and f32: up to 15% of the
+    // elements), one block returned none from 2 to 64 KiB. Until the cause is found, one block.
     if (pm_->shares_gpu() && !env_str("COMMX_CUDA_MAX_BLOCKS")) tuning_.max_blocks = 1;
   }
   // One rank needs no peer memory: its ops are local copies (the rest go to NCCL lazily).

@@ -47,14 +47,14 @@ const char* algo_name(AllReduceAlgo a) {
 
 Tuning Tuning::resolve(int world, int sms, const Hints& h, bool ll128_links) {
   Tuning t;
-  // Measured on H200s (graph, bf16; bench/results/cuda_h200x2_run2 and scaling_h200x4_s2):
+  // Measured on H200s over NVLink (graph-captured, bf16, each algorithm forced over its range):
   // 2 ranks: LL beats flat up to 256 KiB, flat beats tree up to 4 MiB (tie at 8 MiB).
   // 4 ranks: LL up to 128 KiB (6.1 vs 6.9 us), flat at 256-512 KiB, tree from 1 MiB (14.4 vs 15.0).
   // One-shot moves (world-1) full copies per rank, so the crossovers fall with world size; 8 ranks
   // were not measured (no 8-GPU machine): halved again.
   t.ll_max_bytes = world <= 2 ? (256u << 10) : world <= 4 ? (128u << 10) : (64u << 10);
   t.flat_max_bytes = world <= 2 ? (4u << 20) : world <= 4 ? (512u << 10) : (256u << 10);
-  // LL128 (2 ranks, graph, bf16, bench/results/cuda_h200x2_s4/crossover.log): behind LL up to
+  // LL128 (2 H200s over NVLink, graph, bf16): behind LL up to
   // 16 KiB, level at 32 KiB, then ahead of LL and flat: 256 KiB 3.74 vs LL 4.41 us, 1 MiB 6.63
   // vs flat 8.64, 4 MiB 17.7 vs 18.8 (NCCL 8.54, 14.33, 32.7). Not measured at more ranks: opt-in.
   // Over PCIe a 128-byte store may arrive torn (NCCL turns its LL128 off there): opt-in too.
