@@ -14,6 +14,7 @@
 #include "sweep_args.h"
 #include "sweep_data.h"
 #include "sweep_report.h"
+#include "values.h"
 
 using namespace commx;
 using namespace commx::bench;
@@ -136,12 +137,12 @@ std::vector<uint8_t> expected_output(const std::string& op, DataType t, int64_t 
   std::vector<double> out(op == "reduce_scatter" ? chunk : n);
   for (int64_t i = 0; i < static_cast<int64_t>(out.size()); ++i) {
     if (op == "all_reduce")
-      for (int r = 0; r < world; ++r) out[i] += sweep_element(t, &in[r][i * es]);
+      for (int r = 0; r < world; ++r) out[i] += load_value(t, in[r].data(), i);
     if (op == "reduce_scatter")
-      for (int r = 0; r < world; ++r) out[i] += sweep_element(t, &in[r][(rank * chunk + i) * es]);
-    if (op == "all_gather") out[i] = sweep_element(t, &in[i / chunk][(i % chunk) * es]);
+      for (int r = 0; r < world; ++r) out[i] += load_value(t, in[r].data(), rank * chunk + i);
+    if (op == "all_gather") out[i] = load_value(t, in[i / chunk].data(), i % chunk);
     if (op == "all_to_all")
-      out[i] = sweep_element(t, &in[i / chunk][(rank * chunk + i % chunk) * es]);
+      out[i] = load_value(t, in[i / chunk].data(), rank * chunk + i % chunk);
   }
   std::vector<uint8_t> bytes(n * es);
   for (size_t i = 0; i < out.size(); ++i) {

@@ -3,40 +3,21 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "commx/numeric.h"
+#include "values.h"
 
 namespace commx::bench {
 
 std::vector<uint8_t> sweep_pattern(DataType t, int64_t n, int rank, double base) {
   std::vector<uint8_t> b(n * dtype_size(t));
-  for (int64_t i = 0; i < n; ++i) {
-    float v = static_cast<float>(base * (1 + ((i * 7 + rank * 13) % 17)));
-    if (t == DataType::kBFloat16) {
-      uint16_t h = float_to_bf16(v);
-      std::memcpy(&b[i * 2], &h, 2);
-    } else {
-      std::memcpy(&b[i * 4], &v, 4);
-    }
-  }
+  for (int64_t i = 0; i < n; ++i)
+    store_value(t, b.data(), i, static_cast<float>(base * (1 + ((i * 7 + rank * 13) % 17))));
   return b;
-}
-
-double sweep_element(DataType t, const uint8_t* p) {
-  if (t == DataType::kBFloat16) {
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    return bf16_to_float(h);
-  }
-  float f;
-  std::memcpy(&f, p, 4);
-  return f;
 }
 
 int64_t count_wrong(const std::string& op, DataType t, const uint8_t* got, int64_t n, int rank,
                     int world) {
-  const size_t es = dtype_size(t);
   // Element i of rank r's pattern (base 1), without materialising every rank's buffer (1 GiB
   // ops at 4-8 ranks).
   auto at = [](int r, int64_t i) { return 1.0 + static_cast<double>((i * 7 + r * 13) % 17); };
@@ -50,7 +31,7 @@ int64_t count_wrong(const std::string& op, DataType t, const uint8_t* got, int64
       for (int r = 0; r < world; ++r) ref += at(r, rank * chunk + i);
     if (op == "all_gather") ref = at(static_cast<int>(i / chunk), i % chunk);
     if (op == "all_to_all") ref = at(static_cast<int>(i / chunk), rank * chunk + i % chunk);
-    double g = sweep_element(t, &got[i * es]);
+    double g = load_value(t, got, i);
     if (std::fabs(g - ref) > 1e-2 * std::fabs(ref) + 1e-6) ++wrong;
   }
   return wrong;
@@ -76,19 +57,11 @@ std::vector<double> normal_data(int64_t n, int rank) {
 }
 
 std::vector<uint8_t> to_input_bytes(const std::vector<double>& v, DataType t, bool fp8) {
-  const size_t es = fp8 ? 1 : dtype_size(t);
-  std::vector<uint8_t> b(v.size() * es);
+  std::vector<uint8_t> b(v.size() * (fp8 ? 1 : dtype_size(t)));
   for (size_t i = 0; i < v.size(); ++i) {
     float f = static_cast<float>(v[i]);
     if (t == DataType::kBFloat16) f = bf16_to_float(float_to_bf16(f));
-    if (fp8) {
-      b[i] = float_to_fp8e4m3(f);
-    } else if (t == DataType::kBFloat16) {
-      uint16_t h = float_to_bf16(f);
-      std::memcpy(&b[i * 2], &h, 2);
-    } else {
-      std::memcpy(&b[i * 4], &f, 4);
-    }
+    store_value(fp8 ? DataType::kFloat8E4M3 : t, b.data(), static_cast<int64_t>(i), f);
   }
   return b;
 }
@@ -104,7 +77,7 @@ double relative_error(DataType t, bool fp8, const uint8_t* got, int64_t n, int w
   }
   double num = 0, den = 0;
   for (int64_t i = 0; i < n; ++i) {
-    double g = fp8 ? fp8e4m3_to_float(got[i]) : sweep_element(t, &got[i * dtype_size(t)]);
+    double g = load_value(fp8 ? DataType::kFloat8E4M3 : t, got, i);
     num += (g - ref[i]) * (g - ref[i]);
     den += ref[i] * ref[i];
   }

@@ -14,8 +14,6 @@ namespace commx::bench {
 // n elements of bf16 or f32: base * (1 + (i * 7 + rank * 13) % 17). With base 1 these are small
 // integers, exact in bf16; with base 1e-12 they stay finite through many in-place sums.
 std::vector<uint8_t> sweep_pattern(DataType t, int64_t n, int rank, double base);
-// Element at `p` of a bf16 or f32 buffer.
-double sweep_element(DataType t, const uint8_t* p);
 // Elements of `got` (the op's output on `rank`: all_reduce in place, the others out of place, of
 // an op over n elements in all, inputs from sweep_pattern with base 1) off by more than 1e-2
 // relative to the reference.
