@@ -23,7 +23,8 @@ inline unsigned char input_byte(int k, int64_t e, size_t b) {
 
 // counts[k]: rank k's input counts, as it passes them (plain: per rank; dispatch: per global
 // expert; combine: per (local expert l, source s) at l * n + s).
-inline std::vector<std::vector<int64_t>> make_counts(Form f, int n, int L, Pattern p, uint32_t seed) {
+inline std::vector<std::vector<int64_t>> make_counts(Form f, int n, int L, Pattern p,
+                                                     uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<std::vector<int64_t>> c(n, std::vector<int64_t>(n * L));
   for (int k = 0; k < n; ++k)
@@ -50,7 +51,7 @@ struct Expected {
 
 // Where the rows of rank j's output come from, written out per form.
 inline Expected reference(Form f, int n, int L, const std::vector<std::vector<int64_t>>& c, int j,
-                   int64_t row, size_t es) {
+                          int64_t row, size_t es) {
   Expected x;
   x.counts.assign(n * L, 0);
   auto take = [&](int k, int64_t first_row, int64_t rows) {
@@ -84,8 +85,8 @@ inline Expected reference(Form f, int n, int L, const std::vector<std::vector<in
   return x;
 }
 
-inline Work run_form(Comm& comm, Form f, const Tensor& out, const Tensor& in, const Tensor& out_counts,
-              const Tensor& in_counts, int64_t row) {
+inline Work run_form(Comm& comm, Form f, const Tensor& out, const Tensor& in,
+                     const Tensor& out_counts, const Tensor& in_counts, int64_t row) {
   switch (f) {
     case Form::kPlain:
       return comm.all_to_all_v_dynamic(out, in, out_counts, in_counts, row);

@@ -37,7 +37,7 @@ enum class OpType : uint8_t {
   kSend,
   kRecv,
   kBatchP2P,  // p2p: sends and receives issued together
-  kAllToAllVDynamic,  // split counts live in int64 tensors on the comm's device (see AllToAllVDynamic)
+  kAllToAllVDynamic,  // counts in int64 tensors on the comm's device (AllToAllVDynamic)
 };
 inline constexpr int kNumOpTypes = 20;
 const char* op_type_name(OpType t);

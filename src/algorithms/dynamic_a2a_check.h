@@ -32,7 +32,8 @@ COMMX_HOST_DEVICE DynamicCountsProblem check_dynamic_rows(const DynamicLayout& l
   using P = DynamicCountsProblem;
   for (int k = 0; k < n; ++k) {
     const int64_t row = rows(k, segs + kTailRowElems);
-    if (row != rows(0, segs + kTailRowElems)) return P{P::kRowSizeDiffers, k, row, rows(0, segs + kTailRowElems)};
+    if (row != rows(0, segs + kTailRowElems))
+      return P{P::kRowSizeDiffers, k, row, rows(0, segs + kTailRowElems)};
     __int128 sent = 0;
     for (int c = 0; c < segs; ++c) {
       const int64_t v = rows(k, c);
@@ -48,7 +49,8 @@ COMMX_HOST_DEVICE DynamicCountsProblem check_dynamic_rows(const DynamicLayout& l
       for (int l = 0; l < L; ++l) got += rows(k, layout.canonical(j, l));
     const int64_t row = rows(j, segs + kTailRowElems);
     if (got * row > rows(j, segs + kTailCapacity))
-      return P{P::kCapacityExceeded, j, static_cast<int64_t>(got), row, rows(j, segs + kTailCapacity)};
+      return P{P::kCapacityExceeded, j, static_cast<int64_t>(got), row,
+               rows(j, segs + kTailCapacity)};
   }
   return P{};
 }

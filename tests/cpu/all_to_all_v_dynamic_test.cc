@@ -86,8 +86,9 @@ void check_errors(RankEnv& env, Comm& comm) {
                               make_tensor(got.data(), n), make_tensor(counts.data(), n), row);
   };
   // Rank 0's output holds one element too few: every rank fails, naming rank 0.
-  std::string msg = expect_error(env, ErrorCode::kInvalidArgument,
-                                 [&] { run(me == 0 ? 2 * n - 1 : 64, 1); }, "capacity exceeded");
+  std::string msg = expect_error(
+      env, ErrorCode::kInvalidArgument, [&] { run(me == 0 ? 2 * n - 1 : 64, 1); },
+      "capacity exceeded");
   env.check(msg.find("capacity exceeded: rank 0 would receive " + std::to_string(2 * n) +
                      " rows") != std::string::npos &&
                 msg.find("all_to_all_v_dynamic") != std::string::npos &&
@@ -98,35 +99,48 @@ void check_errors(RankEnv& env, Comm& comm) {
   run(64, 1);
   env.check(got == std::vector<int64_t>(n, 2) && out[0] == 1.f, "the op after a capacity error");
   if (me == n - 1) counts[0] = -1;
-  msg = expect_error(env, ErrorCode::kInvalidArgument, [&] { run(64, 1); }, "negative count");
-  env.check(msg.find("rank " + std::to_string(n - 1) + " has a negative count -1") != std::string::npos,
-            "negative count names the rank: " + msg);
+  msg = expect_error(
+      env, ErrorCode::kInvalidArgument, [&] { run(64, 1); }, "negative count");
+  env.check(
+      msg.find("rank " + std::to_string(n - 1) + " has a negative count -1") != std::string::npos,
+      "negative count names the rank: " + msg);
   counts.assign(n, 40);
   counts[0] = 65;  // more rows than the 64 input elements
-  msg = expect_error(env, ErrorCode::kInvalidArgument, [&] { run(64, 1); }, "input overrun");
-  env.check(msg.find("but its input holds 64 elements") != std::string::npos, "input overrun: " + msg);
+  msg = expect_error(
+      env, ErrorCode::kInvalidArgument, [&] { run(64, 1); }, "input overrun");
+  env.check(msg.find("but its input holds 64 elements") != std::string::npos,
+            "input overrun: " + msg);
   counts.assign(n, 1);
   if (n > 1) {
-    msg = expect_error(env, ErrorCode::kInvalidArgument, [&] { run(64, me == 1 ? 2 : 1); },
-                       "row sizes differ");
+    msg = expect_error(
+        env, ErrorCode::kInvalidArgument, [&] { run(64, me == 1 ? 2 : 1); }, "row sizes differ");
     env.check(msg.find("rank 1 passed row_size 2") != std::string::npos, "row size: " + msg);
   }
   // Argument checks (local: no peer is involved).
   std::vector<float> fcounts(n);
-  expect_error(env, ErrorCode::kInvalidArgument, [&] {
-    comm.all_to_all_v_dynamic(make_tensor(out.data(), 64), make_tensor(in.data(), 64),
-                              make_tensor(got.data(), n), make_tensor(fcounts.data(), n), 1);
-  }, "float counts");
-  expect_error(env, ErrorCode::kInvalidArgument, [&] {
-    comm.all_to_all_v_dynamic(make_tensor(out.data(), 64), make_tensor(in.data(), 64),
-                              make_tensor(got.data(), n), make_tensor(counts.data(), n), 0);
-  }, "row size 0");
+  expect_error(
+      env, ErrorCode::kInvalidArgument,
+      [&] {
+        comm.all_to_all_v_dynamic(make_tensor(out.data(), 64), make_tensor(in.data(), 64),
+                                  make_tensor(got.data(), n), make_tensor(fcounts.data(), n), 1);
+      },
+      "float counts");
+  expect_error(
+      env, ErrorCode::kInvalidArgument,
+      [&] {
+        comm.all_to_all_v_dynamic(make_tensor(out.data(), 64), make_tensor(in.data(), 64),
+                                  make_tensor(got.data(), n), make_tensor(counts.data(), n), 0);
+      },
+      "row size 0");
   if (n > 1) {
     std::vector<int64_t> odd(n + 1), odd_out(n + 1);
-    expect_error(env, ErrorCode::kInvalidArgument, [&] {
-      comm.dispatch(make_tensor(out.data(), 64), make_tensor(in.data(), 64),
-                    make_tensor(odd_out.data(), n + 1), make_tensor(odd.data(), n + 1), 1);
-    }, "experts not divisible by ranks");
+    expect_error(
+        env, ErrorCode::kInvalidArgument,
+        [&] {
+          comm.dispatch(make_tensor(out.data(), 64), make_tensor(in.data(), 64),
+                        make_tensor(odd_out.data(), n + 1), make_tensor(odd.data(), n + 1), 1);
+        },
+        "experts not divisible by ranks");
   }
 }
 

@@ -1,4 +1,5 @@
-// Host side of the native all_to_all_v_dynamic (see all_to_all_v_dynamic.h). Layer: backends (cuda).
+// Host side of the native all_to_all_v_dynamic (see all_to_all_v_dynamic.h). Layer: backends
+// (cuda).
 #include "cuda/all_to_all_v_dynamic.h"
 
 #include <algorithm>
