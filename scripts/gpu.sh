@@ -5,15 +5,15 @@
 #   python   the Python/torch GPU tests (every binding, CUDA graphs as PyTorch captures them,
 #            the "commx" process group, DeviceMesh, FSDP2 against NCCL under torchrun)
 #   bench    commx-bench's GPU sweep: cuda vs nccl (+ FP8, symm_mem), lock-step and with a late rank
-#   torch    the PyTorch client benchmark (tools/gpu_bench/torch_bench.py) and the decode step
-#            (tools/gpu_bench/decode_bench.py)
+#   torch    the PyTorch client benchmark (tools/gpu_bench/torch_bench.py), the decode step
+#            (tools/gpu_bench/decode_bench.py) and the MoE layer step (tools/gpu_bench/moe_bench.py)
 #   scaling  the 2/4/8-GPU scaling comparison (scripts/gpu_scaling.sh)
 #   vmm      the GPU suites over VMM peer memory (scripts/gpu_vmm.sh; VMM_STEPS picks steps)
 #   hier     the hierarchical (multi-host) path with forced hosts (scripts/gpu_hier.sh)
-# Results go to $OUT (default bench/results/<machine>_<date>, results_dir in scripts/gpu_env.sh): the summaries (report.md, torch_bench.md,
-# decode.md, summary.txt) and everything else packed in results.tar.gz (a remote runner may return at
-# most 8 files). Env of the underlying scripts applies (GPU_CI_*, GPU_PY_*); TORCH_BENCH_ARGS and
-# DECODE_ARGS add arguments.
+# Results go to $OUT (default bench/results/<machine>_<date>, results_dir in scripts/gpu_env.sh):
+# the summaries (report.md, torch_bench.md, decode.md, moe.md, summary.txt) and everything else
+# packed in results.tar.gz (a remote runner may return at most 8 files). Env of the underlying
+# scripts applies (GPU_CI_*, GPU_PY_*); TORCH_BENCH_ARGS, DECODE_ARGS and MOE_ARGS add arguments.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/gpu_env.sh
@@ -39,6 +39,8 @@ torch_suite() {
     --md "$OUT/torch_bench.md" ${TORCH_BENCH_ARGS:-} > "$OUT/torch_bench.log" 2>&1 || r=1
   timeout 300 "$PY" tools/gpu_bench/decode_bench.py --ranks "$NR" --json "$OUT/decode.json" \
     --md "$OUT/decode.md" ${DECODE_ARGS:-} > "$OUT/decode.log" 2>&1 || r=1
+  timeout 300 "$PY" tools/gpu_bench/moe_bench.py --ranks "$NR" --json "$OUT/moe.json" \
+    --md "$OUT/moe.md" ${MOE_ARGS:-} > "$OUT/moe.log" 2>&1 || r=1
   return $r
 }
 for suite in "${@:-test}"; do
@@ -53,7 +55,7 @@ for suite in "${@:-test}"; do
     *) echo "unknown suite '$suite' (test, python, bench, torch, scaling, vmm, hier)"; rc=2 ;;
   esac
 done
-for f in report.md torch_bench.md decode.md summary.txt; do
+for f in report.md torch_bench.md decode.md moe.md summary.txt; do
   [ -f "$WORK/$f" ] && cp "$WORK/$f" "$FINAL/"
 done
 tar czf "$FINAL/results.tar.gz" -C "$WORK" . 2>/dev/null

@@ -37,7 +37,7 @@ enum class OpType : uint8_t {
   kSend,
   kRecv,
   kBatchP2P,  // p2p: sends and receives issued together
-  kAllToAllVDynamic,  // GPU only: split counts live in device memory
+  kAllToAllVDynamic,  // counts in int64 tensors on the comm's device (AllToAllVDynamic)
 };
 inline constexpr int kNumOpTypes = 20;
 const char* op_type_name(OpType t);
@@ -70,6 +70,29 @@ class WindowImpl {
   virtual void wait_signals(int src, uint64_t target, Timeout timeout, const std::string& where) = 0;
 };
 
+// The forms of all_to_all_v_dynamic. Every rank's send is cut into size() x experts_per_rank
+// segments (rows for local expert l of rank j); how the segments are ordered in the input and in
+// the output is what tells the forms apart (commx/comm.h says which tensor holds what).
+enum class DynamicA2AForm : uint8_t {
+  kPlain,     // experts_per_rank = 1: input and output in rank order
+  kDispatch,  // input in global expert order (j, l); output by local expert, then source (l, k)
+  kCombine,   // input by local expert, then source (l, k); output in global expert order (k, l)
+};
+const char* dynamic_a2a_form_name(DynamicA2AForm f);
+
+// Most segments (size x experts_per_rank) one all_to_all_v_dynamic may have.
+inline constexpr int64_t kMaxDynamicSegments = 256;
+
+// The device-resident part of an all_to_all_v_dynamic: count tensors read and written by the
+// device at run time (never by the host), in rows of row_elems elements.
+struct AllToAllVDynamic {
+  Tensor input_counts{};   // int64[size * experts_per_rank]: rows this rank sends per segment
+  Tensor output_counts{};  // int64[size * experts_per_rank]: written with the rows received
+  int64_t row_elems = 1;
+  int experts_per_rank = 1;
+  DynamicA2AForm form = DynamicA2AForm::kPlain;
+};
+
 struct P2POp {
   bool is_send = true;
   Tensor tensor;
@@ -91,6 +114,7 @@ struct OpDesc {
   ReduceOp op{};
   int root = -1;  // also the peer of send/recv
   std::vector<P2POp> p2p{};
+  AllToAllVDynamic dynamic{};  // kAllToAllVDynamic only
   Timeout timeout{0};
   Hints hints{};
   const char* name() const { return op_type_name(type); }
@@ -158,7 +182,7 @@ std::unique_ptr<Backend> create_backend(const std::string& name);
 // Plugin ABI: a backend library exports these two C symbols.
 //   uint32_t commx_plugin_abi_version();        returns kBackendAbiVersion it was built with
 //   void commx_plugin_register();                calls register_backend(...)
-inline constexpr uint32_t kBackendAbiVersion = 2;  // 2: Backend::new_window
+inline constexpr uint32_t kBackendAbiVersion = 3;  // 2: Backend::new_window, 3: OpDesc::dynamic
 
 }  // namespace commx
 

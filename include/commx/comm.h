@@ -83,6 +83,39 @@ class Comm : public std::enable_shared_from_this<Comm> {
                            const std::vector<int64_t>& output_splits,
                            const std::vector<int64_t>& input_splits, bool async_op = false,
                            const OpOptions& o = {});
+  // All-to-all-v whose counts never leave the device (NCCLX's device_alltoallv_single), for
+  // MoE token routing: capturable in a CUDA graph and replayable with new counts. The split
+  // tensors are int64[size()] on the comm's device, in rows of `row_size` elements:
+  // input_split_sizes[j] (read by the device when the op runs) rows go to rank j, taken back to
+  // back from the input in rank order; output_split_sizes[k] is written with the rows received
+  // from rank k, packed in rank order from the start of `output`. `output.count` is the capacity:
+  // when any rank would receive more, or send more than its input holds, or a count is negative,
+  // the op fails on every rank naming that rank, and nothing is written past a buffer (cpu:
+  // InvalidArgument from the op; cuda: the comm's device error, which leaves the comm unusable).
+  // Every rank passes the same row_size. See docs/api.md for the memory it uses.
+  Work all_to_all_v_dynamic(const Tensor& output, const Tensor& input,
+                            const Tensor& output_split_sizes, const Tensor& input_split_sizes,
+                            int64_t row_size, bool async_op = false, const OpOptions& o = {});
+  // The same with counts in elements (row_size 1), under torchcomms NCCLX's name.
+  Work device_alltoallv_single(const Tensor& output, const Tensor& input,
+                               const Tensor& output_split_sizes, const Tensor& input_split_sizes,
+                               bool async_op = false, const OpOptions& o = {});
+  // MoE dispatch: E = expert_counts.count experts, E / size() on each rank (expert e on rank
+  // e / (E / size())). `input` holds this rank's token rows sorted by expert, expert_counts[e]
+  // rows for expert e (a router's histogram, int64 on the device). Each rank receives the rows
+  // for its local experts grouped by local expert, then by source rank, so each expert's tokens
+  // are contiguous; output_split_sizes (int64[E]) is written with the rows per (local expert l,
+  // source k) at l * size() + k.
+  Work dispatch(const Tensor& output, const Tensor& input, const Tensor& output_split_sizes,
+                const Tensor& expert_counts, int64_t row_size, bool async_op = false,
+                const OpOptions& o = {});
+  // MoE combine, the reverse of dispatch: `input` holds the expert outputs in dispatch's output
+  // layout, input_split_sizes is dispatch's output_split_sizes; every row goes back to its source
+  // rank, into its original position (global expert order, as dispatch's input), and
+  // output_split_sizes (int64[E]) is written with the rows received per global expert.
+  Work combine(const Tensor& output, const Tensor& input, const Tensor& output_split_sizes,
+               const Tensor& input_split_sizes, int64_t row_size, bool async_op = false,
+               const OpOptions& o = {});
   // `outputs` is read on the root only (others pass an empty list).
   Work gather(const std::vector<Tensor>& outputs, const Tensor& input, int root,
               bool async_op = false, const OpOptions& o = {});

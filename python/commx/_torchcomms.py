@@ -17,7 +17,7 @@ __all__ = [
 _OPS = ("send", "recv", "broadcast", "all_reduce", "reduce", "all_gather", "all_gather_v",
         "all_gather_single", "reduce_scatter", "reduce_scatter_v", "reduce_scatter_single",
         "all_to_all_single", "all_to_all_v_single", "all_to_all", "barrier", "scatter", "gather",
-        "gather_single")
+        "gather_single", "all_to_all_v_dynamic", "device_alltoallv_single", "dispatch", "combine")
 
 
 class RedOpType(enum.Enum):

@@ -26,10 +26,50 @@ WorkPtr issue(const commx::Comm& comm, KeepAlive keep, F&& f) {
                                   dev.is_cuda() ? dev.index : PyWork::kNotCuda);
 }
 
+// Elements per row of a tensor split along dim 0 (1 for a 1-D tensor or a non-tensor).
+int64_t row_elems_of(py::handle tensor) {
+  int64_t row = 1;
+  if (py::hasattr(tensor, "shape")) {
+    py::tuple shape = py::tuple(tensor.attr("shape"));
+    for (size_t d = 1; d < shape.size(); ++d) row *= shape[d].cast<int64_t>();
+  }
+  return row;
+}
+
 commx::Comm& get(PyComm& c) {
   if (!c.comm) throw commx::Error(commx::ErrorCode::kInvalidArgument, "this Comm object is empty");
   return *c.comm;
 }
+
+// all_to_all_v_dynamic in any of its forms: the counts are tensors on the comm's device (read
+// and written there, never here); rows are `row_size` elements, by default one row of dim 0 of
+// the input (as torch splits count).
+WorkPtr dynamic_a2a(PyComm& p, commx::DynamicA2AForm form, py::object out, py::object in,
+                    py::object out_counts, py::object in_counts, py::object row_size, bool async,
+                    py::object h, py::object to) {
+  const std::string name = form == commx::DynamicA2AForm::kPlain
+                               ? "all_to_all_v_dynamic"
+                               : commx::dynamic_a2a_form_name(form);
+  KeepAlive keep;
+  auto o_t = to_tensor(out, keep, (name + " output").c_str());
+  auto i_t = to_tensor(in, keep, (name + " input").c_str());
+  auto oc = to_tensor(out_counts, keep, (name + " output_split_sizes").c_str());
+  auto ic = to_tensor(in_counts, keep, (name + " input counts").c_str());
+  const int64_t row = row_size.is_none() ? row_elems_of(in) : row_size.cast<int64_t>();
+  auto o = to_op_options(to, h);
+  commx::Comm& c = get(p);
+  return issue(c, std::move(keep), [&] {
+    switch (form) {
+      case commx::DynamicA2AForm::kDispatch:
+        return c.dispatch(o_t, i_t, oc, ic, row, async, o);
+      case commx::DynamicA2AForm::kCombine:
+        return c.combine(o_t, i_t, oc, ic, row, async, o);
+      default:
+        return c.all_to_all_v_dynamic(o_t, i_t, oc, ic, row, async, o);
+    }
+  });
+}
+
 
 // Split sizes count rows of dim 0, as torch and torchcomms count them; the C++ API counts
 // elements, so each split is scaled by the elements of one row of `tensor`.
@@ -312,6 +352,42 @@ void bind_comm(py::module_& m) {
           },
           py::arg("output"), py::arg("input"), py::arg("output_split_sizes"),
           py::arg("input_split_sizes"), async_op, hints, timeout)
+      .def(
+          "all_to_all_v_dynamic",
+          [](PyComm& p, py::object out, py::object in, py::object out_splits, py::object in_splits,
+             py::object row_size, bool async, py::object h, py::object to) {
+            return dynamic_a2a(p, commx::DynamicA2AForm::kPlain, out, in, out_splits, in_splits,
+                               row_size, async, h, to);
+          },
+          py::arg("output"), py::arg("input"), py::arg("output_split_sizes"),
+          py::arg("input_split_sizes"), py::arg("row_size") = py::none(), async_op, hints, timeout)
+      .def(
+          "device_alltoallv_single",
+          [](PyComm& p, py::object out, py::object in, py::object out_splits, py::object in_splits,
+             bool async, py::object h, py::object to) {
+            return dynamic_a2a(p, commx::DynamicA2AForm::kPlain, out, in, out_splits, in_splits,
+                               py::none(), async, h, to);
+          },
+          py::arg("output"), py::arg("input"), py::arg("output_split_sizes"),
+          py::arg("input_split_sizes"), async_op, hints, timeout)
+      .def(
+          "dispatch",
+          [](PyComm& p, py::object out, py::object in, py::object out_splits, py::object counts,
+             py::object row_size, bool async, py::object h, py::object to) {
+            return dynamic_a2a(p, commx::DynamicA2AForm::kDispatch, out, in, out_splits, counts,
+                               row_size, async, h, to);
+          },
+          py::arg("output"), py::arg("input"), py::arg("output_split_sizes"),
+          py::arg("expert_counts"), py::arg("row_size") = py::none(), async_op, hints, timeout)
+      .def(
+          "combine",
+          [](PyComm& p, py::object out, py::object in, py::object out_splits, py::object in_splits,
+             py::object row_size, bool async, py::object h, py::object to) {
+            return dynamic_a2a(p, commx::DynamicA2AForm::kCombine, out, in, out_splits, in_splits,
+                               row_size, async, h, to);
+          },
+          py::arg("output"), py::arg("input"), py::arg("output_split_sizes"),
+          py::arg("input_split_sizes"), py::arg("row_size") = py::none(), async_op, hints, timeout)
       .def(
           "gather",
           [](PyComm& p, py::object outs, py::object in, int root, bool async, py::object h,

@@ -1,5 +1,6 @@
 // Comm: creation (eager, collective), op issue (validate, number, hooks), split and abort.
 // Layer: core. Backends are found by name through the registry.
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <mutex>
@@ -268,6 +269,56 @@ Work Comm::all_to_all_v_single(const Tensor& output, const Tensor& input,
                 .output = output,
                 .input_splits = input_splits,
                 .output_splits = output_splits},
+               async_op, o);
+}
+
+namespace {
+OpDesc dynamic_op(const Tensor& output, const Tensor& input, const Tensor& output_counts,
+                  const Tensor& input_counts, int64_t row_size, int experts_per_rank,
+                  DynamicA2AForm form) {
+  return {.type = OpType::kAllToAllVDynamic,
+          .input = input,
+          .output = output,
+          .dynamic = {.input_counts = input_counts,
+                      .output_counts = output_counts,
+                      .row_elems = row_size,
+                      .experts_per_rank = experts_per_rank,
+                      .form = form}};
+}
+// Experts per rank of a dispatch/combine (validate_op rejects a count not divisible by size).
+int experts_per_rank(const Tensor& counts, int size) {
+  return static_cast<int>(std::max<int64_t>(counts.count / size, 1));
+}
+}  // namespace
+
+Work Comm::all_to_all_v_dynamic(const Tensor& output, const Tensor& input,
+                                const Tensor& output_split_sizes, const Tensor& input_split_sizes,
+                                int64_t row_size, bool async_op, const OpOptions& o) {
+  return issue(dynamic_op(output, input, output_split_sizes, input_split_sizes, row_size, 1,
+                          DynamicA2AForm::kPlain),
+               async_op, o);
+}
+
+Work Comm::device_alltoallv_single(const Tensor& output, const Tensor& input,
+                                   const Tensor& output_split_sizes,
+                                   const Tensor& input_split_sizes, bool async_op,
+                                   const OpOptions& o) {
+  return all_to_all_v_dynamic(output, input, output_split_sizes, input_split_sizes, 1, async_op, o);
+}
+
+Work Comm::dispatch(const Tensor& output, const Tensor& input, const Tensor& output_split_sizes,
+                    const Tensor& expert_counts, int64_t row_size, bool async_op,
+                    const OpOptions& o) {
+  return issue(dynamic_op(output, input, output_split_sizes, expert_counts, row_size,
+                          experts_per_rank(expert_counts, size()), DynamicA2AForm::kDispatch),
+               async_op, o);
+}
+
+Work Comm::combine(const Tensor& output, const Tensor& input, const Tensor& output_split_sizes,
+                   const Tensor& input_split_sizes, int64_t row_size, bool async_op,
+                   const OpOptions& o) {
+  return issue(dynamic_op(output, input, output_split_sizes, input_split_sizes, row_size,
+                          experts_per_rank(input_split_sizes, size()), DynamicA2AForm::kCombine),
                async_op, o);
 }
 

@@ -186,8 +186,20 @@ const char* op_type_name(OpType t) {
   return "?";
 }
 
+const char* dynamic_a2a_form_name(DynamicA2AForm f) {
+  switch (f) {
+    case DynamicA2AForm::kPlain: return "plain";
+    case DynamicA2AForm::kDispatch: return "dispatch";
+    case DynamicA2AForm::kCombine: return "combine";
+  }
+  return "?";
+}
+
 std::string op_context(const std::string& comm_name, int rank, int size, const OpDesc& op) {
-  return comm_context(comm_name, rank, size) + op.name() + " #" + std::to_string(op.seq) + ": ";
+  std::string name = op.name();
+  if (op.type == OpType::kAllToAllVDynamic && op.dynamic.form != DynamicA2AForm::kPlain)
+    name += std::string(" (") + dynamic_a2a_form_name(op.dynamic.form) + ")";
+  return comm_context(comm_name, rank, size) + name + " #" + std::to_string(op.seq) + ": ";
 }
 
 [[noreturn]] void rethrow_with_prefix(const std::string& prefix) {

@@ -63,6 +63,44 @@ struct Checker {
       fail(ErrorCode::kInvalidArgument, role + " add up to " + std::to_string(sum) + " elements but the tensor has " +
                                             std::to_string(t.count));
   }
+  // The shapes of all_to_all_v_dynamic (its counts are checked where they are read: on the
+  // device, or by the cpu backend).
+  void dynamic_a2a() const {
+    const AllToAllVDynamic& d = op.dynamic;
+    tensor(op.input, "input");
+    tensor(op.output, "output");
+    same_dtype(op.input, op.output, "output");
+    const bool plain = d.form == DynamicA2AForm::kPlain;
+    const char* in_role = plain ? "input_split_sizes" : d.form == DynamicA2AForm::kDispatch
+                                                           ? "expert_counts"
+                                                           : "input_split_sizes";
+    for (auto [t, role] : {std::pair{&d.input_counts, in_role},
+                           std::pair{&d.output_counts, "output_split_sizes"}}) {
+      tensor(*t, role);
+      if (t->dtype != DataType::kInt64)
+        fail(ErrorCode::kInvalidArgument,
+             std::string(role) + " has dtype " + dtype_name(t->dtype) + ", expected int64");
+    }
+    expect(d.row_elems >= 1, "row_size is " + std::to_string(d.row_elems) + ", expected >= 1");
+    const int64_t segs = d.input_counts.count;
+    if (plain) {
+      expect(segs == c.size, std::string(in_role) + " has " + std::to_string(segs) +
+                                 " entries, expected one per rank (" + std::to_string(c.size) + ")");
+    } else {
+      expect(segs >= c.size && segs % c.size == 0,
+             std::string(in_role) + " has " + std::to_string(segs) +
+                 " entries: the expert count must be a positive multiple of the comm size " +
+                 std::to_string(c.size));
+    }
+    expect(segs <= kMaxDynamicSegments,
+           std::string(in_role) + " has " + std::to_string(segs) + " entries, at most " +
+               std::to_string(kMaxDynamicSegments) + " are supported");
+    expect(d.output_counts.count == segs, "output_split_sizes has " +
+                                              std::to_string(d.output_counts.count) +
+                                              " entries, expected " + std::to_string(segs));
+    expect(d.input_counts.data != d.output_counts.data,
+           "output_split_sizes is the same tensor as " + std::string(in_role));
+  }
   void reduction(DataType t) const {
     if (!reduce_supported_on_host(op.op.kind, t))
       fail(ErrorCode::kUnsupported, std::string("reduce op ") + reduce_kind_name(op.op.kind) + " is not defined for " +
@@ -180,7 +218,8 @@ void validate_op(const CommImpl& c, const OpDesc& op) {
       }
       break;
     case OpType::kAllToAllVDynamic:
-      k.fail(ErrorCode::kUnsupported, "all_to_all_v_dynamic is not available through this entry point");
+      k.dynamic_a2a();
+      break;
   }
   DataType dt = in.data || in.count ? in.dtype : out.dtype;
   if (op.type == OpType::kReduceScatter || op.type == OpType::kReduceScatterV || op.type == OpType::kScatter)

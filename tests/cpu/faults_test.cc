@@ -279,12 +279,9 @@ TEST(Faults, FailedAsyncOpDumpsTheFlightRecord) {
   EXPECT_TRUE(res.all_ok()) << res.describe();
 }
 
-TEST(Faults, UnsupportedDynamicAllToAll) {
+TEST(Faults, UnsupportedReduction) {
   auto res = run_forked(1, [](RankEnv& env) {
     auto comm = env.comm("unsupported");
-    env.check(!comm->unsafe_get_backend().supports(OpType::kAllToAllVDynamic, DataType::kFloat32,
-                                                   ReduceKind::kSum),
-              "all_to_all_v_dynamic is not supported");
     std::vector<float> v(4);
     expect_error(
         env, ErrorCode::kUnsupported,

@@ -176,3 +176,52 @@ def _graphed_callables(rank, size, store):
 
 def test_make_graphed_callables():
     assert _run(_graphed_callables) == [True, True]
+
+
+def _dynamic_replays(rank, size, store):
+    """device_alltoallv_single and dispatch/combine captured in one torch.cuda.graph, replayed
+    with new counts each time (the host never reads them): every replay checked."""
+    comm, dev = _setup(rank, size, store, "dynamic")
+    width, experts, rows_max = 8, 4, 16
+    x = torch.zeros(rows_max, width, dtype=torch.bfloat16, device=dev)
+    counts = torch.zeros(size, dtype=torch.int64, device=dev)
+    got = torch.zeros(size, dtype=torch.int64, device=dev)
+    out = torch.zeros(size * rows_max, width, dtype=torch.bfloat16, device=dev)
+    ecounts = torch.zeros(experts, dtype=torch.int64, device=dev)
+    at_experts = torch.zeros(size * rows_max, width, dtype=torch.bfloat16, device=dev)
+    received = torch.zeros(experts, dtype=torch.int64, device=dev)
+    back = torch.zeros(rows_max, width, dtype=torch.bfloat16, device=dev)
+    returned = torch.zeros(experts, dtype=torch.int64, device=dev)
+    comm.barrier()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        comm.device_alltoallv_single(out, x, got, counts)
+        comm.dispatch(at_experts, x, received, ecounts)
+        comm.combine(back, at_experts, returned, received)
+    for rep in range(6):
+        gen = torch.Generator().manual_seed(rep)
+        table = torch.randint(0, 4, (size, size), generator=gen)  # table[k, j]: rows k -> j
+        etable = torch.randint(0, 3, (size, experts), generator=gen)
+        vals = (torch.arange(rows_max * width).view(rows_max, width) + 1000 * rank + 7 * rep) % 251
+        x.copy_(vals.to(torch.bfloat16))
+        counts.copy_(table[rank])
+        ecounts.copy_(etable[rank])
+        g.replay()
+        torch.cuda.synchronize()
+        assert got.cpu().tolist() == table[:, rank].tolist(), f"replay {rep}: counts"
+        want = []
+        for k in range(size):
+            theirs = (torch.arange(rows_max * width).view(rows_max, width) + 1000 * k + 7 * rep) % 251
+            first = int(table[k, :rank].sum())
+            want.append(theirs[first:first + int(table[k, rank])])
+        want = torch.cat(want).to(torch.bfloat16)
+        assert torch.equal(out[:len(want)].cpu(), want), f"replay {rep}: rows"
+        sent = int(etable[rank].sum())
+        assert returned.cpu().tolist() == etable[rank].tolist(), f"replay {rep}: combine counts"
+        assert torch.equal(back[:sent].cpu(), x[:sent].cpu()), f"replay {rep}: dispatch + combine"
+    comm.finalize()
+    return True
+
+
+def test_dynamic_all_to_all_replays_with_new_counts():
+    assert _run(_dynamic_replays) == [True, True]

@@ -11,6 +11,7 @@
 #include "commx/error.h"
 #include "core/env.h"
 #include "lowp/lowp_dispatch.h"
+#include "backends/cpu/all_to_all_v_dynamic.h"
 #include "backends/cpu/cpu_window.h"
 #include "backends/cpu/tcp_window.h"
 #include "transport/shm_segment.h"
@@ -229,7 +230,6 @@ std::string CpuBackend::transport_name() const {
 }
 
 bool CpuBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
-  if (type == OpType::kAllToAllVDynamic) return false;
   if (is_reduction(type)) return reduce_supported_on_host(kind, dtype);
   return true;
 }
@@ -296,6 +296,8 @@ void CpuBackend::execute(const OpDesc& op) {
     throw Error(ErrorCode::kInvalidArgument, op_context(ctx_, op) + "the comm was finalized");
   try {
     dispatch(op, Clock::now() + op.timeout);
+  } catch (const DynamicCountsError&) {
+    rethrow_with_prefix(op_context(ctx_, op));  // every rank failed it alike: the comm is fine
   } catch (const Error& e) {
     {
       std::lock_guard<std::mutex> g(failed_mu_);
@@ -326,6 +328,8 @@ void CpuBackend::dispatch(const OpDesc& op, Deadline deadline) {
   const OpFingerprint fp = fingerprint_of(op, p2p ? 0 : collectives_++);
   transport_->set_call(fp);
   if (p2p) return run_p2p(op, deadline);
+  if (op.type == OpType::kAllToAllVDynamic)
+    return cpu_all_to_all_v_dynamic(op, *transport_, ctx_.rank, ctx_.size, deadline);
   // Low precision (FP8 on the wire, FP32 sums) when enabled and eligible, over the transport;
   // execute() adds the op's prefix to errors.
   if (lowp::lowp_maybe_run(op, lowp_, *transport_, ctx_.rank, ctx_.size, deadline, "",

@@ -10,6 +10,7 @@
 
 #include "commx/error.h"
 #include "core/env.h"
+#include "cuda/all_to_all_v_dynamic.h"
 #include "cuda/allreduce_algorithms.h"
 #include "cuda/exchange.h"
 #include "cuda/kernels.h"
@@ -122,7 +123,7 @@ Backend& CudaBackend::nccl(const OpDesc* op) {
 }
 
 bool CudaBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
-  if (type == OpType::kAllToAllVDynamic) return false;
+  if (type == OpType::kAllToAllVDynamic) return native_ || ctx_.size == 1;
   if (!is_reduction(type)) return true;
   // The hierarchical path reduces natively in all_reduce and reduce_scatter(_single) only.
   bool hier_native = type == OpType::kAllReduce || type == OpType::kReduceScatter ||
@@ -159,6 +160,11 @@ std::exception_ptr CudaBackend::device_error(const std::string& where) const {
            "): that rank never joined the op within its timeout; the comm is unusable, abort it";
     return std::make_exception_ptr(Error(ErrorCode::kTimeout, msg));
   }
+  if (code == kDevCounts) {
+    msg += ": " + describe_dynamic_counts_error(*ctl_host_) +
+           " (reported by the GPU; the comm is unusable, abort it)";
+    return std::make_exception_ptr(Error(ErrorCode::kInvalidArgument, msg));
+  }
   msg += " was aborted while waiting for rank " + std::to_string(peer);
   return std::make_exception_ptr(Error(ErrorCode::kAborted, msg));
 }
@@ -190,6 +196,10 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s, const std::st
         return true;
       case OpType::kBroadcast:
       case OpType::kBarrier:
+        return true;
+      case OpType::kAllToAllVDynamic:  // copies its one segment, checks and writes the counts
+        enqueue_all_to_all_v_dynamic(peers(op), op, 1, s);
+        COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
         return true;
       case OpType::kAllGatherSingle:
       case OpType::kReduceScatterSingle:
@@ -312,6 +322,10 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s, const std::st
     }
     case OpType::kBarrier:
       launch_barrier(peers(op), s);
+      COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
+      return true;
+    case OpType::kAllToAllVDynamic:
+      enqueue_all_to_all_v_dynamic(peers(op), op, all_to_all_v_dynamic_blocks(tuning_), s);
       COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
       return true;
     default:

@@ -17,8 +17,9 @@ inline constexpr int kLL128Payload = 120;
 inline constexpr uint64_t kSignalBytes = 64 * 1024;
 static_assert(kMaxBlocks * kMaxRanks * 8 <= kSignalBytes, "signal pad too small");
 
-// Error codes a kernel writes into HostCtl::error_code (first error wins).
-enum DeviceError : int { kDevOk = 0, kDevTimeout = 1, kDevAborted = 2 };
+// Error codes a kernel writes into HostCtl::error_code (first error wins). kDevCounts: the counts
+// of an all_to_all_v_dynamic failed the agreed check (error_values says how).
+enum DeviceError : int { kDevOk = 0, kDevTimeout = 1, kDevAborted = 2, kDevCounts = 3 };
 
 // Pinned, host-mapped: the host sets `abort`, kernels report errors here.
 struct HostCtl {
@@ -28,6 +29,7 @@ struct HostCtl {
   int error_block;
   int error_op;     // commx::OpType of the failing op
   unsigned long long error_seq;
+  long long error_values[5];  // kDevCounts: DynamicCountsProblem kind, a, b, c, experts per rank
 };
 
 // Device-local state of one rank of one comm: the op counter that orders flags and picks the
@@ -52,6 +54,13 @@ struct PeerSet {
   unsigned long long seq;  // for error reports
   int op;
 };
+
+// The rows of all_to_all_v_dynamic's count exchange live in the signal pad after the flags:
+// [2 parities][kMaxRanks senders][kDynamicRowWords] 64-bit words (see all_to_all_v_dynamic.cu).
+inline constexpr int kDynamicRowWords = 256 + 3;  // kMaxDynamicSegments + kTailWords
+inline constexpr uint64_t kDynamicRowsOffset = kMaxBlocks * kMaxRanks * 8;
+static_assert(kDynamicRowsOffset + 2 * kMaxRanks * kDynamicRowWords * 8 <= kSignalBytes,
+              "signal pad too small for the count rows");
 
 // Up to kMaxRanks device pointers (per-peer inputs or outputs of list collectives).
 struct PtrList {

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <set>
 
+#include "cuda/all_to_all_v_dynamic.h"
 #include "cuda/kernels.h"
 #include "cuda/launch.cuh"
 #include "cuda/lowp_kernels.h"
@@ -33,6 +34,7 @@ void preload_kernels(int device, const std::string& where) {
   } scope(&p);
   preload_reduce_kernels();
   preload_collective_kernels();
+  preload_all_to_all_v_dynamic_kernels();
   for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16})
     for (lowp::Fp8Format f : {lowp::Fp8Format::kE4M3, lowp::Fp8Format::kE5M2}) {
       lowp::CodecConfig cfg;

@@ -1,0 +1,228 @@
+// The all_to_all_v_dynamic kernel (see all_to_all_v_dynamic.h). Layer: backends (cuda).
+//
+// Per op, with E the op counter at launch and R = one rank's share of a buffer half:
+//  1. every rank writes its row (counts in canonical order, capacity, input size, row size) into
+//     slot [E & 1][rank] of every peer's signal pad; block barrier on flag_value(E, 0);
+//  2. every block reads all rows and runs the agreed check: on a problem, every rank reports the
+//     same kDevCounts error and moves nothing;
+//  3. each pair's segments form one byte stream, sent in rounds of R bytes: round i pushes into
+//     half (E + 1 + i) of the receivers' buffers, region `sender`, then block barrier on
+//     flag_value(E + 1 + i, 0), then each receiver copies its regions out. The op uses the op
+//     counters E .. E + rounds, so the next op's flags and halves follow on.
+// Sender and receiver cut every piece among blocks the same way (copy_block over equal
+// lengths), so block b's barrier covers exactly the bytes block b reads.
+#include "algorithms/dynamic_a2a_check.h"
+#include "cuda/all_to_all_v_dynamic.h"
+#include "cuda/launch.cuh"
+#include "cuda/reduce_device.cuh"
+#include "cuda/sync_device.cuh"
+
+namespace commx::cuda {
+namespace {
+
+using Byte = unsigned char;
+constexpr int kMaxSegs = static_cast<int>(kMaxDynamicSegments);
+
+struct DynamicArgs {
+  const Byte* in;
+  Byte* out;
+  const long long* in_counts;
+  long long* out_counts;
+  long long in_elems;
+  long long out_elems;
+  long long row_elems;
+  unsigned int elem_bytes;
+  int experts_per_rank;
+  int form;  // DynamicA2AForm
+};
+
+// Slot of `sender`'s row, parity p, in the pad at `pad` (a rank's signal pad).
+__device__ __forceinline__ long long* row_slot(unsigned long long* pad, int p, int sender) {
+  return reinterpret_cast<long long*>(reinterpret_cast<Byte*>(pad) + kDynamicRowsOffset) +
+         (p * kMaxRanks + sender) * kDynamicRowWords;
+}
+
+// `p`: kind, rank, a, b, c of a DynamicCountsProblem.
+__device__ void report_counts(const PeerSet& ps, const long long* p, int L) {
+  if (atomicCAS(&ps.state->error_claimed, 0, 1) != 0) return;
+  volatile HostCtl* c = ps.ctl;
+  c->error_peer = static_cast<int>(p[1]);
+  c->error_block = blockIdx.x;
+  c->error_op = ps.op;
+  c->error_seq = ps.seq;
+  c->error_values[0] = p[0];
+  c->error_values[1] = p[2];
+  c->error_values[2] = p[3];
+  c->error_values[3] = p[4];
+  c->error_values[4] = L;
+  __threadfence_system();
+  c->error_code = kDevCounts;
+  __threadfence_system();
+}
+
+// Copies the part of [seg_at, seg_at + len) (stream bytes) inside [win, win + win_len):
+// from `from + (x - seg_at)` or `from + (x - win)` to the same on the other side.
+__device__ __forceinline__ void copy_piece(const Byte* src, bool src_is_window, Byte* dst,
+                                           unsigned long long seg_at, unsigned long long len,
+                                           unsigned long long win, unsigned long long win_len) {
+  const unsigned long long a = max(seg_at, win), b = min(seg_at + len, win + win_len);
+  if (a >= b) return;
+  const Byte* from = src + (src_is_window ? a - win : a - seg_at);
+  Byte* to = dst + (src_is_window ? a - seg_at : a - win);
+  const bool fa = (reinterpret_cast<uintptr_t>(from) & 15) == 0;
+  const bool ta = (reinterpret_cast<uintptr_t>(to) & 15) == 0;
+  copy_block(from, to, static_cast<int64_t>(b - a), fa, ta);
+}
+
+__global__ void __launch_bounds__(kThreads) all_to_all_v_dynamic_kernel(PeerSet ps, DynamicArgs a) {
+  const unsigned long long epoch = begin_op(ps);
+  const int me = ps.rank, world = ps.world, L = a.experts_per_rank, segs = world * L;
+  const int words = segs + kTailWords;
+  const DynamicLayout layout{world, L, static_cast<DynamicA2AForm>(a.form)};
+  const int parity = static_cast<int>(epoch & 1ull);
+
+  __shared__ long long rows[kMaxRanks][kDynamicRowWords];
+  // Per canonical segment c = (peer p, l): rows and row offsets of what this rank sends to p
+  // (in its input, and in the stream to p) and receives from p (in its output, in p's stream).
+  __shared__ long long send_in[kMaxSegs], send_pos[kMaxSegs];
+  __shared__ long long recv_out[kMaxSegs], recv_pos[kMaxSegs];
+  __shared__ long long problem[5];  // DynamicCountsProblem: kind, rank, a, b, c
+  __shared__ unsigned long long rounds;
+
+  for (int c = threadIdx.x; c < segs; c += blockDim.x)
+    rows[me][c] = a.in_counts[layout.send_index(c / L, c % L)];
+  if (threadIdx.x == 0) {
+    rows[me][segs + kTailCapacity] = a.out_elems;
+    rows[me][segs + kTailInput] = a.in_elems;
+    rows[me][segs + kTailRowElems] = a.row_elems;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < world * words; i += blockDim.x) {
+    const int p = i / words, w = i % words;
+    if (p != me) row_slot(ps.sig[p], parity, me)[w] = rows[me][w];
+  }
+  if (!block_barrier(ps, flag_value(epoch, 0))) return finish_op(ps, epoch);
+  for (int i = threadIdx.x; i < world * words; i += blockDim.x) {
+    const int p = i / words, w = i % words;
+    if (p != me)
+      rows[p][w] = *reinterpret_cast<volatile long long*>(row_slot(ps.sig[me], parity, p) + w);
+  }
+  __syncthreads();
+
+  const unsigned long long row_bytes =
+      static_cast<unsigned long long>(rows[me][segs + kTailRowElems]) * a.elem_bytes;
+  const unsigned long long region = (ps.half_bytes / world) & ~255ull;
+  if (threadIdx.x == 0) {
+    const DynamicCountsProblem found =
+        check_dynamic_rows(layout, [&](int k, int w) { return rows[k][w]; });
+    problem[0] = found.kind;
+    problem[1] = found.rank;
+    problem[2] = found.a;
+    problem[3] = found.b;
+    problem[4] = found.c;
+    if (found.kind == DynamicCountsProblem::kNone) {
+      // Offsets in send / receive order, then the streams' offsets in l order per peer.
+      long long in_at[kMaxSegs], out_at[kMaxSegs];  // by send_index / recv_index
+      long long acc_in = 0, acc_out = 0;
+      // send_index / recv_index are bijections onto 0..segs-1: place the counts by them.
+      for (int p = 0; p < world; ++p)
+        for (int l = 0; l < L; ++l) {
+          in_at[layout.send_index(p, l)] = rows[me][layout.canonical(p, l)];
+          out_at[layout.recv_index(p, l)] = rows[p][layout.canonical(me, l)];
+        }
+      for (int i = 0; i < segs; ++i) {  // counts -> exclusive prefix sums
+        const long long ci = in_at[i], co = out_at[i];
+        in_at[i] = acc_in;
+        out_at[i] = acc_out;
+        acc_in += ci;
+        acc_out += co;
+      }
+      unsigned long long most = 0;  // the longest stream between two ranks, in rows
+      for (int k = 0; k < world; ++k)
+        for (int j = 0; j < world; ++j) {
+          if (k == j) continue;
+          unsigned long long s = 0;
+          for (int l = 0; l < L; ++l) s += rows[k][layout.canonical(j, l)];
+          most = max(most, s);
+        }
+      for (int p = 0; p < world; ++p) {
+        long long sp = 0, rp = 0;
+        for (int l = 0; l < L; ++l) {
+          const int c = layout.canonical(p, l);
+          send_in[c] = in_at[layout.send_index(p, l)];
+          recv_out[c] = out_at[layout.recv_index(p, l)];
+          send_pos[c] = sp;
+          recv_pos[c] = rp;
+          sp += rows[me][c];
+          rp += rows[p][layout.canonical(me, l)];
+        }
+      }
+      rounds = (most * row_bytes + region - 1) / region;
+    }
+  }
+  __syncthreads();
+  if (problem[0] != DynamicCountsProblem::kNone) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) report_counts(ps, problem, L);
+    return finish_op(ps, epoch);
+  }
+  if (blockIdx.x == 0)
+    for (int c = threadIdx.x; c < segs; c += blockDim.x) {
+      const int p = c / L, l = c % L;
+      a.out_counts[layout.recv_index(p, l)] = rows[p][layout.canonical(me, l)];
+    }
+  // This rank's own segments: straight from input to output.
+  for (int l = 0; l < L; ++l) {
+    const int c = layout.canonical(me, l);
+    const unsigned long long len = rows[me][c] * row_bytes;
+    if (len)
+      copy_piece(a.in + send_in[c] * row_bytes, false, a.out + recv_out[c] * row_bytes, 0, len, 0,
+                 len);
+  }
+  const unsigned long long n_rounds = rounds;
+  for (unsigned long long r = 0; r < n_rounds; ++r) {
+    const unsigned long long e = epoch + 1 + r, win = r * region;
+    for (int k = 1; k < world; ++k) {  // next rank first: no rank's links take every push at once
+      const int p = (me + k) % world;
+      Byte* to = reinterpret_cast<Byte*>(half_of(ps, p, e)) + me * region;
+      for (int l = 0; l < L; ++l) {
+        const int c = layout.canonical(p, l);
+        copy_piece(a.in + send_in[c] * row_bytes, false, to, send_pos[c] * row_bytes,
+                   rows[me][c] * row_bytes, win, region);
+      }
+    }
+    if (!block_barrier(ps, flag_value(e, 0))) return finish_op(ps, epoch + n_rounds);
+    for (int p = 0; p < world; ++p) {
+      if (p == me) continue;
+      const Byte* from = reinterpret_cast<const Byte*>(half_of(ps, me, e)) + p * region;
+      for (int l = 0; l < L; ++l) {
+        const int c = layout.canonical(p, l);
+        copy_piece(from, true, a.out + recv_out[c] * row_bytes, recv_pos[c] * row_bytes,
+                   rows[p][layout.canonical(me, l)] * row_bytes, win, region);
+      }
+    }
+  }
+  finish_op(ps, epoch + n_rounds);
+}
+
+}  // namespace
+
+void enqueue_all_to_all_v_dynamic(const PeerSet& ps, const OpDesc& op, int blocks, cudaStream_t s) {
+  const AllToAllVDynamic& d = op.dynamic;
+  DynamicArgs a{static_cast<const Byte*>(op.input.data),
+                static_cast<Byte*>(op.output.data),
+                static_cast<const long long*>(d.input_counts.data),
+                static_cast<long long*>(d.output_counts.data),
+                op.input.count,
+                op.output.count,
+                d.row_elems,
+                static_cast<unsigned int>(dtype_size(op.input.dtype)),
+                d.experts_per_rank,
+                static_cast<int>(d.form)};
+  launch_kernel(all_to_all_v_dynamic_kernel, blocks, kThreads, s, ps, a);
+}
+
+void preload_all_to_all_v_dynamic_kernels() {
+  launch_kernel(all_to_all_v_dynamic_kernel, 1, kThreads, nullptr, PeerSet{}, DynamicArgs{});
+}
+
+}  // namespace commx::cuda
