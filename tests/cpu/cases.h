@@ -1,5 +1,5 @@
-// Shared pieces of the cpu collective tests: per-rank data every rank can regenerate (so each
-// rank computes its reference alone), the dtype/op matrix and the algorithm hints to sweep.
+// Shared pieces of the cpu collective tests: the dtype/op matrix and the algorithm hints to sweep
+// (the data and the reference are conformance/reference.h's).
 #pragma once
 
 #include <cstdint>
@@ -8,19 +8,9 @@
 #include <vector>
 
 #include "commx/comm.h"
-#include "cpu/reference.h"
+#include "conformance/reference.h"
 
 namespace commx::testing {
-
-using Buf = std::vector<uint8_t>;
-
-// Data rank `rank` contributes to case `seed` (count elements; one spare byte so data() != null).
-inline Buf gen(uint64_t seed, int rank, size_t count, DataType t, ReduceKind k) {
-  std::mt19937_64 rng(seed * 1000003ull + static_cast<uint64_t>(rank) * 7919ull + 1);
-  Buf v(count * dtype_size(t) + 1);
-  fill_random(v.data(), count, t, k, rng);
-  return v;
-}
 
 inline Tensor tensor(Buf& b, size_t count, DataType t) {
   return Tensor(b.data(), static_cast<int64_t>(count), t);

@@ -1,6 +1,6 @@
 // HostReducer against a scalar reference written independently with numeric.h, for every dtype,
 // every op, several source counts, odd sizes and in-place use.
-#include "algorithms/host_reduce.h"
+#include "commx/host_reduce.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 
 #include "commx/error.h"
 #include "commx/numeric.h"
-#include "cpu/reference.h"
+#include "conformance/reference.h"
 
 using namespace commx;
 using namespace commx::testing;

@@ -1,5 +1,5 @@
 // dtype/op mapping to MPI (see mpi_types.h). Layer: backends/mpi.
-#include "backends/mpi/mpi_types.h"
+#include "mpi_types.h"
 
 namespace commx::mpi_backend {
 
@@ -61,9 +61,12 @@ MPI_Op reduce_op(ReduceKind k, DataType t) {
     }
   }
   bool floating = dtype_is_floating(t);
+  // Open MPI 4.1's vectorised (AVX) MPI_SUM saturates 8-bit integers instead of wrapping (a sum
+  // of int8 100 + 100 gives 127 once a buffer is long enough to vectorise): not claimed.
+  const bool byte_int = t == DataType::kInt8 || t == DataType::kUInt8;
   switch (k) {
     case ReduceKind::kSum:
-      return MPI_SUM;
+      return byte_int ? MPI_OP_NULL : MPI_SUM;
     case ReduceKind::kProduct:
       return MPI_PROD;
     case ReduceKind::kMin:

@@ -1,5 +1,6 @@
 // commx dtypes and reduce ops as MPI handles. MPI has no 16- or 8-bit float types, AVG or
-// PREMUL_SUM: those reductions are reported unsupported rather than emulated. Layer: backends/mpi.
+// PREMUL_SUM, and Open MPI's SUM saturates 8-bit integers: those reductions are reported
+// unsupported rather than emulated. Layer: backends/mpi.
 #pragma once
 
 #include <mpi.h>

@@ -1,8 +1,12 @@
-// Test helpers: random data that keeps every reduction exact whatever the combining order, and a
-// scalar reference reduction written independently of src/algorithms (only numeric.h is shared).
+// The one reference of the C++ tests: seeded per-rank data that keeps every reduction exact
+// whatever the combining order, a scalar reference reduction written independently of
+// src/algorithms (only numeric.h is shared), and the comparison of a result with it. The
+// conformance suite (tests/conformance) checks every backend against it; the backend-specific
+// tests use it too. Layer: tests.
 #pragma once
 
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -221,6 +225,73 @@ inline void reference_reduce(void* dst, const std::vector<const void*>& srcs, si
       store_int(dst, i, t, acc);
     }
   }
+}
+
+using Buf = std::vector<uint8_t>;
+
+// Data rank `rank` contributes to case `seed` (count elements; one spare byte so data() != null).
+// Every rank regenerates any rank's data alone, so each computes its reference without messages.
+inline Buf gen(uint64_t seed, int rank, size_t count, DataType t, ReduceKind k) {
+  std::mt19937_64 rng(seed * 1000003ull + static_cast<uint64_t>(rank) * 7919ull + 1);
+  Buf v(count * dtype_size(t) + 1);
+  fill_random(v.data(), count, t, k, rng);
+  return v;
+}
+
+// Every rank's data for case `seed`.
+inline std::vector<Buf> gen_all(uint64_t seed, int ranks, size_t count, DataType t, ReduceKind k) {
+  std::vector<Buf> v;
+  for (int r = 0; r < ranks; ++r) v.push_back(gen(seed, r, count, t, k));
+  return v;
+}
+
+// The reduction over ranks of elements [offset, offset + count) of each rank's data.
+inline Buf reduced(const std::vector<Buf>& data, size_t offset, size_t count, DataType t,
+                   ReduceOp op) {
+  std::vector<const void*> srcs;
+  for (const Buf& b : data) srcs.push_back(b.data() + offset * dtype_size(t));
+  Buf out(count * dtype_size(t) + 1);
+  reference_reduce(out.data(), srcs, count, t, op, static_cast<int>(data.size()));
+  return out;
+}
+
+// Whether `got` equals `want` element by element. Exact, except that AVG and PREMUL_SUM on
+// floating types may differ by one rounding of the final scaling (a backend may multiply by 1/n
+// where the reference divides by n, or scale before converting): one ulp of the dtype, relative,
+// plus a step below every subnormal a narrow type has.
+inline bool element_matches(const void* want, const void* got, size_t i, DataType t, ReduceOp op) {
+  const size_t es = dtype_size(t);
+  if (std::memcmp(static_cast<const char*>(want) + i * es, static_cast<const char*>(got) + i * es,
+                  es) == 0)
+    return true;
+  if (!dtype_is_floating(t) || (op.kind != ReduceKind::kAvg && op.kind != ReduceKind::kPremulSum))
+    return false;
+  int mantissa_bits = t == DataType::kFloat64      ? 52
+                      : t == DataType::kFloat32    ? 23
+                      : t == DataType::kFloat16    ? 10
+                      : t == DataType::kBFloat16   ? 7
+                      : t == DataType::kFloat8E4M3 ? 3
+                                                   : 2;
+  double w = load_float(want, i, t), g = load_float(got, i, t);
+  double ulp = std::ldexp(std::fabs(w), -mantissa_bits);
+  return std::fabs(w - g) <= ulp + std::ldexp(1.0, -24);
+}
+
+// "" when `got` matches `want` (element_matches), else the first differing element.
+inline std::string mismatch(const void* want, const void* got, size_t count, DataType t,
+                            ReduceOp op = {}) {
+  for (size_t i = 0; i < count; ++i) {
+    if (element_matches(want, got, i, t, op)) continue;
+    std::string s = "element " + std::to_string(i) + " of " + std::to_string(count);
+    if (dtype_is_floating(t))
+      s += ": want " + std::to_string(load_float(want, i, t)) + " got " +
+           std::to_string(load_float(got, i, t));
+    else
+      s += ": want " + std::to_string(load_int(want, i, t)) + " got " +
+           std::to_string(load_int(got, i, t));
+    return s;
+  }
+  return "";
 }
 
 inline std::string first_diff(const void* a, const void* b, size_t count, DataType t) {
