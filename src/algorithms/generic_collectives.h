@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "algorithms/host_reduce.h"
+#include "commx/host_reduce.h"
 #include "transport/transport.h"
 
 namespace commx {

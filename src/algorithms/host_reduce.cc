@@ -1,7 +1,7 @@
 // Host reductions (see host_reduce.h). Each (storage, op) pair is one template instance whose
 // inner loops run over a small local accumulator block, so the compiler can vectorise them
 // without worrying about aliasing between dst and the sources. Layer: algorithms.
-#include "algorithms/host_reduce.h"
+#include "commx/host_reduce.h"
 
 #include <algorithm>
 #include <cstdint>

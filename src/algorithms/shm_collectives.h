@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <span>
 
-#include "algorithms/host_reduce.h"
+#include "commx/host_reduce.h"
 #include "core/op_fingerprint.h"
 #include "transport/shm_group.h"
 

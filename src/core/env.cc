@@ -27,6 +27,12 @@ const SettingSpec* declared(const char* name) {
 }
 }  // namespace
 
+std::optional<std::string> env_raw(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return std::nullopt;
+  return std::string(v);
+}
+
 std::optional<std::string> env_str(const char* name) {
   if (const SettingSpec* s = declared(name)) {
     auto v = setting_text(name);

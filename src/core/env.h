@@ -1,19 +1,13 @@
-// Environment access and rank discovery from launcher variables (DESIGN section 3).
-// Layer: core (bootstrap).
+// Rank discovery from launcher variables (DESIGN section 3) and the library's own folder; the
+// environment reads themselves are public (commx/env.h). Layer: core (bootstrap).
 #pragma once
 
-#include <cstdint>
 #include <optional>
 #include <string>
 
-namespace commx {
+#include "commx/env.h"
 
-std::optional<std::string> env_str(const char* name);
-int64_t env_int(const char* name, int64_t dflt);
-double env_double(const char* name, double dflt);
-bool env_bool(const char* name, bool dflt);
-// The first of `names` that is set (aliases such as RCCL_DDA_ENABLE for COMMX_DDA_ENABLE).
-std::optional<std::string> env_first(std::initializer_list<const char*> names);
+namespace commx {
 
 // The folder holding libcommx itself (plugins and data files are installed beside it).
 std::string library_dir();

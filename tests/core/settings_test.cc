@@ -272,6 +272,29 @@ TEST(Settings, EveryVariableInTheSourcesIsDeclared) {
   EXPECT_GT(files, 50);
 }
 
+// The environment is read in one place (src/core/env.cc and the registry in settings.cc): every
+// other layer goes through commx/env.h or the registry, so every COMMX_* read is validated.
+TEST(Settings, NoStrayGetenv) {
+  namespace fs = std::filesystem;
+  std::regex call("\\bgetenv\\s*\\(");
+  for (const char* top : {"src", "tools", "python/src"}) {
+    for (auto& entry : fs::recursive_directory_iterator(fs::path(COMMX_SOURCE_DIR) / top)) {
+      const std::string name = entry.path().filename();
+      std::string ext = entry.path().extension();
+      if (!entry.is_regular_file() || name == "settings.cc" ||
+          entry.path() == fs::path(COMMX_SOURCE_DIR) / "src/core/env.cc")
+        continue;
+      if (ext != ".cc" && ext != ".h" && ext != ".cu" && ext != ".cuh" && ext != ".cpp") continue;
+      std::ifstream f(entry.path());
+      std::stringstream ss;
+      ss << f.rdbuf();
+      const std::string text = ss.str();
+      EXPECT_FALSE(std::regex_search(text, call))
+          << entry.path() << " reads the environment itself: use commx/env.h or core/settings.h";
+    }
+  }
+}
+
 TEST(Settings, DocsAreGeneratedFromTheTable) {
   std::ifstream f(std::string(COMMX_SOURCE_DIR) + "/docs/env.md");
   std::stringstream ss;

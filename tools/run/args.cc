@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "commx/env.h"
+
 namespace commx::run {
 namespace {
 
@@ -74,8 +76,8 @@ HostCounts host_counts() {
   cpu_set_t allowed;
   if (::sched_getaffinity(0, sizeof allowed, &allowed) == 0) h.cpus = CPU_COUNT(&allowed);
   // GPUs without linking CUDA: CUDA_VISIBLE_DEVICES when set, else the driver's device nodes.
-  if (const char* vis = std::getenv("CUDA_VISIBLE_DEVICES")) {
-    std::string s = vis;
+  if (auto vis = env_raw("CUDA_VISIBLE_DEVICES")) {
+    const std::string& s = *vis;
     if (!s.empty()) h.gpus = 1;
     for (char c : s) h.gpus += c == ',';
     return h;
@@ -179,9 +181,9 @@ ParsedArgs parse_args(int argc, const char* const* argv, const HostCounts& host)
       if (eq != std::string::npos) {
         o.env.emplace_back(key, v.substr(eq + 1));
       } else {
-        const char* cur = std::getenv(key.c_str());
+        auto cur = env_raw(key.c_str());
         if (!cur) bad("-x " + key + ": " + key + " is not set here (give -x " + key + "=VALUE)");
-        o.env.emplace_back(key, cur);
+        o.env.emplace_back(key, *cur);
       }
     } else if (name == "--no-auth") {
       no_value();
@@ -225,8 +227,7 @@ ParsedArgs parse_args(int argc, const char* const* argv, const HostCounts& host)
         std::to_string(o.nnodes));
   if (static_cast<long>(o.nnodes) * o.nprocs > (1 << 20)) bad("too many ranks in the job");
   // torchrun runs a script with the Python interpreter unless --no-python; -m runs a module.
-  const char* py = std::getenv("PYTHON");
-  std::string python = py && *py ? py : "python3";
+  const std::string python = env_str("PYTHON").value_or("python3");
   if (module && no_python) bad("-m and --no-python exclude each other");
   if (module)
     o.argv.insert(o.argv.begin(), {python, "-m"});

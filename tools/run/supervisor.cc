@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 
+#include "commx/env.h"
 #include "line_prefixer.h"
 
 namespace commx::run {
@@ -367,7 +368,7 @@ std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchOp
   set("COMMX_STORE_HOSTED", "1");
   set("TORCHELASTIC_USE_AGENT_STORE", "True");
   // As torchrun: several ranks on a node must not each start a thread per core.
-  if (o.nprocs > 1 && !std::getenv("OMP_NUM_THREADS")) set("OMP_NUM_THREADS", "1");
+  if (o.nprocs > 1 && !env_raw("OMP_NUM_THREADS")) set("OMP_NUM_THREADS", "1");
   for (const auto& kv : o.env) env.push_back(kv);
   return env;
 }

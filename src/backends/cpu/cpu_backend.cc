@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "algorithms/generic_collectives.h"
-#include "algorithms/host_reduce.h"
+#include "commx/host_reduce.h"
 #include "algorithms/shm_collectives.h"
 #include "commx/error.h"
 #include "core/env.h"

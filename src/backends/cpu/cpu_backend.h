@@ -12,7 +12,7 @@
 
 #include "backends/cpu/cpu_tuning.h"
 #include "commx/backend.h"
-#include "core/host_backend.h"
+#include "commx/backend_util.h"
 #include "core/tuning.h"
 #include "lowp/lowp_collectives.h"
 #include "lowp/lowp_config.h"

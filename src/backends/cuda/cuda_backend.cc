@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "commx/error.h"
-#include "core/env.h"
+#include "commx/env.h"
 #include "cuda/all_to_all_v_dynamic.h"
 #include "cuda/allreduce_algorithms.h"
 #include "cuda/exchange.h"

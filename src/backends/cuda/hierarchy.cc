@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "commx/error.h"
-#include "core/env.h"
+#include "commx/env.h"
 #include "cuda/exchange.h"
 #include "cuda/kernels.h"
 #include "cuda/peer_set.h"

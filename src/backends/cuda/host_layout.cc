@@ -6,7 +6,7 @@
 #include <set>
 
 #include "commx/error.h"
-#include "core/env.h"
+#include "commx/env.h"
 
 namespace commx::cuda {
 

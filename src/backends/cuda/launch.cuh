@@ -7,8 +7,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
+
+#include "commx/env.h"
 
 namespace commx::cuda {
 
@@ -21,10 +21,7 @@ struct KernelPreload {
 inline thread_local KernelPreload* t_kernel_preload = nullptr;
 
 inline bool pdl_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("COMMX_CUDA_PDL");
-    return !(e && (std::strcmp(e, "0") == 0 || std::strcmp(e, "false") == 0));
-  }();
+  static const bool on = env_bool("COMMX_CUDA_PDL", true);
   return on;
 }
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "commx/error.h"
-#include "core/env.h"
+#include "commx/env.h"
 #include "cuda/kernels.h"
 #include "cuda/lowp_kernels.h"
 #include "cuda/tuning.h"

@@ -6,7 +6,7 @@
 // Layer: backends (cuda).
 #pragma once
 
-#include "core/env.h"
+#include "commx/env.h"
 #include "cuda/launch.cuh"
 #include "cuda/lowp_kernels.h"
 #include "cuda/sync_device.cuh"

@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "core/env.h"
+#include "commx/env.h"
 #include "cuda/fd_passing.h"
 #include "cuda/vmm_memory.h"
 #include "cuda_common/cuda_util.h"

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "commx/error.h"
-#include "core/env.h"
+#include "commx/env.h"
 #include "cuda/kernel_params.h"
 
 namespace commx::cuda {

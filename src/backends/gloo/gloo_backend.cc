@@ -1,6 +1,6 @@
 // GlooBackend (see gloo_backend.h): maps each commx op onto Gloo's collective functions.
 // Layer: backends/gloo.
-#include "backends/gloo/gloo_backend.h"
+#include "gloo_backend.h"
 
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
@@ -19,13 +19,11 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <iostream>
 
-#include "backends/gloo/host_reduce.h"
-#include "backends/gloo/store_adapter.h"
 #include "commx/error.h"
-#include "core/env.h"
-#include "core/tensor_bytes.h"
+#include "store_adapter.h"
 
 namespace commx::gloo_backend {
 namespace {
@@ -48,6 +46,15 @@ void with_elem(size_t size, F&& f) {
       return f(uint64_t{});
   }
   throw Error(ErrorCode::kInternal, "gloo backend: element size " + std::to_string(size));
+}
+
+// Gloo combines two buffers at a time through a function of (out, a, b, count): the core's host
+// reduction of those two, leaving AVG and PREMUL_SUM a plain sum (finished once at the end).
+std::function<void(void*, const void*, const void*, size_t)> pairwise(const HostReducer& r) {
+  return [&r](void* out, const void* a, const void* b, size_t n) {
+    const void* srcs[2] = {a, b};
+    r.reduce(out, srcs, 2, n, /*finish=*/false);
+  };
 }
 
 std::string local_hostname() {
@@ -110,7 +117,7 @@ bool GlooBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
     // Sum, then scale in the element type: defined for floating types only.
     return dtype_is_floating(dtype);
   }
-  return pairwise_reduce_fn(dtype, kind) != nullptr;
+  return reduce_supported_on_host(kind, dtype);
 }
 
 void GlooBackend::check_open(const OpDesc& op) {
@@ -188,25 +195,25 @@ void GlooBackend::dispatch(const OpDesc& op) {
 
 void GlooBackend::all_reduce(const OpDesc& op, void* data, int64_t count) {
   uint32_t tag = next_tag();
-  if (count == 0 || ctx_.size == 1) {
-    if (count > 0 && op.op.kind == ReduceKind::kPremulSum)
-      scale_in_place(data, count, op.input.dtype, op.op.factor);
-    return;
-  }
+  // The reduce_scatter forms reduce their staged input here: the dtype is their output's (a
+  // list form has no single input tensor).
   DataType dt = op.type == OpType::kAllReduce || op.type == OpType::kReduce ? op.input.dtype
                                                                             : op.output.dtype;
-  ReduceFn fn = pairwise_reduce_fn(dt, op.op.kind);
+  HostReducer reducer(dt, op.op, ctx_.size);
+  if (count == 0 || ctx_.size == 1) {
+    if (count > 0 && op.op.kind == ReduceKind::kPremulSum) reducer.finish(data, count);
+    return;
+  }
   with_elem(dtype_size(dt), [&](auto t) {
     using T = decltype(t);
     ::gloo::AllreduceOptions o(gloo_);
     o.setOutput<T>(static_cast<T*>(data), count);
-    o.setReduceFunction(fn);
+    o.setReduceFunction(pairwise(reducer));
     o.setTag(tag);
     o.setTimeout(op.timeout);
     ::gloo::allreduce(o);
   });
-  if (op.op.kind == ReduceKind::kAvg) scale_in_place(data, count, dt, 1.0 / ctx_.size);
-  if (op.op.kind == ReduceKind::kPremulSum) scale_in_place(data, count, dt, op.op.factor);
+  reducer.finish(data, count);
 }
 
 void GlooBackend::reduce(const OpDesc& op) {
@@ -214,6 +221,7 @@ void GlooBackend::reduce(const OpDesc& op) {
   const Tensor& t = op.input;
   if (t.count == 0) return;
   bool root = ctx_.rank == op.root;
+  HostReducer reducer(t.dtype, op.op, ctx_.size);
   if (ctx_.size > 1) {
     // Gloo uses the output as scratch on every rank; non-roots keep their buffer unchanged.
     void* out = t.data;
@@ -222,21 +230,18 @@ void GlooBackend::reduce(const OpDesc& op) {
       copy_bytes(scratch_.data(), t.data, t.nbytes());
       out = scratch_.data();
     }
-    ReduceFn fn = pairwise_reduce_fn(t.dtype, op.op.kind);
     with_elem(dtype_size(t.dtype), [&](auto e) {
       using T = decltype(e);
       ::gloo::ReduceOptions o(gloo_);
       o.setOutput<T>(static_cast<T*>(out), t.count);
       o.setRoot(op.root);
-      o.setReduceFunction(fn);
+      o.setReduceFunction(pairwise(reducer));
       o.setTag(tag);
       o.setTimeout(op.timeout);
       ::gloo::reduce(o);
     });
   }
-  if (!root) return;
-  if (op.op.kind == ReduceKind::kAvg) scale_in_place(t.data, t.count, t.dtype, 1.0 / ctx_.size);
-  if (op.op.kind == ReduceKind::kPremulSum) scale_in_place(t.data, t.count, t.dtype, op.op.factor);
+  if (root) reducer.finish(t.data, t.count);
 }
 
 void GlooBackend::broadcast(const OpDesc& op) {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "commx/backend.h"
-#include "core/host_backend.h"
+#include "commx/backend_util.h"
 
 namespace commx::gloo_backend {
 

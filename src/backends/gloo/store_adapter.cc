@@ -1,5 +1,5 @@
 // StoreAdapter (see store_adapter.h). Layer: backends/gloo.
-#include "backends/gloo/store_adapter.h"
+#include "store_adapter.h"
 
 namespace commx::gloo_backend {
 

@@ -1,5 +1,5 @@
 // MpiBackend (see mpi_backend.h): maps each commx op onto MPI calls. Layer: backends/mpi.
-#include "backends/mpi/mpi_backend.h"
+#include "mpi_backend.h"
 
 #include <sched.h>
 
@@ -8,10 +8,8 @@
 #include <cstring>
 #include <iostream>
 
-#include "backends/mpi/mpi_types.h"
+#include "mpi_types.h"
 #include "commx/error.h"
-#include "core/env.h"
-#include "core/tensor_bytes.h"
 
 namespace commx::mpi_backend {
 namespace {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "commx/backend.h"
-#include "core/host_backend.h"
+#include "commx/backend_util.h"
 
 namespace commx::mpi_backend {
 

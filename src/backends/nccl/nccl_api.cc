@@ -6,7 +6,7 @@
 #include <mutex>
 
 #include "commx/error.h"
-#include "core/env.h"
+#include "commx/env.h"
 
 namespace commx::nccl {
 namespace {

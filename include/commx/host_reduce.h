@@ -1,5 +1,7 @@
 // Type-erased host reductions: one function per (dtype, op) pair, chosen once per op, then
-// applied to many buffers. Layer: algorithms (used by the cpu backend's shm and generic paths).
+// applied to many buffers; every dtype commx has (the 16- and 8-bit floats too) and every op.
+// Layer: public API for backend authors (the cpu backend's algorithms and the gloo and mpi
+// plugins use it).
 #pragma once
 
 #include <cstddef>
