@@ -19,7 +19,9 @@ LOGS=$(mktemp -d)
   python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' 2>/dev/null
 } > "$OUT/machine.txt" 2>&1
 BUILD=${BUILD_DIR:-build-gpu}
-GPU_TESTS=${GPU_CI_TESTLIST:-lowp_gpu_codec_test lowp_cuda_test cuda_backend_test cuda_hier_test cuda_fd_passing_test cuda_vmm_test}
+CONFORMANCE_TESTS="conformance_all_reduce_test conformance_reduce_test conformance_broadcast_test conformance_all_gather_test conformance_reduce_scatter_test conformance_all_to_all_test conformance_gather_test conformance_scatter_test conformance_barrier_test conformance_p2p_test"
+# The conformance suite runs its cuda and nccl worlds here (--gtest_filter below picks them).
+GPU_TESTS=${GPU_CI_TESTLIST:-lowp_gpu_codec_test lowp_cuda_test cuda_backend_test cuda_hier_test cuda_fd_passing_test cuda_vmm_test $CONFORMANCE_TESTS}
 TARGETS=${GPU_CI_TARGETS:-commx_backend_cuda commx_backend_nccl commx-bench $GPU_TESTS}
 gpu_build "$BUILD" "$LOGS/build.log" $TARGETS || exit 1
 echo "build ok"
@@ -28,7 +30,10 @@ if [ "${GPU_CI_TESTS:-1}" = 1 ]; then
   : > "$OUT/gpu_tests.log"
   for t in $GPU_TESTS; do
     echo "=== $t" >> "$OUT/gpu_tests.log"
-    timeout "${GPU_CI_TEST_TIMEOUT:-400}" "$BUILD/bin/$t" ${GPU_CI_FILTER:+--gtest_filter=$GPU_CI_FILTER} \
+    filter=${GPU_CI_FILTER:-}
+    # The host worlds of the conformance suite are the CPU CI's: here only the GPU ones.
+    case $t in conformance_*) filter=${GPU_CI_FILTER:-*/cuda_*:*/nccl_*} ;; esac
+    timeout "${GPU_CI_TEST_TIMEOUT:-400}" "$BUILD/bin/$t" ${filter:+--gtest_filter=$filter} \
       >> "$OUT/gpu_tests.log" 2>&1
     r=$?
     if [ $r -ne 0 ]; then rc=1; echo "=== $t FAILED (rc $r)" >> "$OUT/gpu_tests.log"; fi
