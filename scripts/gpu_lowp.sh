@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The FP8 collectives on a GPU machine (`bash scripts/gpu.sh lowp`, or directly): builds the cuda
+# and nccl backends, the FP8 tests and the benchmark, then writes to $OUT (default
+# bench/results/local):
+#   lowp_tests.log      lowp_gpu_codec_test and lowp_cuda_test (bits equal to the CPU codec)
+#   lowp_allreduce.*    all_reduce of bf16: NCCL bf16, commx bf16, commx FP8 (one- and two-term
+#                       gather), NCCL native FP8; relative error at <= 16 MiB
+#   lowp_f32.*          all_reduce of f32: NCCL f32 vs commx FP8
+#   lowp_coll.*         reduce_scatter, all_gather, all_to_all of bf16: NCCL, commx, commx FP8
+#   lowp_generic.json   commx FP8 with COMMX_CUDA_LOWP_KERNEL=generic (the kernel for any world
+#                       size) beside the specialised one, same binary and run
+#   profile_*.txt       Nsight Compute of the FP8 all_reduce kernel at 64 MiB (LOWP_PROFILE=1)
+#   logs.tar.gz         build and benchmark logs
+# Env: LOWP_TESTS=0 / LOWP_BENCH=0 skip a part; LOWP_MIN/LOWP_MAX bound the sizes (16M, 1G);
+# LOWP_REPS (5); LOWP_BASE=DIR also benchmarks and profiles the commx tree at DIR (built there in
+# build-gpu) as the "before" of a comparison (its rows carry backend names prefixed "base:").
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/bench/results/local}
+mkdir -p "$OUT"
+LOGS=$(mktemp -d)
+. scripts/gpu_env.sh
+{
+  date -u; hostname; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
+  nvidia-smi topo -m; nvcc --version | tail -1
+  echo "COMMX_NCCL_LIBRARY=${COMMX_NCCL_LIBRARY:-}"
+} > "$OUT/machine.txt" 2>&1
+BUILD=${BUILD_DIR:-build-gpu}
+BENCH_TARGETS="commx_backend_cuda commx_backend_nccl commx-gpu-bench"
+TESTS="lowp_gpu_codec_test lowp_cuda_test"
+BASE=${LOWP_BASE:-}
+if [ -n "$BASE" ]; then
+  (cd "$BASE" && gpu_build build-gpu "$LOGS/base_build.log" $BENCH_TARGETS) &
+  base_pid=$!
+fi
+gpu_build "$BUILD" "$LOGS/build.log" $BENCH_TARGETS $TESTS || exit 1
+if [ -n "$BASE" ]; then wait $base_pid || BASE=""; fi
+echo "build ok${BASE:+ (and $BASE)}"
+rc=0
+NR=$(nvidia-smi -L | wc -l)
+[ "$NR" -gt 2 ] && NR=2
+MIN=${LOWP_MIN:-16M} MAX=${LOWP_MAX:-1G} REPS=${LOWP_REPS:-5}
+
+if [ "${LOWP_TESTS:-1}" = 1 ]; then
+  : > "$OUT/lowp_tests.log"
+  for t in $TESTS; do
+    echo "=== $t" >> "$OUT/lowp_tests.log"
+    timeout 300 "$BUILD/bin/$t" >> "$OUT/lowp_tests.log" 2>&1 || { rc=1; echo "=== $t FAILED" >> "$OUT/lowp_tests.log"; }
+  done
+  grep -E "^=== |^\[( +OK|  FAILED|  PASSED) |rank [0-9]+ failed|Failure" "$OUT/lowp_tests.log" | head -40
+fi
+
+# bench NAME BINARY_DIR ARGS...: one benchmark run, its log kept in LOGS.
+bench() {
+  local name=$1 dir=$2; shift 2
+  echo "command: commx-gpu-bench --ranks $NR $*" >> "$OUT/machine.txt"
+  timeout 240 "$dir/bin/commx-gpu-bench" --ranks "$NR" "$@" > "$LOGS/$name.log" 2>&1 || rc=1
+  grep -E "us .*GB/s" "$LOGS/$name.log" | awk '{printf "%s %s %s %s %s us\n", $1, $2, $3, $5, $6}'
+}
+if [ "${LOWP_BENCH:-1}" = 1 ]; then
+  bench lowp_allreduce "$BUILD" --backend nccl,cuda,cuda+fp8,cuda+fp8x2,nccl+fp8 --dtypes bf16 \
+    --ops all_reduce --modes eager --min "$MIN" --max "$MAX" --factor 4 --reps "$REPS" --error 16M \
+    --json "$OUT/lowp_allreduce.json" --md "$OUT/lowp_allreduce.md"
+  bench lowp_f32 "$BUILD" --backend nccl,cuda,cuda+fp8 --dtypes f32 --ops all_reduce --modes eager \
+    --min 64M --max "$MAX" --factor 4 --reps "$REPS" --error 64M \
+    --json "$OUT/lowp_f32.json" --md "$LOGS/lowp_f32.md"
+  bench lowp_coll "$BUILD" --backend nccl,cuda,cuda+fp8 --dtypes bf16 \
+    --ops reduce_scatter,all_gather,all_to_all --modes eager --min "$MIN" --max "$MAX" --factor 4 \
+    --reps "$REPS" --json "$OUT/lowp_coll.json" --md "$LOGS/lowp_coll.md"
+  COMMX_CUDA_LOWP_KERNEL=generic bench lowp_generic "$BUILD" --backend cuda+fp8,cuda+fp8x2 \
+    --dtypes bf16 --ops all_reduce --modes eager --min "$MIN" --max "$MAX" --factor 4 --reps "$REPS" \
+    --json "$OUT/lowp_generic.json" --md /dev/null
+  if [ -n "$BASE" ]; then
+    bench lowp_base "$BASE/build-gpu" --backend cuda+fp8,cuda+fp8x2 --dtypes bf16 --ops all_reduce \
+      --modes eager --min "$MIN" --max "$MAX" --factor 4 --reps "$REPS" \
+      --json "$LOGS/lowp_base.json" --md /dev/null
+  fi
+fi
+
+# Nsight Compute of one FP8 all_reduce kernel (64 MiB, bf16; rank 0's process). Each rank is a
+# process and the kernels wait for each other, so replays see their peers' flags already set; the
+# clocks are left alone (--clock-control none). Bounded: a profiler that serialises the two
+# processes' kernels would make the first one wait out its op timeout.
+profile() {  # name binary_dir
+  local name=$1 dir=$2
+  command -v ncu > /dev/null || { echo "ncu missing" > "$OUT/profile_$name.txt"; return; }
+  COMMX_TIMEOUT_SECONDS=20 timeout 150 ncu --target-processes all --clock-control none \
+    -k regex:lowp_round_kernel --launch-skip 4 --launch-count 1 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+    "$dir/bin/commx-gpu-bench" --ranks "$NR" --backend cuda+fp8 --dtypes bf16 --ops all_reduce \
+    --modes eager --min 64M --max 64M --reps 1 --json /dev/null --md /dev/null \
+    > "$OUT/profile_$name.txt" 2>&1
+  echo "profile $name: rc $?"
+}
+if [ "${LOWP_PROFILE:-0}" = 1 ]; then
+  profile after "$BUILD"
+  [ -n "$BASE" ] && profile before "$BASE/build-gpu"
+fi
+tar -czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null
+rm -rf "$LOGS"
+exit $rc
