@@ -10,6 +10,8 @@
 #   lowp_generic.json   commx FP8 with COMMX_CUDA_LOWP_KERNEL=generic (the kernel for any world
 #                       size) beside the specialised one, same binary and run
 #   profile_*.txt       Nsight Compute of the FP8 all_reduce kernel at 64 MiB (LOWP_PROFILE=1)
+#   fp8_training.*      loss curves of a 2-layer MLP trained with bf16 / FP8 / fp8x2 gradient
+#                       all-reduce (LOWP_TRAIN=1; tools/gpu_bench/fp8_training.py)
 #   logs.tar.gz         build and benchmark logs
 # Env: LOWP_TESTS=0 / LOWP_BENCH=0 skip a part; LOWP_MIN/LOWP_MAX bound the sizes (16M, 1G);
 # LOWP_REPS (5); LOWP_BASE=DIR also benchmarks and profiles the commx tree at DIR (built there in
@@ -84,10 +86,10 @@ fi
 profile() {  # name binary_dir
   local name=$1 dir=$2
   command -v ncu > /dev/null || { echo "ncu missing" > "$OUT/profile_$name.txt"; return; }
-  COMMX_TIMEOUT_SECONDS=20 timeout 150 ncu --target-processes all --clock-control none \
+  COMMX_TIMEOUT_SECONDS=20 timeout ${LOWP_PROFILE_TIMEOUT:-60} ncu --target-processes all --clock-control none \
     -k regex:lowp_round_kernel --launch-skip 4 --launch-count 1 \
-    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-    --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+    --section SpeedOfLight --section Occupancy --section LaunchStats \
+    --metrics l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum,l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum,smsp__inst_executed.sum,lts__t_sectors_op_atom.sum,lts__t_sectors_op_red.sum \
     "$dir/bin/commx-gpu-bench" --ranks "$NR" --backend cuda+fp8 --dtypes bf16 --ops all_reduce \
     --modes eager --min 64M --max 64M --reps 1 --json /dev/null --md /dev/null \
     > "$OUT/profile_$name.txt" 2>&1
@@ -96,6 +98,13 @@ profile() {  # name binary_dir
 if [ "${LOWP_PROFILE:-0}" = 1 ]; then
   profile after "$BUILD"
   [ -n "$BASE" ] && profile before "$BASE/build-gpu"
+fi
+if [ "${LOWP_TRAIN:-0}" = 1 ]; then
+  # The Python extension over this build (no tests), then 200 steps per variant on 2 ranks.
+  BUILD_DIR=$BUILD GPU_PY_TESTS=0 OUT=$LOGS bash scripts/gpu_python.sh > "$LOGS/python_build.log" 2>&1 &&
+    PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" timeout 240 python3 tools/gpu_bench/fp8_training.py \
+      --ranks "$NR" --steps 200 --out "$OUT" > "$LOGS/fp8_training.log" 2>&1
+  echo "training: rc $?"; tail -8 "$LOGS/fp8_training.log"
 fi
 tar -czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null
 rm -rf "$LOGS"

@@ -116,20 +116,17 @@ __device__ __forceinline__ bool owner_finishes(int64_t j, int64_t n, int64_t blo
   return block == 256 && (j + 1) * 256 <= n;
 }
 
-// P2 of a full block of an all_reduce: reduce, encode Q1 (and the residual Q2) into the peers'
-// gather slots, and write the owner's own result from the codes in registers (what P3 would
-// decode from its own gather slot: the same bits, one pass less).
-template <typename T, bool kE5, bool kSR, int kW, typename Dsts>
-__device__ __forceinline__ void reduce_encode_full256(const g::ReducedSrc<T, kE5, kW>& a,
-                                                      int64_t blk, int64_t nb, const Dsts& d1,
-                                                      const Dsts& d2, const LowpRound& r,
-                                                      uint64_t idx0, T* out, g::StatAcc* st) {
-  const int64_t i0 = 8 * (threadIdx.x & 31);
-  float v[8];
-  a.load8(i0, v);
+// P2 of a full block of an all_reduce from its reduced values v: encode Q1 (and the residual
+// Q2) into the peers' gather slots, and write the owner's own result from the codes in registers
+// (what P3 would decode from its own gather slot: the same bits, one pass less).
+template <typename T, bool kE5, bool kSR, typename Dsts>
+__device__ __forceinline__ void encode_finish_full256(const float v[8], int64_t blk, int64_t nb,
+                                                      const Dsts& d1, const Dsts& d2,
+                                                      const LowpRound& r, uint64_t idx, T* out,
+                                                      g::StatAcc* st) {
   const g::BlockCode c1 = g::scale_full256<kE5>(v);
   uint32_t w[2];
-  g::encode8<kE5, kSR>(v, c1, r.seed, r.sr2, idx0 + i0, w, st);
+  g::encode8<kE5, kSR>(v, c1, r.seed, r.sr2, idx, w, st);
   g::store_full256(d1, blk, nb, c1.sb, w);
   float o[8];
 #pragma unroll
@@ -140,18 +137,51 @@ __device__ __forceinline__ void reduce_encode_full256(const g::ReducedSrc<T, kE5
     for (int k = 0; k < 8; ++k) res[k] = g::residual_of<kE5>(v[k], g::code_of(w[k / 4], k % 4), c1);
     const g::BlockCode c2 = g::scale_full256<kE5>(res);
     uint32_t w2[2];
-    g::encode8<kE5, kSR>(res, c2, r.seed, r.sr2b, idx0 + i0, w2, st);
+    g::encode8<kE5, kSR>(res, c2, r.seed, r.sr2b, idx, w2, st);
     g::store_full256(d2, blk, nb, c2.sb, w2);
 #pragma unroll
     for (int k = 0; k < 8; ++k)
       o[k] = __fadd_rn(o[k], g::decode_one<kE5>(g::code_of(w2[k / 4], k % 4), c2.sb));
   }
-  T* p = out + blk * 256 + i0;
+  T* p = out + blk * 256 + 8 * (threadIdx.x & 31);
   store8<T>(p, o, (reinterpret_cast<uintptr_t>(p) % 16) == 0);
 }
 
+// P2 over the owner's full blocks 0..nfull-1 (the units FOR_UNITS gives this warp), the next
+// block's loads issued before this one is reduced and encoded.
+template <typename T, bool kE5, bool kSR, int kW, typename Dsts>
+__device__ __forceinline__ void reduce_encode_full_units(const g::ReduceSrc& rs, int64_t nfull,
+                                                         int64_t nb, const Dsts& d1,
+                                                         const Dsts& d2, const LowpRound& r,
+                                                         T* out, g::StatAcc* st) {
+  using Src = g::ReducedSrc<T, kE5, kW>;
+  const int64_t i0 = 8 * (threadIdx.x & 31);
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kWarps;
+  int64_t j = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (j >= nfull) return;
+  Src a(rs, nb, 256, j);
+  typename Src::Raw raw;
+  if (a.can_fetch()) a.fetch8(i0, raw);
+  for (;;) {
+    const int64_t jn = j + step;
+    const bool more = jn < nfull;
+    Src an = more ? Src(rs, nb, 256, jn) : a;
+    typename Src::Raw rawn;
+    if (more && an.can_fetch()) an.fetch8(i0, rawn);
+    float v[8];
+    if (a.can_fetch())
+      a.sum8(raw, v);
+    else
+      a.load8(i0, v);
+    encode_finish_full256<T, kE5, kSR>(v, j, nb, d1, d2, r,
+                                       static_cast<uint64_t>(r.sr_off2 + j * 256 + i0), out, st);
+    if (!more) return;
+    a = an, raw = rawn, j = jn;
+  }
+}
+
 // P2 for all_reduce: reduce, then encode Q1 (and the residual Q2) into every rank's gather slot;
-// full blocks go to the peers only (see reduce_encode_full256).
+// full blocks go to the peers only (see encode_finish_full256).
 template <typename T, bool kE5, bool kSR, int kW>
 __device__ __forceinline__ void reduce_encode_units(const PeerSet& ps, const LowpRound& r,
                                                     const g::ReduceSrc& rs, int64_t block,
@@ -166,20 +196,20 @@ __device__ __forceinline__ void reduce_encode_units(const PeerSet& ps, const Low
     if (q >= world) break;
     all.p[q] = slot(ps, q, r.gather_off, r.cap, ps.rank);
     all2.p[q] = all.p[q] + q1;
-    // peers: every rank but this one, in rank order (no rank's links take every write at once).
-    const int k = q < ps.rank ? q : q - 1;
-    if (q != ps.rank) peers.p[k] = all.p[q], peers2.p[k] = all2.p[q];
+    // peers: every rank but this one, the next first (no rank's links take every write at once).
+    if (q == 0) continue;
+    peers.p[q - 1] = slot(ps, (ps.rank + q) % world, r.gather_off, r.cap, ps.rank);
+    peers2.p[q - 1] = peers.p[q - 1] + q1;
   }
   all.count = all2.count = world;
   peers.count = peers2.count = world - 1;
   T* out = reinterpret_cast<T*>(r.out[ps.rank]);
+  if (block == 256)
+    reduce_encode_full_units<T, kE5, kSR, kW>(rs, rs.n / 256, nb, peers, peers2, r, out, st);
   FOR_UNITS(j, nb) {
+    if (owner_finishes(j, rs.n, block)) continue;
     const g::ReducedSrc<T, kE5, kW> a(rs, nb, block, j);
     const uint64_t idx0 = static_cast<uint64_t>(r.sr_off2 + j * block);
-    if (owner_finishes(j, rs.n, block)) {
-      reduce_encode_full256<T, kE5, kSR, kW>(a, j, nb, peers, peers2, r, idx0, out, st);
-      continue;
-    }
     const g::BlockCode c1 =
         g::encode_block_warp<kE5, kSR>(a, a.m, j, nb, block, all, st, r.seed, r.sr2, idx0);
     if (r.two_term) {

@@ -459,23 +459,33 @@ struct ReducedSrc {
     }
     for (int j = 0; j < 4; ++j) v[j] = finish(acc[j]);
   }
-  // Eight elements of a full block: every source's loads are issued before the sums.
-  __device__ __forceinline__ void load8(int64_t i, float v[8]) const {
-    if (!vec) {
-      load4(i, true, v);
-      load4(i + 4, true, v + 4);
-      return;
-    }
-    float mine[8];
-    load8v<T>(own + i, true, mine);
+  // The raw loads of eight elements of a full block (fetch8), issued apart from the sums
+  // (sum8) so that a caller can fetch the next block's before it works on this one. Needs
+  // can_fetch(): `own` 16-byte aligned and the codes 4-byte aligned.
+  struct Raw {
+    uint4 own[sizeof(T) / 2];  // 8 elements: one 16-byte word (16-bit types), two (f32)
     uint32_t w[kN][2];
+  };
+  __device__ __forceinline__ bool can_fetch() const {
+    return vec && (reinterpret_cast<uintptr_t>(own) % 16) == 0;
+  }
+  __device__ __forceinline__ void fetch8(int64_t i, Raw& raw) const {
+    const uint4* o = reinterpret_cast<const uint4*>(own + i);
+#pragma unroll
+    for (int k = 0; k < static_cast<int>(sizeof(T) / 2); ++k) raw.own[k] = o[k];
 #pragma unroll (kU)
     for (int p = 0; p < kN; ++p) {
       if (p >= world) break;
       if (p == rank) continue;
       const uint32_t* c = reinterpret_cast<const uint32_t*>(codes[p] + i);
-      w[p][0] = c[0], w[p][1] = c[1];
+      raw.w[p][0] = c[0], raw.w[p][1] = c[1];
     }
+  }
+  __device__ __forceinline__ void sum8(const Raw& raw, float v[8]) const {
+    float mine[8];
+    const T* h = reinterpret_cast<const T*>(raw.own);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) mine[j] = load_f<T>(h, j);
 #pragma unroll
     for (int j = 0; j < 8; ++j) v[j] = 0.0f;
 #pragma unroll (kU)
@@ -483,12 +493,24 @@ struct ReducedSrc {
       if (p >= world) break;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const float x = p == rank ? mine[j] : decode_one<kE5>(code_of(w[p][j / 4], j % 4), sb[p]);
+        const float x =
+            p == rank ? mine[j] : decode_one<kE5>(code_of(raw.w[p][j / 4], j % 4), sb[p]);
         v[j] = __fadd_rn(v[j], x);
       }
     }
 #pragma unroll
     for (int j = 0; j < 8; ++j) v[j] = finish(v[j]);
+  }
+  // Eight elements of a full block.
+  __device__ __forceinline__ void load8(int64_t i, float v[8]) const {
+    if (!can_fetch()) {
+      load4(i, true, v);
+      load4(i + 4, true, v + 4);
+      return;
+    }
+    Raw raw;
+    fetch8(i, raw);
+    sum8(raw, v);
   }
 };
 
