@@ -204,8 +204,21 @@ __device__ __forceinline__ void reduce_encode_units(const PeerSet& ps, const Low
   all.count = all2.count = world;
   peers.count = peers2.count = world - 1;
   T* out = reinterpret_cast<T*>(r.out[ps.rank]);
-  if (block == 256)
-    reduce_encode_full_units<T, kE5, kSR, kW>(rs, rs.n / 256, nb, peers, peers2, r, out, st);
+  if (block == 256) {
+    if constexpr (kW != 0) {
+      reduce_encode_full_units<T, kE5, kSR, kW>(rs, rs.n / 256, nb, peers, peers2, r, out, st);
+    } else {  // no prefetch: copies of the generic source would go through local memory
+      FOR_UNITS(j, nb) {
+        if (!owner_finishes(j, rs.n, block)) continue;
+        const g::ReducedSrc<T, kE5, kW> a(rs, nb, block, j);
+        float v[8];
+        a.load8(8 * (threadIdx.x & 31), v);
+        encode_finish_full256<T, kE5, kSR>(
+            v, j, nb, peers, peers2, r,
+            static_cast<uint64_t>(r.sr_off2 + j * 256 + 8 * (threadIdx.x & 31)), out, st);
+      }
+    }
+  }
   FOR_UNITS(j, nb) {
     if (owner_finishes(j, rs.n, block)) continue;
     const g::ReducedSrc<T, kE5, kW> a(rs, nb, block, j);

@@ -501,9 +501,10 @@ struct ReducedSrc {
 #pragma unroll
     for (int j = 0; j < 8; ++j) v[j] = finish(v[j]);
   }
-  // Eight elements of a full block.
+  // Eight elements of a full block (the generic kernel keeps to load4: a Raw indexed by rank at
+  // run time would live in local memory).
   __device__ __forceinline__ void load8(int64_t i, float v[8]) const {
-    if (!can_fetch()) {
+    if (kW == 0 || !can_fetch()) {
       load4(i, true, v);
       load4(i + 4, true, v + 4);
       return;
