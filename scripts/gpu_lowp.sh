@@ -9,13 +9,14 @@
 #   lowp_coll.*         reduce_scatter, all_gather, all_to_all of bf16: NCCL, commx, commx FP8
 #   lowp_generic.json   commx FP8 with COMMX_CUDA_LOWP_KERNEL=generic (the kernel for any world
 #                       size) beside the specialised one, same binary and run
-#   profile_*.txt       Nsight Compute of the FP8 all_reduce kernel at 64 MiB (LOWP_PROFILE=1)
 #   fp8_training.*      loss curves of a 2-layer MLP trained with bf16 / FP8 / fp8x2 gradient
 #                       all-reduce (LOWP_TRAIN=1; tools/gpu_bench/fp8_training.py)
 #   logs.tar.gz         build and benchmark logs
 # Env: LOWP_TESTS=0 / LOWP_BENCH=0 skip a part; LOWP_MIN/LOWP_MAX bound the sizes (16M, 1G);
-# LOWP_REPS (5); LOWP_BASE=DIR also benchmarks and profiles the commx tree at DIR (built there in
-# build-gpu) as the "before" of a comparison (its rows carry backend names prefixed "base:").
+# LOWP_REPS (5); LOWP_BASE=DIR also benchmarks the FP8 all_reduce of the commx tree at DIR (built
+# there in build-gpu) as the "before" of a comparison (lowp_base.json).
+# Not here: an Nsight Compute profile. ncu serialises the kernels of the two rank processes, so the
+# profiled kernel waits for a peer kernel that cannot start (it ends at the op timeout).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/bench/results/local}
@@ -75,30 +76,10 @@ if [ "${LOWP_BENCH:-1}" = 1 ]; then
   if [ -n "$BASE" ]; then
     bench lowp_base "$BASE/build-gpu" --backend cuda+fp8,cuda+fp8x2 --dtypes bf16 --ops all_reduce \
       --modes eager --min "$MIN" --max "$MAX" --factor 4 --reps "$REPS" \
-      --json "$LOGS/lowp_base.json" --md /dev/null
+      --json "$OUT/lowp_base.json" --md /dev/null
   fi
 fi
 
-# Nsight Compute of one FP8 all_reduce kernel (64 MiB, bf16; rank 0's process). Each rank is a
-# process and the kernels wait for each other, so replays see their peers' flags already set; the
-# clocks are left alone (--clock-control none). Bounded: a profiler that serialises the two
-# processes' kernels would make the first one wait out its op timeout.
-profile() {  # name binary_dir
-  local name=$1 dir=$2
-  command -v ncu > /dev/null || { echo "ncu missing" > "$OUT/profile_$name.txt"; return; }
-  COMMX_TIMEOUT_SECONDS=20 timeout ${LOWP_PROFILE_TIMEOUT:-60} ncu --target-processes all --clock-control none \
-    -k regex:lowp_round_kernel --launch-skip 4 --launch-count 1 \
-    --section SpeedOfLight --section Occupancy --section LaunchStats \
-    --metrics l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum,l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum,smsp__inst_executed.sum,lts__t_sectors_op_atom.sum,lts__t_sectors_op_red.sum \
-    "$dir/bin/commx-gpu-bench" --ranks "$NR" --backend cuda+fp8 --dtypes bf16 --ops all_reduce \
-    --modes eager --min 64M --max 64M --reps 1 --json /dev/null --md /dev/null \
-    > "$OUT/profile_$name.txt" 2>&1
-  echo "profile $name: rc $?"
-}
-if [ "${LOWP_PROFILE:-0}" = 1 ]; then
-  profile after "$BUILD"
-  [ -n "$BASE" ] && profile before "$BASE/build-gpu"
-fi
 if [ "${LOWP_TRAIN:-0}" = 1 ]; then
   # The Python extension over this build (no tests), then 200 steps per variant on 2 ranks.
   BUILD_DIR=$BUILD GPU_PY_TESTS=0 OUT=$LOGS bash scripts/gpu_python.sh > "$LOGS/python_build.log" 2>&1 &&

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Training quality of FP8 gradient all-reduce: a 2-layer MLP learns a fixed random teacher
-network on synthetic data with 2 data-parallel ranks, its gradients averaged each step by commx's
-cuda backend in bf16, in FP8 (E4M3, per-block scales, FP32 sums) and in FP8 with the two-term
-gather (fp8x2). Every run starts from the same weights and sees the same batches, so the runs
-differ only in how the gradients were reduced. Writes the loss table (markdown + JSON) and the
-curves (SVG, and PNG when matplotlib is present). Layer: tools.
+network on synthetic data with 2 data-parallel ranks, its gradients averaged each step by commx in
+bf16, in FP8 (E4M3, per-block scales, FP32 sums) and in FP8 with the two-term gather (fp8x2).
+Every run starts from the same weights and sees the same batches, so the runs differ only in how
+the gradients were reduced. Backend `cuda` (GPUs) or `cpu` (the host path, whose FP8 results
+the cuda kernels reproduce bit for bit: lowp_cuda_test). Writes the loss table (markdown + JSON)
+and the curves (SVG, and PNG when matplotlib is present). Layer: tools.
 
   python3 tools/gpu_bench/fp8_training.py --ranks 2 --steps 200 --out bench/results/local
+  python3 tools/gpu_bench/fp8_training.py --backend cpu --dim 256 --hidden 1024 --batch 128
 """
 import argparse
 import json
@@ -76,14 +78,18 @@ def train(variant, comm, rank, args, dev):
 
 def worker(rank, args, port, result_path):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dev = torch.device("cuda", rank % torch.cuda.device_count())
-    torch.cuda.set_device(dev)
+    if args.backend == "cuda":
+        dev = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+    else:
+        dev = torch.device("cpu")
+        torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
     import commx
     store = dist.distributed_c10d._get_default_store()
     results = {}
     for name in args.variants.split(","):
-        comm = commx.new_comm("cuda", dev, name=f"train_{name}", store=store, rank=rank,
+        comm = commx.new_comm(args.backend, dev, name=f"train_{name}", store=store, rank=rank,
                               size=args.ranks, hints=VARIANTS[name])
         losses, numel = train(name, comm, rank, args, dev)
         comm.finalize()
@@ -158,6 +164,7 @@ def png(curves, path, title):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--backend", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--dim", type=int, default=1024)
     ap.add_argument("--hidden", type=int, default=4096)
@@ -174,7 +181,7 @@ def main():
         losses = json.load(f)["losses"]
     names = list(losses)
     title = (f"2-layer MLP {args.dim}-{args.hidden}-{args.dim}, {args.ranks} ranks, "
-             f"gradients all-reduced by commx")
+             f"gradients all-reduced by commx ({args.backend} backend)")
     lines = [f"{title}; mean loss over the ranks' batches.", "",
              "| step | " + " | ".join(names) + " |", "|---:|" + "---:|" * len(names)]
     for i in list(range(0, args.steps, max(1, args.steps // 10))) + [args.steps - 1]:
