@@ -1,8 +1,10 @@
 // The fused low-precision round kernel (see lowp_kernels.h), included by one translation unit per
 // element type (lowp_kernels_<type>.cu) so that the three compile in parallel. Work unit: one warp
-// encodes, reduces or decodes one codec block; block b of threads owns units b*W .. b*W+W-1, then
-// every gridDim-th group after that, identically on every rank, so a per-block barrier orders
-// exactly the units it needs. Built with --fmad=false: every float step rounds like the host path.
+// encodes, reduces or decodes one codec block; block b of threads owns units b*kWarps ..
+// b*kWarps+kWarps-1, then every gridDim-th group after that, identically on every rank and in
+// every phase, so a per-block barrier orders exactly the units it needs. Instantiated per world
+// size 2 and 4 and once for any size. Built with --fmad=false: every float step rounds like the
+// host path.
 // Layer: backends (cuda).
 #pragma once
 
@@ -317,7 +319,7 @@ __device__ __forceinline__ void finish_round(const PeerSet& ps, const LowpRound&
 
 // kW: the world size when known at compile time (2, 4), 0 for any: the peers' pointers and scale
 // words then live in registers. kMinBlocks: resident blocks per SM the compiler must allow (2:
-// 64 registers, twice the warps to hide latency; 1: no spills in the generic kernel).
+// 64 registers, twice the warps to hide latency; 1: more registers, fewer warps).
 // COMMX_CUDA_LOWP_BLOCKS_PER_SM picks for the generic kernel.
 template <typename T, bool kE5, int kW, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
