@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The FP8 collectives on a GPU machine (`bash scripts/gpu.sh lowp`, or directly): builds the cuda
-# and nccl backends, the FP8 tests and the benchmark, then writes to $OUT (default
-# bench/results/local):
+# and nccl backends, the FP8 tests and commx-bench, then writes to $OUT (default
+# bench/results/<machine>_<date>, results_dir in scripts/gpu_env.sh):
 #   lowp_tests.log      lowp_gpu_codec_test and lowp_cuda_test (bits equal to the CPU codec)
 #   lowp_allreduce.*    all_reduce of bf16: NCCL bf16, commx bf16, commx FP8 (one- and two-term
 #                       gather), NCCL native FP8; relative error at <= 16 MiB
@@ -19,24 +19,26 @@
 # profiled kernel waits for a peer kernel that cannot start (it ends at the op timeout).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/bench/results/local}
+. scripts/gpu_env.sh
+OUT=${OUT:-$(results_dir)}
 mkdir -p "$OUT"
 LOGS=$(mktemp -d)
-. scripts/gpu_env.sh
 {
   date -u; hostname; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
   nvidia-smi topo -m; nvcc --version | tail -1
   echo "COMMX_NCCL_LIBRARY=${COMMX_NCCL_LIBRARY:-}"
 } > "$OUT/machine.txt" 2>&1
 BUILD=${BUILD_DIR:-build-gpu}
-BENCH_TARGETS="commx_backend_cuda commx_backend_nccl commx-gpu-bench"
+# The benchmark binary of a tree: commx-bench, or commx-gpu-bench in trees from before the port.
+bench_bin() { if [ -f "$1/tools/gpu_bench/gpu_bench.cc" ]; then echo commx-gpu-bench; else echo commx-bench; fi; }
+BENCH_TARGETS="commx_backend_cuda commx_backend_nccl"
 TESTS="lowp_gpu_codec_test lowp_cuda_test"
 BASE=${LOWP_BASE:-}
 if [ -n "$BASE" ]; then
-  (cd "$BASE" && gpu_build build-gpu "$LOGS/base_build.log" $BENCH_TARGETS) &
+  (cd "$BASE" && gpu_build build-gpu "$LOGS/base_build.log" $BENCH_TARGETS "$(bench_bin .)") &
   base_pid=$!
 fi
-gpu_build "$BUILD" "$LOGS/build.log" $BENCH_TARGETS $TESTS || exit 1
+gpu_build "$BUILD" "$LOGS/build.log" $BENCH_TARGETS commx-bench $TESTS || exit 1
 if [ -n "$BASE" ]; then wait $base_pid || BASE=""; fi
 echo "build ok${BASE:+ (and $BASE)}"
 rc=0
@@ -53,28 +55,28 @@ if [ "${LOWP_TESTS:-1}" = 1 ]; then
   grep -E "^=== |^\[( +OK|  FAILED|  PASSED) |rank [0-9]+ failed|Failure" "$OUT/lowp_tests.log" | head -40
 fi
 
-# bench NAME BINARY_DIR ARGS...: one benchmark run, its log kept in LOGS.
+# bench NAME BUILD_DIR BINARY ARGS...: one benchmark run, its log kept in LOGS.
 bench() {
-  local name=$1 dir=$2; shift 2
-  echo "command: commx-gpu-bench --ranks $NR $*" >> "$OUT/machine.txt"
-  timeout 240 "$dir/bin/commx-gpu-bench" --ranks "$NR" "$@" > "$LOGS/$name.log" 2>&1 || rc=1
+  local name=$1 dir=$2 bin=$3; shift 3
+  echo "command: $bin --ranks $NR $*" >> "$OUT/machine.txt"
+  timeout 240 "$dir/bin/$bin" --ranks "$NR" "$@" > "$LOGS/$name.log" 2>&1 || rc=1
   grep -E "us .*GB/s" "$LOGS/$name.log" | awk '{printf "%s %s %s %s %s us\n", $1, $2, $3, $5, $6}'
 }
 if [ "${LOWP_BENCH:-1}" = 1 ]; then
-  bench lowp_allreduce "$BUILD" --backend nccl,cuda,cuda+fp8,cuda+fp8x2,nccl+fp8 --dtypes bf16 \
+  bench lowp_allreduce "$BUILD" commx-bench --backend nccl,cuda,cuda+fp8,cuda+fp8x2,nccl+fp8 --dtypes bf16 \
     --ops all_reduce --modes eager --min "$MIN" --max "$MAX" --factor 4 --reps "$REPS" --error 16M \
     --json "$OUT/lowp_allreduce.json" --md "$OUT/lowp_allreduce.md"
-  bench lowp_f32 "$BUILD" --backend nccl,cuda,cuda+fp8 --dtypes f32 --ops all_reduce --modes eager \
+  bench lowp_f32 "$BUILD" commx-bench --backend nccl,cuda,cuda+fp8 --dtypes f32 --ops all_reduce --modes eager \
     --min 64M --max "$MAX" --factor 4 --reps "$REPS" --error 64M \
     --json "$OUT/lowp_f32.json" --md "$LOGS/lowp_f32.md"
-  bench lowp_coll "$BUILD" --backend nccl,cuda,cuda+fp8 --dtypes bf16 \
+  bench lowp_coll "$BUILD" commx-bench --backend nccl,cuda,cuda+fp8 --dtypes bf16 \
     --ops reduce_scatter,all_gather,all_to_all --modes eager --min "$MIN" --max "$MAX" --factor 4 \
     --reps "$REPS" --json "$OUT/lowp_coll.json" --md "$LOGS/lowp_coll.md"
-  COMMX_CUDA_LOWP_KERNEL=generic bench lowp_generic "$BUILD" --backend cuda+fp8,cuda+fp8x2 \
+  COMMX_CUDA_LOWP_KERNEL=generic bench lowp_generic "$BUILD" commx-bench --backend cuda+fp8,cuda+fp8x2 \
     --dtypes bf16 --ops all_reduce --modes eager --min "$MIN" --max "$MAX" --factor 4 --reps "$REPS" \
     --json "$OUT/lowp_generic.json" --md /dev/null
   if [ -n "$BASE" ]; then
-    bench lowp_base "$BASE/build-gpu" --backend cuda+fp8,cuda+fp8x2 --dtypes bf16 --ops all_reduce \
+    bench lowp_base "$BASE/build-gpu" "$(bench_bin "$BASE")" --backend cuda+fp8,cuda+fp8x2 --dtypes bf16 --ops all_reduce \
       --modes eager --min "$MIN" --max "$MAX" --factor 4 --reps "$REPS" \
       --json "$OUT/lowp_base.json" --md /dev/null
   fi
