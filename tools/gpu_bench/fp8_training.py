@@ -69,9 +69,10 @@ def train(variant, comm, rank, args, dev):
             p.grad.copy_(bucket[off:off + p.numel()].view_as(p.grad))
             off += p.numel()
         opt.step()
-        # The mean loss over the ranks' batches (an exact f32 all_reduce on the plain path).
+        # The mean loss over the ranks' batches, in f32 on the plain path (the op hint keeps the
+        # comm's low precision off it).
         lt = loss.detach().reshape(1).float()
-        comm.all_reduce(lt, commx.ReduceOp.AVG, False)
+        comm.all_reduce(lt, commx.ReduceOp.AVG, False, hints={"low_precision": "off"})
         losses.append(lt.item())
     return losses, numel
 
