@@ -164,8 +164,12 @@ const std::vector<SettingSpec>& table() {
        "cuda.md", 0, 0, "ipc|vmm"},
       {"COMMX_CUDA_RANKS_PER_HOST", T::kInt, "unset",
        "cuda backend: forced host boundary (hierarchical path tests)", "cuda.md", 1, kMaxCount},
-      {"COMMX_CUDA_LOWP_BLOCKS_PER_SM", T::kInt, "2", "cuda backend: FP8 kernel occupancy",
-       "cuda.md", 1, 32},
+      {"COMMX_CUDA_LOWP_BLOCKS_PER_SM", T::kInt, "2",
+       "cuda backend: FP8 kernel occupancy (the kernel for any world size)", "cuda.md", 1, 32},
+      {"COMMX_CUDA_LOWP_KERNEL", T::kChoice, "auto",
+       "cuda backend: FP8 kernel specialised for 2 and 4 ranks (auto) or the one for any world "
+       "size (generic, for comparisons)",
+       "cuda.md", 0, 0, "auto|generic"},
       {"COMMX_NCCL_LIBRARY", T::kPath, "libnccl.so.2", "NCCL library the nccl backend loads",
        "cuda.md"},
       // ---- low precision ----

@@ -21,11 +21,13 @@ __global__ void __launch_bounds__(kThreads)
   const T* x = src + off;
   const BufferSrc<T> in{x, (reinterpret_cast<uintptr_t>(x) % (4 * sizeof(T))) == 0,
                         min(block, n - off)};
-  EncDsts d{};
+  EncDstsN<1> d{};
   d.p[0] = dst;
   d.count = 1;
-  encode_block_warp<kE5, kSR>(in, in.m, blk, nb, block, d, stats, seed, stream,
+  StatAcc acc;
+  encode_block_warp<kE5, kSR>(in, in.m, blk, nb, block, d, stats ? &acc : nullptr, seed, stream,
                               static_cast<uint64_t>(sr_offset + off));
+  if (stats) flush_stats(stats, acc);
 }
 
 // Four elements per thread, grid-stride. `block` is a multiple of 16, so 4 consecutive elements

@@ -117,35 +117,62 @@ __device__ __forceinline__ float decode_one(uint8_t c, uint32_t sb) {
   return __fmul_rn(v, __uint_as_float(sb));
 }
 
+// A block's scale word at enc + 4 * k: one 32-bit access where aligned (the scales of a slot
+// are), bytes otherwise (the second term of a two-term gather may start at any byte).
 __device__ __forceinline__ uint32_t load_scale(const uint8_t* enc, int64_t k) {
   const uint8_t* p = enc + 4 * k;
+  if ((reinterpret_cast<uintptr_t>(p) & 3) == 0) return *reinterpret_cast<const uint32_t*>(p);
   return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
          (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
 }
 
-// Where one encoded block goes: up to kMaxDsts encoded chunks of the same n elements (the scale of
-// block `blk` at dst + 4 * blk, its codes at dst + 4 * nb + blk * block).
+__device__ __forceinline__ void store_scale(uint8_t* p, uint32_t sb) {
+  if ((reinterpret_cast<uintptr_t>(p) & 3) == 0) {
+    *reinterpret_cast<uint32_t*>(p) = sb;
+    return;
+  }
+  p[0] = sb & 0xff, p[1] = (sb >> 8) & 0xff, p[2] = (sb >> 16) & 0xff, p[3] = sb >> 24;
+}
+
+// Four codes packed little-endian into one word, and back.
+__device__ __forceinline__ uint32_t pack4(const uint8_t c[4]) {
+  return static_cast<uint32_t>(c[0]) | (static_cast<uint32_t>(c[1]) << 8) |
+         (static_cast<uint32_t>(c[2]) << 16) | (static_cast<uint32_t>(c[3]) << 24);
+}
+__device__ __forceinline__ uint8_t code_of(uint32_t w, int k) { return (w >> (8 * k)) & 0xffu; }
+
+// Where one encoded block goes: up to N encoded chunks of the same n elements (the scale of
+// block `blk` at dst + 4 * blk, its codes at dst + 4 * nb + blk * block). Loops over the
+// destinations are unrolled to N so that the pointers stay in registers.
 constexpr int kMaxDsts = 8;
-struct EncDsts {
-  uint8_t* p[kMaxDsts];
+template <int N>
+struct EncDstsN {
+  static constexpr int kCap = N;
+  uint8_t* p[N];
   int count;
 };
+using EncDsts = EncDstsN<kMaxDsts>;
 
+// Codec counters of one lane, summed into the device counters once per warp (flush_stats) rather
+// than once per block: every warp adding to the same counters after each block serialised at the
+// L2 (one atomic per 256 elements on one address).
+struct StatAcc {
+  uint32_t elements = 0, under = 0, sat = 0, nonfinite = 0, nonfinite_blocks = 0;
+};
 
-// Adds one block's counters (each lane's share) to the device counters; whole warp.
-__device__ __forceinline__ void add_block_stats(unsigned long long* stats, int64_t m,
-                                                uint32_t under, uint32_t sat, uint32_t nonfinite) {
-  under = __reduce_add_sync(0xffffffffu, under);
-  sat = __reduce_add_sync(0xffffffffu, sat);
-  nonfinite = __reduce_add_sync(0xffffffffu, nonfinite);
+// Adds the warp's counters to `stats`; whole warp, convergent.
+__device__ __forceinline__ void flush_stats(unsigned long long* stats, const StatAcc& a) {
+  const uint32_t el = __reduce_add_sync(0xffffffffu, a.elements);
+  const uint32_t under = __reduce_add_sync(0xffffffffu, a.under);
+  const uint32_t sat = __reduce_add_sync(0xffffffffu, a.sat);
+  const uint32_t nonfinite = __reduce_add_sync(0xffffffffu, a.nonfinite);
+  const uint32_t nfb = __reduce_add_sync(0xffffffffu, a.nonfinite_blocks);
   if ((threadIdx.x & 31) != 0) return;
-  atomicAdd(&stats[kStatElements], static_cast<unsigned long long>(m));
+  if (el) atomicAdd(&stats[kStatElements], static_cast<unsigned long long>(el));
   if (sat) atomicAdd(&stats[kStatSaturated], static_cast<unsigned long long>(sat));
   if (under) atomicAdd(&stats[kStatUnderflow], static_cast<unsigned long long>(under));
-  if (nonfinite) {
-    atomicAdd(&stats[kStatNonfiniteValues], static_cast<unsigned long long>(nonfinite));
-    atomicAdd(&stats[kStatNonfiniteBlocks], 1ull);
-  }
+  if (nonfinite) atomicAdd(&stats[kStatNonfiniteValues], static_cast<unsigned long long>(nonfinite));
+  if (nfb) atomicAdd(&stats[kStatNonfiniteBlocks], static_cast<unsigned long long>(nfb));
 }
 
 // The scale of an encoded block, as encode_block_warp chose it.
@@ -155,19 +182,12 @@ struct BlockCode {
   uint32_t sb;     // the scale word written (sign bit = flagged)
 };
 
-// The common case of encode_block_warp: a full block of 256 values, 8 consecutive ones per lane
-// kept in registers, so the source is read (or the sum computed) once. Same bits.
-template <bool kE5, bool kSR, typename Src>
-__device__ __forceinline__ BlockCode encode_full256(const Src& src, int64_t blk, int64_t nb,
-                                                    const EncDsts& dsts, unsigned long long* stats,
-                                                    uint64_t seed, uint64_t stream, uint64_t idx0) {
+// The scale of a full block of 256 values, 8 consecutive ones per lane (whole warp).
+template <bool kE5>
+__device__ __forceinline__ BlockCode scale_full256(const float v[8]) {
   constexpr Fp8Traits t = kE5 ? e5m2_traits() : e4m3_traits();
-  const int lane = threadIdx.x & 31;
-  const int64_t i0 = 8 * lane;
-  float v[8];
-  src.load4(i0, true, v);
-  src.load4(i0 + 4, true, v + 4);
   uint32_t amax = 0, amax_finite = 0;
+#pragma unroll
   for (int j = 0; j < 8; ++j) {
     const uint32_t a = f2u(v[j]) & kAbsMask;
     amax = max(amax, a);
@@ -178,49 +198,95 @@ __device__ __forceinline__ BlockCode encode_full256(const Src& src, int64_t blk,
   if (flagged) amax = __reduce_max_sync(0xffffffffu, amax_finite);
   const BlockScale bs = block_scale(u2f(amax), flagged ? t.flagged_target : t.max);
   const uint32_t sb = flagged ? (f2u(bs.scale) | 0x80000000u) : f2u(bs.scale);
-  if (lane < dsts.count) {
-    uint8_t* sp = dsts.p[lane] + blk * 4;
-    sp[0] = sb & 0xff, sp[1] = (sb >> 8) & 0xff, sp[2] = (sb >> 16) & 0xff, sp[3] = sb >> 24;
-  }
-  uint32_t w[2] = {0, 0};
+  return BlockCode{bs.inv, flagged, sb};
+}
+
+// The codes of this lane's 8 values of a full block (packed in w[0..1]), counted into `st`
+// (nullable). idx: stochastic-rounding index of v[0].
+template <bool kE5, bool kSR>
+__device__ __forceinline__ void encode8(const float v[8], const BlockCode& bc, uint64_t seed,
+                                        uint64_t stream, uint64_t idx, uint32_t w[2],
+                                        StatAcc* st) {
+  constexpr Fp8Traits t = kE5 ? e5m2_traits() : e4m3_traits();
+  w[0] = w[1] = 0;
   uint32_t under = 0, sat = 0, nonfinite = 0;
+#pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const uint8_t c = encode_one<kE5, kSR>(v[j], bs.inv, flagged, seed, stream, idx0 + i0 + j);
+    const uint8_t c = encode_one<kE5, kSR>(v[j], bc.inv, bc.flagged, seed, stream, idx + j);
     w[j / 4] |= static_cast<uint32_t>(c) << (8 * (j % 4));
-    if (stats) {
+    if (st) {
       const uint32_t a = f2u(v[j]) & kAbsMask;
-      const uint32_t qa = f2u(__fmul_rn(v[j], bs.inv)) & kAbsMask;
+      const uint32_t qa = f2u(__fmul_rn(v[j], bc.inv)) & kAbsMask;
       under += (a != 0) & (a < kInfBits) & ((c & 0x7fu) == 0);
       sat += (a < kInfBits) & (qa > f2u(t.sat_mid));
       nonfinite += a >= kInfBits;
     }
   }
-  for (int d = 0; d < dsts.count; ++d) {
-    uint32_t* codes = reinterpret_cast<uint32_t*>(dsts.p[d] + nb * 4 + blk * 256 + i0);
-    codes[0] = w[0];
-    codes[1] = w[1];
+  if (st) {
+    st->under += under, st->sat += sat, st->nonfinite += nonfinite;
+    if ((threadIdx.x & 31) == 0) st->elements += 256, st->nonfinite_blocks += bc.flagged;
   }
-  if (stats) add_block_stats(stats, 256, under, sat, nonfinite);
-  return BlockCode{bs.inv, flagged, sb};
+}
+
+// Writes a full block's scale (lane d for destination d) and this lane's 8 codes (at byte 8 *
+// lane of the block) to every destination.
+template <typename Dsts>
+__device__ __forceinline__ void store_full256(const Dsts& dsts, int64_t blk, int64_t nb,
+                                              uint32_t sb, const uint32_t w[2]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll (Dsts::kCap <= 4 ? Dsts::kCap : 1)
+  for (int d = 0; d < Dsts::kCap; ++d) {
+    if (d >= dsts.count) break;
+    if (lane == d) store_scale(dsts.p[d] + blk * 4, sb);
+    uint8_t* c = dsts.p[d] + nb * 4 + blk * 256 + 8 * lane;
+    if ((reinterpret_cast<uintptr_t>(c) & 7) == 0) {
+      *reinterpret_cast<uint2*>(c) = make_uint2(w[0], w[1]);
+    } else if ((reinterpret_cast<uintptr_t>(c) & 3) == 0) {
+      reinterpret_cast<uint32_t*>(c)[0] = w[0];
+      reinterpret_cast<uint32_t*>(c)[1] = w[1];
+    } else {  // the second term of a two-term gather may start at any byte
+#pragma unroll
+      for (int k = 0; k < 8; ++k) c[k] = code_of(w[k / 4], k % 4);
+    }
+  }
+}
+
+// The common case of encode_block_warp: a full block of 256 values, 8 consecutive ones per lane
+// kept in registers, so the source is read (or the sum computed) once. Same bits.
+template <bool kE5, bool kSR, typename Src, typename Dsts>
+__device__ __forceinline__ BlockCode encode_full256(const Src& src, int64_t blk, int64_t nb,
+                                                    const Dsts& dsts, StatAcc* st, uint64_t seed,
+                                                    uint64_t stream, uint64_t idx0) {
+  const int64_t i0 = 8 * (threadIdx.x & 31);
+  float v[8];
+  src.load8(i0, v);
+  const BlockCode bc = scale_full256<kE5>(v);
+  uint32_t w[2];
+  encode8<kE5, kSR>(v, bc, seed, stream, idx0 + i0, w, st);
+  store_full256(dsts, blk, nb, bc.sb, w);
+  return bc;
 }
 
 // One warp encodes block `blk` (m <= block elements) of a chunk of nb blocks. `src` gives the
 // values: src.load4(i, full, v) fills v[0..3] with elements i..i+3 of the block (when !full only
-// those below m, the rest 0); src.load1(i) one element. Writes the scale and the codes to every
-// destination, adds the counters to `stats` (nullable) and returns the block's scale.
-template <bool kE5, bool kSR, typename Src>
+// those below m, the rest 0); src.load8(i, v) eight elements of a full block; src.load1(i) one
+// element. Writes the scale and the codes to every destination, counts into `st` (nullable) and
+// returns the block's scale.
+template <bool kE5, bool kSR, typename Src, typename Dsts>
 __device__ __forceinline__ BlockCode encode_block_warp(const Src& src, int64_t m, int64_t blk,
-                                                  int64_t nb, int64_t block, const EncDsts& dsts,
-                                                  unsigned long long* stats, uint64_t seed,
-                                                  uint64_t stream, uint64_t idx0) {
+                                                       int64_t nb, int64_t block, const Dsts& dsts,
+                                                       StatAcc* st, uint64_t seed,
+                                                       uint64_t stream, uint64_t idx0) {
   constexpr Fp8Traits t = kE5 ? e5m2_traits() : e4m3_traits();
   const int lane = threadIdx.x & 31;
   const int64_t off = blk * block;
   bool vec_out = true;
-  for (int d = 0; d < dsts.count; ++d)
-    vec_out = vec_out && (reinterpret_cast<uintptr_t>(dsts.p[d] + nb * 4 + off) % 4) == 0;
-  if (block == 256 && m == 256 && vec_out) return encode_full256<kE5, kSR>(src, blk, nb, dsts,
-                                                                          stats, seed, stream, idx0);
+#pragma unroll (Dsts::kCap <= 4 ? Dsts::kCap : 1)
+  for (int d = 0; d < Dsts::kCap; ++d)
+    if (d < dsts.count)
+      vec_out = vec_out && (reinterpret_cast<uintptr_t>(dsts.p[d] + nb * 4 + off) % 4) == 0;
+  if (block == 256 && m == 256 && vec_out)
+    return encode_full256<kE5, kSR>(src, blk, nb, dsts, st, seed, stream, idx0);
 
   // Pass 1: amax over |x| as bits (integer order equals float order for non-negative floats).
   uint32_t amax = 0;
@@ -241,10 +307,9 @@ __device__ __forceinline__ BlockCode encode_block_warp(const Src& src, int64_t m
   }
   const BlockScale bs = block_scale(u2f(amax), flagged ? t.flagged_target : t.max);
   const uint32_t sb = flagged ? (f2u(bs.scale) | 0x80000000u) : f2u(bs.scale);
-  if (lane < dsts.count) {
-    uint8_t* sp = dsts.p[lane] + blk * 4;  // byte stores: the scales need no alignment
-    sp[0] = sb & 0xff, sp[1] = (sb >> 8) & 0xff, sp[2] = (sb >> 16) & 0xff, sp[3] = sb >> 24;
-  }
+#pragma unroll (Dsts::kCap <= 4 ? Dsts::kCap : 1)
+  for (int d = 0; d < Dsts::kCap; ++d)
+    if (d < dsts.count && lane == d) store_scale(dsts.p[d] + blk * 4, sb);
 
   // Pass 2: codes (and counters).
   uint32_t under = 0, sat = 0, nonfinite = 0;
@@ -255,7 +320,7 @@ __device__ __forceinline__ BlockCode encode_block_warp(const Src& src, int64_t m
     uint8_t c[4];
     for (int j = 0; j < 4; ++j) {
       c[j] = encode_one<kE5, kSR>(v[j], bs.inv, flagged, seed, stream, idx0 + i + j);
-      if (stats && i + j < m) {
+      if (st && i + j < m) {
         uint32_t a = f2u(v[j]) & kAbsMask;
         uint32_t qa = f2u(__fmul_rn(v[j], bs.inv)) & kAbsMask;
         under += (a != 0) & (a < kInfBits) & ((c[j] & 0x7fu) == 0);
@@ -263,20 +328,39 @@ __device__ __forceinline__ BlockCode encode_block_warp(const Src& src, int64_t m
         nonfinite += a >= kInfBits;
       }
     }
-    for (int d = 0; d < dsts.count; ++d) {
+#pragma unroll (Dsts::kCap <= 4 ? Dsts::kCap : 1)
+    for (int d = 0; d < Dsts::kCap; ++d) {
+      if (d >= dsts.count) break;
       uint8_t* codes = dsts.p[d] + nb * 4 + off;
       if (full && vec_out) {
-        *reinterpret_cast<uint32_t*>(codes + i) =
-            static_cast<uint32_t>(c[0]) | (static_cast<uint32_t>(c[1]) << 8) |
-            (static_cast<uint32_t>(c[2]) << 16) | (static_cast<uint32_t>(c[3]) << 24);
+        *reinterpret_cast<uint32_t*>(codes + i) = pack4(c);
       } else {
         for (int j = 0; j < 4; ++j)
           if (i + j < m) codes[i + j] = c[j];
       }
     }
   }
-  if (stats) add_block_stats(stats, m, under, sat, nonfinite);
+  if (st) {
+    st->under += under, st->sat += sat, st->nonfinite += nonfinite;
+    if (lane == 0) st->elements += static_cast<uint32_t>(m), st->nonfinite_blocks += flagged;
+  }
   return BlockCode{bs.inv, flagged, sb};
+}
+
+// Eight consecutive elements as floats: one 16-byte access (16-bit types) where aligned.
+template <typename T>
+__device__ __forceinline__ void load8v(const T* p, bool vec4, float v[8]) {
+  if constexpr (sizeof(T) == 2) {
+    if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+      const uint4 u = *reinterpret_cast<const uint4*>(p);
+      const T* h = reinterpret_cast<const T*>(&u);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = load_f<T>(h, j);
+      return;
+    }
+  }
+  load4v<T>(p, 0, vec4, v);
+  load4v<T>(p, 4, vec4, v + 4);
 }
 
 // The values of one block of a buffer of T (f32/bf16/f16) for encode_block_warp.
@@ -292,6 +376,7 @@ struct BufferSrc {
       for (int j = 0; j < 4 && i + j < m; ++j) v[j] = load_f<T>(x, i + j);
     }
   }
+  __device__ __forceinline__ void load8(int64_t i, float v[8]) const { load8v<T>(x + i, vec, v); }
   __device__ __forceinline__ float load1(int64_t i) const { return load_f<T>(x, i); }
   int64_t m;
 };
@@ -307,32 +392,49 @@ struct ReduceSrc {
   bool avg;
 };
 
-// Values of block `blk` of the reduced slice for encode_block_warp: the peers' scale words of the
-// block are loaded once; full groups of 4 use one load per source.
-template <typename T, bool kE5>
+// Values of block `blk` of the reduced slice for encode_block_warp. kW: the world size when
+// known at compile time (0: any, up to kMaxDsts). The peers' code pointers and scale words of the
+// block are copied into fixed-size arrays; with kW the loops over them unroll and they stay in
+// registers (indexed at run time, as in the generic kernel, they live in local memory); full
+// groups of 4 use one load per source.
+template <typename T, bool kE5, int kW = 0>
 struct ReducedSrc {
-  const ReduceSrc* r;
-  int64_t nb, block, off, m;
-  uint32_t sb[kMaxDsts];
+  static constexpr int kN = kW ? kW : kMaxDsts;
+  static constexpr int kU = kW ? kW : 1;  // the generic kernel stays small (compile time)
+  const T* own;
+  const uint8_t* codes[kN];  // block `blk` of each peer's codes
+  uint32_t sb[kN];
+  int rank, world;
+  int64_t m;
+  bool avg;
   bool vec;  // own and codes aligned for 4-element loads
 
-  __device__ __forceinline__ ReducedSrc(const ReduceSrc* rs, int64_t nb_, int64_t block_,
+  __device__ __forceinline__ ReducedSrc(const ReduceSrc& rs, int64_t nb, int64_t block,
                                         int64_t blk)
-      : r(rs), nb(nb_), block(block_), off(blk * block_), m(min(block_, rs->n - blk * block_)) {
-    vec = (reinterpret_cast<uintptr_t>(static_cast<const T*>(r->own) + off) % (4 * sizeof(T))) == 0;
-    for (int p = 0; p < r->world; ++p) {
-      sb[p] = p == r->rank ? 0u : load_scale(r->recv[p], blk);
-      if (p != r->rank) vec = vec && (reinterpret_cast<uintptr_t>(r->recv[p] + nb * 4 + off) % 4) == 0;
+      : own(static_cast<const T*>(rs.own) + blk * block),
+        rank(rs.rank),
+        world(kW ? kW : rs.world),
+        m(min(block, rs.n - blk * block)),
+        avg(rs.avg) {
+    vec = (reinterpret_cast<uintptr_t>(own) % (4 * sizeof(T))) == 0;
+#pragma unroll (kU)
+    for (int p = 0; p < kN; ++p) {
+      codes[p] = nullptr, sb[p] = 0;
+      if (p >= world || p == rank) continue;
+      codes[p] = rs.recv[p] + nb * 4 + blk * block;
+      sb[p] = load_scale(rs.recv[p], blk);
+      vec = vec && (reinterpret_cast<uintptr_t>(codes[p]) % 4) == 0;
     }
   }
   __device__ __forceinline__ float finish(float acc) const {
-    return r->avg ? __fdiv_rn(acc, static_cast<float>(r->world)) : acc;
+    return avg ? __fdiv_rn(acc, static_cast<float>(world)) : acc;
   }
   __device__ __forceinline__ float load1(int64_t i) const {
     float acc = 0.0f;
-    for (int p = 0; p < r->world; ++p) {
-      float x = p == r->rank ? load_f<T>(static_cast<const T*>(r->own), off + i)
-                             : decode_one<kE5>(r->recv[p][nb * 4 + off + i], sb[p]);
+#pragma unroll (kU)
+    for (int p = 0; p < kN; ++p) {
+      if (p >= world) break;
+      const float x = p == rank ? load_f<T>(own, i) : decode_one<kE5>(codes[p][i], sb[p]);
       acc = __fadd_rn(acc, x);
     }
     return finish(acc);
@@ -343,35 +445,102 @@ struct ReducedSrc {
       return;
     }
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int p = 0; p < r->world; ++p) {
+#pragma unroll (kU)
+    for (int p = 0; p < kN; ++p) {
+      if (p >= world) break;
       float x[4];
-      if (p == r->rank) {
-        load4v<T>(static_cast<const T*>(r->own) + off, i, true, x);
+      if (p == rank) {
+        load4v<T>(own, i, true, x);
       } else {
-        uint32_t w = *reinterpret_cast<const uint32_t*>(r->recv[p] + nb * 4 + off + i);
-        for (int j = 0; j < 4; ++j) x[j] = decode_one<kE5>((w >> (8 * j)) & 0xff, sb[p]);
+        const uint32_t w = *reinterpret_cast<const uint32_t*>(codes[p] + i);
+        for (int j = 0; j < 4; ++j) x[j] = decode_one<kE5>(code_of(w, j), sb[p]);
       }
       for (int j = 0; j < 4; ++j) acc[j] = __fadd_rn(acc[j], x[j]);
     }
     for (int j = 0; j < 4; ++j) v[j] = finish(acc[j]);
   }
+  // The raw loads of eight elements of a full block (fetch8), issued apart from the sums
+  // (sum8) so that a caller can fetch the next block's before it works on this one. Needs
+  // can_fetch(): `own` 16-byte aligned and the codes 4-byte aligned.
+  struct Raw {
+    uint4 own[sizeof(T) / 2];  // 8 elements: one 16-byte word (16-bit types), two (f32)
+    uint32_t w[kN][2];
+  };
+  __device__ __forceinline__ bool can_fetch() const {
+    return vec && (reinterpret_cast<uintptr_t>(own) % 16) == 0;
+  }
+  __device__ __forceinline__ void fetch8(int64_t i, Raw& raw) const {
+    const uint4* o = reinterpret_cast<const uint4*>(own + i);
+#pragma unroll
+    for (int k = 0; k < static_cast<int>(sizeof(T) / 2); ++k) raw.own[k] = o[k];
+#pragma unroll (kU)
+    for (int p = 0; p < kN; ++p) {
+      if (p >= world) break;
+      if (p == rank) continue;
+      const uint32_t* c = reinterpret_cast<const uint32_t*>(codes[p] + i);
+      raw.w[p][0] = c[0], raw.w[p][1] = c[1];
+    }
+  }
+  __device__ __forceinline__ void sum8(const Raw& raw, float v[8]) const {
+    float mine[8];
+    const T* h = reinterpret_cast<const T*>(raw.own);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) mine[j] = load_f<T>(h, j);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = 0.0f;
+#pragma unroll (kU)
+    for (int p = 0; p < kN; ++p) {
+      if (p >= world) break;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float x =
+            p == rank ? mine[j] : decode_one<kE5>(code_of(raw.w[p][j / 4], j % 4), sb[p]);
+        v[j] = __fadd_rn(v[j], x);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = finish(v[j]);
+  }
+  // Eight elements of a full block (the generic kernel keeps to load4: a Raw indexed by rank at
+  // run time would live in local memory).
+  __device__ __forceinline__ void load8(int64_t i, float v[8]) const {
+    if (kW == 0 || !can_fetch()) {
+      load4(i, true, v);
+      load4(i + 4, true, v + 4);
+      return;
+    }
+    Raw raw;
+    fetch8(i, raw);
+    sum8(raw, v);
+  }
 };
 
-// The residual acc - D(Q1) of the same block (0 where D(Q1) is not finite), Q1 recomputed from
-// the block's code `c1`.
-template <typename T, bool kE5, bool kSR>
+// The residual x - D(Q(x)) of a value whose code under `c1` is `code` (0 where D(Q) is not
+// finite): what the second term of a two-term gather encodes.
+template <bool kE5>
+__device__ __forceinline__ float residual_of(float x, uint8_t code, const BlockCode& c1) {
+  const float d = decode_one<kE5>(code, c1.sb);
+  return (f2u(d) & kInfBits) != kInfBits ? __fsub_rn(x, d) : 0.0f;
+}
+
+// The residual acc - D(Q1) of the same block, Q1 recomputed from the block's code `c1`.
+template <typename T, bool kE5, bool kSR, int kW = 0>
 struct ResidualSrc {
-  ReducedSrc<T, kE5> a;
+  ReducedSrc<T, kE5, kW> a;
   BlockCode c1;
   uint64_t seed, stream, idx0;
   __device__ __forceinline__ float residual(float x, int64_t i) const {
-    const float d = decode_one<kE5>(
-        encode_one<kE5, kSR>(x, c1.inv, c1.flagged, seed, stream, idx0 + i), c1.sb);
-    return (f2u(d) & kInfBits) != kInfBits ? __fsub_rn(x, d) : 0.0f;
+    return residual_of<kE5>(
+        x, encode_one<kE5, kSR>(x, c1.inv, c1.flagged, seed, stream, idx0 + i), c1);
   }
   __device__ __forceinline__ void load4(int64_t i, bool full, float v[4]) const {
     a.load4(i, full, v);
     for (int j = 0; j < 4; ++j) v[j] = i + j < a.m ? residual(v[j], i + j) : 0.0f;
+  }
+  __device__ __forceinline__ void load8(int64_t i, float v[8]) const {
+    a.load8(i, v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = residual(v[j], i + j);
   }
   __device__ __forceinline__ float load1(int64_t i) const { return residual(a.load1(i), i); }
 };

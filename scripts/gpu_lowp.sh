@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The FP8 collectives on a GPU machine (`bash scripts/gpu.sh lowp`, or directly): builds the cuda
+# and nccl backends, the FP8 tests and commx-bench, then writes to $OUT (default
+# bench/results/<machine>_<date>, results_dir in scripts/gpu_env.sh):
+#   lowp_tests.log      lowp_gpu_codec_test and lowp_cuda_test (bits equal to the CPU codec)
+#   lowp_allreduce.*    all_reduce of bf16: NCCL bf16, commx bf16, commx FP8 (one- and two-term
+#                       gather), NCCL native FP8; relative error at <= 16 MiB
+#   lowp_f32.*          all_reduce of f32: NCCL f32 vs commx FP8
+#   lowp_coll.*         reduce_scatter, all_gather, all_to_all of bf16: NCCL, commx, commx FP8
+#   lowp_generic.json   commx FP8 with COMMX_CUDA_LOWP_KERNEL=generic (the kernel for any world
+#                       size) beside the specialised one, same binary and run
+#   fp8_training.*      loss curves of a 2-layer MLP trained with bf16 / FP8 / fp8x2 gradient
+#                       all-reduce (LOWP_TRAIN=1; tools/gpu_bench/fp8_training.py)
+#   logs.tar.gz         build and benchmark logs
+# Env: LOWP_TESTS=0 / LOWP_BENCH=0 skip a part; LOWP_MIN/LOWP_MAX bound the sizes (16M, 1G);
+# LOWP_REPS (5); LOWP_BASE=DIR also benchmarks the FP8 all_reduce of the commx tree at DIR (built
+# there in build-gpu) as the "before" of a comparison (lowp_base.json).
+# Not here: an Nsight Compute profile. ncu serialises the kernels of the two rank processes, so the
+# profiled kernel waits for a peer kernel that cannot start (it ends at the op timeout).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. scripts/gpu_env.sh
+OUT=${OUT:-$(results_dir)}
+mkdir -p "$OUT"
+LOGS=$(mktemp -d)
+{
+  date -u; hostname; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
+  nvidia-smi topo -m; nvcc --version | tail -1
+  echo "COMMX_NCCL_LIBRARY=${COMMX_NCCL_LIBRARY:-}"
+} > "$OUT/machine.txt" 2>&1
+BUILD=${BUILD_DIR:-build-gpu}
+# The benchmark binary of a tree: commx-bench, or commx-gpu-bench in trees from before the port.
+bench_bin() { if [ -f "$1/tools/gpu_bench/gpu_bench.cc" ]; then echo commx-gpu-bench; else echo commx-bench; fi; }
+BENCH_TARGETS="commx_backend_cuda commx_backend_nccl"
+TESTS="lowp_gpu_codec_test lowp_cuda_test"
+BASE=${LOWP_BASE:-}
+if [ -n "$BASE" ]; then
+  (cd "$BASE" && gpu_build build-gpu "$LOGS/base_build.log" $BENCH_TARGETS "$(bench_bin .)") &
+  base_pid=$!
+fi
+gpu_build "$BUILD" "$LOGS/build.log" $BENCH_TARGETS commx-bench $TESTS || exit 1
+if [ -n "$BASE" ]; then wait $base_pid || BASE=""; fi
+echo "build ok${BASE:+ (and $BASE)}"
+rc=0
+NR=$(nvidia-smi -L | wc -l)
+[ "$NR" -gt 2 ] && NR=2
+MIN=${LOWP_MIN:-16M} MAX=${LOWP_MAX:-1G} REPS=${LOWP_REPS:-5}
+
+if [ "${LOWP_TESTS:-1}" = 1 ]; then
+  : > "$OUT/lowp_tests.log"
+  for t in $TESTS; do
+    echo "=== $t" >> "$OUT/lowp_tests.log"
+    timeout 300 "$BUILD/bin/$t" >> "$OUT/lowp_tests.log" 2>&1 || { rc=1; echo "=== $t FAILED" >> "$OUT/lowp_tests.log"; }
+  done
+  grep -E "^=== |^\[( +OK|  FAILED|  PASSED) |rank [0-9]+ failed|Failure" "$OUT/lowp_tests.log" | head -40
+fi
+
+# bench NAME BUILD_DIR BINARY ARGS...: one benchmark run, its log kept in LOGS.
+bench() {
+  local name=$1 dir=$2 bin=$3; shift 3
+  echo "command: $bin --ranks $NR $*" >> "$OUT/machine.txt"
+  timeout 240 "$dir/bin/$bin" --ranks "$NR" "$@" > "$LOGS/$name.log" 2>&1 || rc=1
+  grep -E "us .*GB/s" "$LOGS/$name.log" | awk '{printf "%s %s %s %s %s us\n", $1, $2, $3, $5, $6}'
+}
+if [ "${LOWP_BENCH:-1}" = 1 ]; then
+  bench lowp_allreduce "$BUILD" commx-bench --backend nccl,cuda,cuda+fp8,cuda+fp8x2,nccl+fp8 --dtypes bf16 \
+    --ops all_reduce --modes eager --min "$MIN" --max "$MAX" --factor 4 --reps "$REPS" --error 16M \
+    --json "$OUT/lowp_allreduce.json" --md "$OUT/lowp_allreduce.md"
+  bench lowp_f32 "$BUILD" commx-bench --backend nccl,cuda,cuda+fp8 --dtypes f32 --ops all_reduce --modes eager \
+    --min 64M --max "$MAX" --factor 4 --reps "$REPS" --error 64M \
+    --json "$OUT/lowp_f32.json" --md "$LOGS/lowp_f32.md"
+  bench lowp_coll "$BUILD" commx-bench --backend nccl,cuda,cuda+fp8 --dtypes bf16 \
+    --ops reduce_scatter,all_gather,all_to_all --modes eager --min "$MIN" --max "$MAX" --factor 4 \
+    --reps "$REPS" --json "$OUT/lowp_coll.json" --md "$LOGS/lowp_coll.md"
+  COMMX_CUDA_LOWP_KERNEL=generic bench lowp_generic "$BUILD" commx-bench --backend cuda+fp8,cuda+fp8x2 \
+    --dtypes bf16 --ops all_reduce --modes eager --min "$MIN" --max "$MAX" --factor 4 --reps "$REPS" \
+    --json "$OUT/lowp_generic.json" --md /dev/null
+  if [ -n "$BASE" ]; then
+    bench lowp_base "$BASE/build-gpu" "$(bench_bin "$BASE")" --backend cuda+fp8,cuda+fp8x2 --dtypes bf16 --ops all_reduce \
+      --modes eager --min "$MIN" --max "$MAX" --factor 4 --reps "$REPS" \
+      --json "$OUT/lowp_base.json" --md /dev/null
+  fi
+fi
+
+if [ "${LOWP_TRAIN:-0}" = 1 ]; then
+  # The Python extension over this build (no tests), then 200 steps per variant on 2 ranks.
+  BUILD_DIR=$BUILD GPU_PY_TESTS=0 OUT=$LOGS bash scripts/gpu_python.sh > "$LOGS/python_build.log" 2>&1 &&
+    PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" timeout 240 python3 tools/gpu_bench/fp8_training.py \
+      --ranks "$NR" --steps 200 --out "$OUT" > "$LOGS/fp8_training.log" 2>&1
+  echo "training: rc $?"; tail -8 "$LOGS/fp8_training.log"
+fi
+tar -czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null
+rm -rf "$LOGS"
+exit $rc
