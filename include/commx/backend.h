@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "commx/collective.h"
 #include "commx/options.h"
 #include "commx/store.h"
 #include "commx/tensor.h"
@@ -17,6 +18,8 @@
 
 namespace commx {
 
+// The form of an op as the user called it: names it in errors, flight records and fingerprints.
+// Backends execute the canonical Collective it lowers to (commx/collective.h).
 enum class OpType : uint8_t {
   kAllReduce,
   kReduce,
@@ -41,6 +44,7 @@ enum class OpType : uint8_t {
 };
 inline constexpr int kNumOpTypes = 20;
 const char* op_type_name(OpType t);
+Collective collective_of(OpType t);
 // Whether ops of this type combine values with a ReduceOp (and so must check it and the dtype).
 inline bool is_reduction(OpType t) {
   return t == OpType::kAllReduce || t == OpType::kReduce || t == OpType::kReduceScatter ||
@@ -99,9 +103,23 @@ struct P2POp {
   int peer = -1;
 };
 
-// One op as the backend receives it. Unused fields stay empty.
+// One op as the backend receives it: validated, numbered and lowered to its canonical collective
+// (lower_op). Unused fields stay empty.
+//
+// After lowering, the per-rank pieces of an op are one Tensor view per rank, whatever form the
+// user called: a single-tensor form becomes views into its one buffer, a split list becomes views
+// at the split offsets.
+//   all_reduce, reduce, broadcast  input, output (output equals input: in place)
+//   all_gather                     input; outputs[r] receives rank r's input
+//   reduce_scatter                 inputs[r] is reduced into rank r's output
+//   all_to_all                     inputs[r] goes to rank r; outputs[r] comes from rank r
+//   gather                         input; outputs[r] on the root only (empty elsewhere)
+//   scatter                        inputs[r] on the root only (empty elsewhere); output
+//   p2p                            p2p (send and recv are lists of one)
+// `input`/`output` keep the whole buffer of a single-tensor form, for paths that want it.
 struct OpDesc {
   OpType type = OpType::kBarrier;
+  Collective collective = Collective::kBarrier;  // set by lower_op
   uint64_t seq = 0;  // per-comm sequence number, from 1
   // Every member has an initializer, so an OpDesc built with designated initializers may name
   // only the fields its op uses.
@@ -117,8 +135,34 @@ struct OpDesc {
   AllToAllVDynamic dynamic{};  // kAllToAllVDynamic only
   Timeout timeout{0};
   Hints hints{};
+  int comm_size = 0;  // set by lower_op
+
   const char* name() const { return op_type_name(type); }
+  // The element type of the data (the reduced type of reductions).
+  DataType dtype() const;
+  // The element count every rank must agree on (0 where ranks may legitimately differ: the
+  // per-peer counts of all_to_all and all_to_all_v_single).
+  int64_t agreed_count() const;
+  // The size of the op as nccl-tests counts it: the larger side (all_reduce: the tensor;
+  // all_gather: the whole output; reduce_scatter: the whole input). Equal on every rank except
+  // for all_to_all forms with per-peer counts.
+  size_t bytes() const;
+  // Every rank's pieces have the same count on every rank (false for the v forms and the list
+  // all_to_all, whose per-peer counts may differ).
+  bool equal_split() const;
+  // The views are equal pieces back to back: one buffer of comm_size pieces starting at
+  // outputs[0].data (inputs[0].data), as a library's single-buffer call wants it.
+  bool outputs_one_buffer() const;
+  bool inputs_one_buffer() const;
 };
+
+// Whether the views lie back to back in memory (false for an empty list).
+bool back_to_back(const std::vector<Tensor>& views);
+
+// Lowers a validated op of rank `rank` in a comm of `size` ranks into its canonical collective:
+// sets `collective` and `comm_size` and fills the per-rank views (see OpDesc). The core does it
+// before run(); a backend that builds ops of its own for another backend calls it too.
+void lower_op(OpDesc& op, int rank, int size);
 
 // What a backend is given at creation.
 struct BackendContext {
@@ -182,7 +226,8 @@ std::unique_ptr<Backend> create_backend(const std::string& name);
 // Plugin ABI: a backend library exports these two C symbols.
 //   uint32_t commx_plugin_abi_version();        returns kBackendAbiVersion it was built with
 //   void commx_plugin_register();                calls register_backend(...)
-inline constexpr uint32_t kBackendAbiVersion = 3;  // 2: Backend::new_window, 3: OpDesc::dynamic
+inline constexpr uint32_t kBackendAbiVersion = 4;  // 2: Backend::new_window, 3: OpDesc::dynamic,
+                                                   // 4: canonical OpDesc
 
 }  // namespace commx
 

@@ -47,23 +47,12 @@ class HostBackend : public Backend {
 };
 
 // Byte views of tensors and tensor lists, for backends that hand buffers to a library and stage
-// list-shaped ops through one contiguous buffer.
+// per-rank views through one contiguous buffer (see back_to_back in commx/backend.h).
 inline char* bytes_of(const Tensor& t) { return static_cast<char*>(t.data); }
 
 // memmove that accepts empty views (whose pointers may be null).
 inline void copy_bytes(void* dst, const void* src, size_t n) {
   if (n > 0 && dst != src) std::memmove(dst, src, n);
-}
-
-// True when the list's tensors lie back to back in memory (then a library can use them directly).
-inline bool contiguous(const std::vector<Tensor>& ts) {
-  if (ts.empty()) return false;
-  char* p = bytes_of(ts[0]);
-  for (const auto& t : ts) {
-    if (bytes_of(t) != p) return false;
-    p += t.nbytes();
-  }
-  return true;
 }
 
 inline size_t total_bytes(const std::vector<Tensor>& ts) {

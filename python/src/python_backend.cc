@@ -171,6 +171,9 @@ void bind_python_backends(py::module_& m) {
 
   py::class_<commx::OpDesc>(m, "OpDesc", "One op as a backend receives it.")
       .def_readonly("type", &commx::OpDesc::type)
+      .def_property_readonly(
+          "collective", [](const commx::OpDesc& o) { return commx::collective_name(o.collective); },
+          "The canonical collective the op lowers to ('all_gather' for every all_gather form).")
       .def_readonly("seq", &commx::OpDesc::seq)
       .def_readonly("input", &commx::OpDesc::input)
       .def_readonly("output", &commx::OpDesc::output)

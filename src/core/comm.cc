@@ -78,15 +78,11 @@ std::shared_ptr<FlightRecorder> make_recorder() {
   return std::make_shared<FlightRecorder>(static_cast<size_t>(setting_int("COMMX_FLIGHT_RECORDER_SIZE")));
 }
 
+// What hooks and the flight recorder see: the count every rank agrees on (the first tensor's of a
+// point-to-point op), so records of one op compare equal across ranks.
 OpInfo info_of(const OpDesc& op) {
-  OpInfo i{op.type, op.seq, op.input.dtype, op.input.count, op.root};
-  if (op.input.count == 0 && !op.outputs.empty()) {
-    i.dtype = op.outputs[0].dtype;
-  } else if (op.input.count == 0) {
-    i.dtype = op.output.dtype;
-    i.count = op.output.count;
-  }
-  return i;
+  const int64_t count = op.collective == Collective::kP2P ? op.input.count : op.agreed_count();
+  return OpInfo{op.type, op.seq, op.dtype(), count, op.root};
 }
 
 }  // namespace
@@ -172,6 +168,8 @@ Work Comm::issue(OpDesc op, bool async_op, const OpOptions& o) {
                     " ms: expected 0 to " + std::to_string(kMaxTimeout.count()) + " ms");
   op.hints = o.hints;
   validate_op(c, op);
+  lower_op(op, c.rank, c.size);
+  check_supported(c, op);
   OpInfo info = info_of(op);
   {
     std::lock_guard<std::mutex> g(c.hooks_mu);

@@ -44,7 +44,9 @@ class CommImpl {
   RecorderRef recorder_ref() const { return {recorder, name, rank, size, backend_name, world_ranks}; }
 };
 
-// Throws InvalidArgument/Unsupported naming comm, rank, op and what is wrong.
+// Throws InvalidArgument naming comm, rank, op and what is wrong with its arguments.
 void validate_op(const CommImpl& c, const OpDesc& op);
+// After lowering: throws Unsupported when the reduction or the backend cannot take the op.
+void check_supported(const CommImpl& c, const OpDesc& op);
 
 }  // namespace commx

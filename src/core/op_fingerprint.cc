@@ -7,62 +7,17 @@
 namespace commx {
 namespace {
 
-bool is_rooted(OpType t) {
-  return t == OpType::kReduce || t == OpType::kBroadcast || t == OpType::kGather ||
-         t == OpType::kGatherSingle || t == OpType::kScatter;
-}
-
-bool is_p2p(OpType t) { return t == OpType::kSend || t == OpType::kRecv || t == OpType::kBatchP2P; }
-
-DataType dtype_of(const OpDesc& op) {
-  switch (op.type) {
-    case OpType::kReduceScatter:
-    case OpType::kReduceScatterV:
-    case OpType::kScatter:
-      return op.output.dtype;
-    case OpType::kAllToAll:
-      return op.inputs.empty() ? op.input.dtype : op.inputs[0].dtype;
-    default:
-      return op.input.dtype;
-  }
-}
-
-int64_t sum_of(const std::vector<Tensor>& ts) {
-  int64_t s = 0;
-  for (const Tensor& t : ts) s += t.count;
-  return s;
-}
-
-// The count all ranks must agree on (0 where they may legitimately differ).
-int64_t agreed_count(const OpDesc& op) {
-  switch (op.type) {
-    case OpType::kAllReduce:
-    case OpType::kReduce:
-    case OpType::kBroadcast:
-    case OpType::kAllGather:
-    case OpType::kAllGatherSingle:
-    case OpType::kAllToAllSingle:
-    case OpType::kGather:
-    case OpType::kGatherSingle:
-      return op.input.count;
-    case OpType::kAllGatherV:
-      return sum_of(op.outputs);
-    case OpType::kReduceScatter:
-    case OpType::kReduceScatterSingle:
-    case OpType::kScatter:
-      return op.output.count;
-    case OpType::kReduceScatterV:
-      return sum_of(op.inputs);
-    default:
-      return 0;
-  }
+bool is_rooted(Collective c) {
+  return c == Collective::kReduce || c == Collective::kBroadcast || c == Collective::kGather ||
+         c == Collective::kScatter;
 }
 
 // FNV-1a over the per-rank counts of the v ops whose every rank holds the whole list.
 uint64_t agreed_sizes(const OpDesc& op) {
+  if (op.equal_split()) return 0;
   const std::vector<Tensor>* list = nullptr;
-  if (op.type == OpType::kAllGatherV) list = &op.outputs;
-  if (op.type == OpType::kReduceScatterV) list = &op.inputs;
+  if (op.collective == Collective::kAllGather) list = &op.outputs;
+  if (op.collective == Collective::kReduceScatter) list = &op.inputs;
   if (!list) return 0;
   uint64_t h = 1469598103934665603ull;
   for (const Tensor& t : *list) {
@@ -92,15 +47,15 @@ OpFingerprint fingerprint_of(const OpDesc& op, uint32_t ordinal) {
   OpFingerprint f;
   f.seq = op.seq;
   f.type = static_cast<uint8_t>(op.type);
-  if (is_p2p(op.type)) {
+  if (op.collective == Collective::kP2P) {
     f.flags = OpFingerprint::kPointToPoint;
     return f;
   }
   f.ordinal = ordinal;
-  f.dtype = static_cast<uint8_t>(dtype_of(op));
-  f.count = agreed_count(op);
+  f.dtype = static_cast<uint8_t>(op.dtype());
+  f.count = op.agreed_count();
   f.sizes = agreed_sizes(op);
-  if (is_rooted(op.type)) f.root = op.root;
+  if (is_rooted(op.collective)) f.root = op.root;
   if (is_reduction(op.type)) {
     f.reduce = static_cast<uint8_t>(op.op.kind);
     if (op.op.kind == ReduceKind::kPremulSum) f.flags |= OpFingerprint::kPremulFactor;

@@ -54,12 +54,16 @@ TuningTable TuningTable::parse(const std::string& text, const std::string& sourc
     std::vector<std::string> f;
     for (std::string w; fields >> w;) f.push_back(w);
     if (f.empty()) continue;
-    if (f.size() != 5)
+    if (f.size() != 5 && f.size() != 6)
       bad_line(source, line,
-               "expected 5 fields (collective world_size min_bytes max_bytes "
-               "algorithm), found " +
+               "expected 6 fields (collective world_size link min_bytes max_bytes algorithm; "
+               "v1 tables: no link), found " +
                    std::to_string(f.size()));
     TuningEntry e;
+    if (f.size() == 6) {
+      e.link = f[2];
+      f.erase(f.begin() + 2);
+    }
     e.collective = f[0];
     if (f[1].find_first_not_of("0123456789") != std::string::npos || f[1].size() > 6)
       bad_line(source, line, "world size '" + f[1] + "' is not a positive integer");
@@ -106,13 +110,16 @@ const TuningTable& TuningTable::from_env(const std::string& default_path) {
   return cache.emplace(path, std::move(t)).first->second;
 }
 
-std::string TuningTable::lookup(const std::string& collective, int world_size,
-                                uint64_t bytes) const {
+std::string TuningTable::lookup(const std::string& collective, int world_size, uint64_t bytes,
+                                const std::string& link) const {
+  auto applies = [&](const TuningEntry& e) {
+    return e.collective == collective && (e.link == "any" || link == "any" || e.link == link);
+  };
   // Pick the world size whose entries apply.
   int best_below = 0, best_above = 0;
   bool exact = false;
   for (const auto& e : entries_) {
-    if (e.collective != collective) continue;
+    if (!applies(e)) continue;
     if (e.world_size == world_size) exact = true;
     if (e.world_size < world_size && e.world_size > best_below) best_below = e.world_size;
     if (e.world_size > world_size && (best_above == 0 || e.world_size < best_above))
@@ -121,8 +128,7 @@ std::string TuningTable::lookup(const std::string& collective, int world_size,
   int ws = exact ? world_size : (best_below ? best_below : best_above);
   if (ws == 0) return "";
   for (const auto& e : entries_) {
-    if (e.collective == collective && e.world_size == ws && bytes >= e.min_bytes &&
-        bytes <= e.max_bytes)
+    if (applies(e) && e.world_size == ws && bytes >= e.min_bytes && bytes <= e.max_bytes)
       return e.algorithm;
   }
   return "";
@@ -130,9 +136,9 @@ std::string TuningTable::lookup(const std::string& collective, int world_size,
 
 std::string TuningTable::to_text() const {
   std::ostringstream o;
-  o << "# commx tuning table v1: collective world_size min_bytes max_bytes algorithm\n";
+  o << "# commx tuning table v2: collective world_size link min_bytes max_bytes algorithm\n";
   for (const auto& e : entries_) {
-    o << e.collective << ' ' << e.world_size << ' ' << e.min_bytes << ' ';
+    o << e.collective << ' ' << e.world_size << ' ' << e.link << ' ' << e.min_bytes << ' ';
     if (e.max_bytes == kMaxBytes)
       o << "max";
     else

@@ -1,6 +1,8 @@
 // Tuning table: measured per-size algorithm winners that commx-bench writes (--tune FILE) and
 // backends read at run time to pick an algorithm, instead of thresholds hard-coded in source.
-// Layer: core (pure logic, no backend knowledge). File format: docs/bench.md "Tuning tables".
+// Layer: core (pure logic, no backend knowledge). File format: docs/bench.md "Tuning tables":
+// "collective world_size link min_bytes max_bytes algorithm" (v2), or without the link column
+// (v1, link "any").
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,7 @@ struct TuningEntry {
   uint64_t min_bytes = 0;  // inclusive
   uint64_t max_bytes = 0;  // inclusive; UINT64_MAX for "max"
   std::string algorithm;
+  std::string link = "any";  // the links it was measured on ("shm", "tcp", "nvlink", "pcie")
 };
 
 class TuningTable {
@@ -28,10 +31,12 @@ class TuningTable {
   // else an empty table. Loaded once per path and cached for the process.
   static const TuningTable& from_env(const std::string& default_path = "");
 
-  // The algorithm for `bytes` at `world_size`: entries of the exact world size first; else
-  // those of the largest listed world size below it; else of the smallest above. Empty when no
-  // entry covers the size.
-  std::string lookup(const std::string& collective, int world_size, uint64_t bytes) const;
+  // The algorithm for `bytes` at `world_size` over `link`: entries of the exact world size first;
+  // else those of the largest listed world size below it; else of the smallest above. Entries
+  // of another link are not considered ("any" on either side matches). Empty when no entry
+  // covers the size.
+  std::string lookup(const std::string& collective, int world_size, uint64_t bytes,
+                     const std::string& link = "any") const;
 
   const std::vector<TuningEntry>& entries() const { return entries_; }
   void add(TuningEntry e) { entries_.push_back(std::move(e)); }

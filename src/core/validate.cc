@@ -221,10 +221,11 @@ void validate_op(const CommImpl& c, const OpDesc& op) {
       k.dynamic_a2a();
       break;
   }
-  DataType dt = in.data || in.count ? in.dtype : out.dtype;
-  if (op.type == OpType::kReduceScatter || op.type == OpType::kReduceScatterV || op.type == OpType::kScatter)
-    dt = out.dtype;
-  if (op.type == OpType::kAllToAll) dt = op.inputs[0].dtype;
+}
+
+void check_supported(const CommImpl& c, const OpDesc& op) {
+  Checker k{c, op};
+  const DataType dt = op.dtype();
   if (is_reduction(op.type)) k.reduction(dt);
   if (!c.backend->supports(op.type, dt, op.op.kind)) {
     std::string what = std::string(op.name()) + " on " + dtype_name(dt);

@@ -1,4 +1,5 @@
-// lowp_maybe_run: maps an OpDesc (list, single-tensor forms) onto the low-precision collectives.
+// lowp_maybe_run: runs a canonical collective (its per-rank views) through the low-precision
+// collectives.
 // Layer: algorithms (low-precision).
 #include "lowp/lowp_dispatch.h"
 
@@ -13,28 +14,16 @@ namespace commx::lowp {
 
 namespace {
 
-int64_t list_count(const std::vector<Tensor>& ts) {
-  int64_t s = 0;
-  for (const Tensor& t : ts) s += t.count;
-  return s;
-}
-
-void run_op(const OpDesc& op, const LowpContext& c, int size) {
-  switch (op.type) {
-    case OpType::kAllReduce:
+void run_op(const OpDesc& op, const LowpContext& c) {
+  switch (op.collective) {
+    case Collective::kAllReduce:
       return lowp_all_reduce(c, op.input, op.output, op.op.kind);
-    case OpType::kAllGather:
+    case Collective::kAllGather:
       return lowp_all_gather(c, op.input, op.outputs);
-    case OpType::kAllGatherSingle:
-      return lowp_all_gather(c, op.input, split_even(op.output, size));
-    case OpType::kReduceScatter:
+    case Collective::kReduceScatter:
       return lowp_reduce_scatter(c, op.inputs, op.output, op.op.kind);
-    case OpType::kReduceScatterSingle:
-      return lowp_reduce_scatter(c, split_even(op.input, size), op.output, op.op.kind);
-    case OpType::kAllToAll:
+    case Collective::kAllToAll:
       return lowp_all_to_all(c, op.inputs, op.outputs);
-    case OpType::kAllToAllSingle:
-      return lowp_all_to_all(c, split_even(op.input, size), split_even(op.output, size));
     default:
       throw Error(ErrorCode::kInternal, c.ctx + "no low-precision variant");  // not chosen
   }
@@ -58,50 +47,11 @@ void report(const OpDesc& op, const CodecStats& s, int rank, const std::string& 
 
 }  // namespace
 
-std::vector<Tensor> split_even(const Tensor& t, int size) {
-  std::vector<Tensor> v;
-  const int64_t each = t.count / size;
-  for (int i = 0; i < size; ++i) v.push_back(t.slice(i * each, each));
-  return v;
-}
-
-DataType lowp_op_dtype(const OpDesc& op) {
-  switch (op.type) {
-    case OpType::kReduceScatter:
-    case OpType::kReduceScatterSingle:
-      return op.output.dtype;
-    case OpType::kAllToAll:
-      return op.inputs.empty() ? op.input.dtype : op.inputs[0].dtype;
-    default:
-      return op.input.dtype;
-  }
-}
-
-int64_t lowp_op_bytes(const OpDesc& op, int size) {
-  const int64_t es = static_cast<int64_t>(dtype_size(lowp_op_dtype(op)));
-  switch (op.type) {
-    case OpType::kAllReduce:
-      return op.input.count * es;
-    case OpType::kAllGather:
-    case OpType::kAllGatherSingle:
-      return op.input.count * size * es;
-    case OpType::kReduceScatter:
-    case OpType::kReduceScatterSingle:
-      return op.output.count * size * es;
-    case OpType::kAllToAll:
-      return list_count(op.inputs) * es;
-    case OpType::kAllToAllSingle:
-      return op.input.count * es;
-    default:
-      return 0;
-  }
-}
-
 bool lowp_maybe_run(const OpDesc& op, const LowpSettings& s, Transport& t, int rank, int size,
                     Deadline deadline, const std::string& ctx, CodecStats* stats,
                     LowpScratch* scratch) {
-  auto plan =
-      lowp_choice(s, op.type, lowp_op_dtype(op), op.op, lowp_op_bytes(op, size), op.hints, ctx);
+  auto plan = lowp_choice(s, op.type, op.dtype(), op.op, static_cast<int64_t>(op.bytes()),
+                          op.hints, ctx);
   if (!plan) return false;
   // Peers check it: a rank running this op in FP8 never pairs with one running it in full.
   t.call().flags |= OpFingerprint::kLowPrecision;
@@ -111,7 +61,7 @@ bool lowp_maybe_run(const OpDesc& op, const LowpSettings& s, Transport& t, int r
   LowpContext c{t, rank, size, deadline, codec, &mine, op.seq, ctx};
   c.two_term_gather = plan->two_term_gather;
   c.scratch = scratch;
-  run_op(op, c, size);
+  run_op(op, c);
   if (stats) stats->add(mine);
   report(op, mine, rank, ctx);
   return true;

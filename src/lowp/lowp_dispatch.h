@@ -20,14 +20,8 @@
 
 namespace commx::lowp {
 
-// The per-rank size every rank agrees on that the threshold is compared with: the largest
-// buffer of the op (all_reduce: the tensor; all_gather: the gathered output; reduce_scatter:
-// the scattered input; all_to_all: the input), in bytes of the op's dtype.
-int64_t lowp_op_bytes(const OpDesc& op, int size);
-// The `size` equal parts of a single-tensor operand, as the list forms take them.
-std::vector<Tensor> split_even(const Tensor& t, int size);
-DataType lowp_op_dtype(const OpDesc& op);
-
+// The size compared with the threshold is OpDesc::bytes() (every rank agrees on it for the
+// eligible forms), in bytes of OpDesc::dtype(); `op` is lowered (lower_op).
 // Runs `op` in low precision when lowp_choice() says so; `stats` (nullable) gathers the codec
 // counters; `scratch` (nullable, one per comm) keeps the buffers from op to op. Throws like the
 // collectives (errors prefixed by `ctx`).

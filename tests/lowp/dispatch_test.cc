@@ -34,6 +34,7 @@ TEST(LowpDispatch, TakesOnlyWhatTheSettingsSay) {
   op.type = OpType::kAllReduce;
   op.input = op.output = make_tensor(a.data(), 1000);
   op.op = ReduceOp::SUM;
+  lower_op(op, 0, 1);
   run_ranks(1, [&](int r, Transport& t) {
     EXPECT_FALSE(lowp_maybe_run(op, LowpSettings{}, t, r, 1, soon(), ""));    // off
     EXPECT_FALSE(lowp_maybe_run(op, enabled(1 << 20), t, r, 1, soon(), ""));  // small
@@ -43,16 +44,19 @@ TEST(LowpDispatch, TakesOnlyWhatTheSettingsSay) {
     EXPECT_FALSE(lowp_maybe_run(mx, enabled(), t, r, 1, soon(), ""));
     OpDesc bc = op;
     bc.type = OpType::kBroadcast;
+    lower_op(bc, 0, 1);
     EXPECT_FALSE(lowp_maybe_run(bc, enabled(), t, r, 1, soon(), ""));
     OpDesc hinted = op;
     hinted.hints["low_precision"] = "fp8e4m3";
     EXPECT_TRUE(lowp_maybe_run(hinted, LowpSettings{}, t, r, 1, soon(), ""));
   });
-  EXPECT_EQ(lowp_op_bytes(op, 4), 4000);
+  EXPECT_EQ(op.bytes(), 4000u);
   OpDesc ag;
   ag.type = OpType::kAllGatherSingle;
   ag.input = make_tensor(a.data(), 250);
-  EXPECT_EQ(lowp_op_bytes(ag, 4), 4000);
+  ag.output = make_tensor(a.data(), 1000);
+  lower_op(ag, 0, 4);
+  EXPECT_EQ(ag.bytes(), 4000u);
 }
 
 TEST(LowpDispatch, SingleAndListFormsMatchTheCollectives) {
@@ -75,6 +79,7 @@ TEST(LowpDispatch, SingleAndListFormsMatchTheCollectives) {
     op.output = o1[r].tensor();
     op.op = ReduceOp::AVG;
     op.seq = 9;
+    lower_op(op, r, size);
     ASSERT_TRUE(lowp_maybe_run(op, enabled(), t, r, size, soon(), ""));
     std::vector<Tensor> pieces;
     for (int p = 0; p < size; ++p) pieces.push_back(in[r].tensor().slice(p * each, each));
@@ -94,11 +99,13 @@ TEST(LowpDispatch, SingleAndListFormsMatchTheCollectives) {
     op.type = OpType::kAllGatherSingle;
     op.input = in[r].tensor();
     op.output = g[r].tensor();
+    lower_op(op, r, size);
     ASSERT_TRUE(lowp_maybe_run(op, enabled(), t, r, size, soon(), ""));
     OpDesc b;
     b.type = OpType::kAllToAllSingle;
     b.input = in[r].tensor();
     b.output = a2a[r].tensor();
+    lower_op(b, r, size);
     ASSERT_TRUE(lowp_maybe_run(b, enabled(), t, r, size, soon(), ""));
   });
   for (int r = 1; r < size; ++r) EXPECT_TRUE(g[r].same_bits(g[0]));
@@ -121,6 +128,7 @@ TEST(LowpDispatch, ForcedOnIneligibleOpIsUnsupported) {
   op.type = OpType::kAllReduce;
   op.input = op.output = make_tensor(a.data(), 16);
   op.hints["low_precision"] = "on";
+  lower_op(op, 0, 1);
   run_ranks(1, [&](int r, Transport& t) {
     try {
       lowp_maybe_run(op, LowpSettings{}, t, r, 1, soon(), "[ctx] ");
@@ -142,6 +150,7 @@ TEST(LowpDispatch, CountersAddUpPerComm) {
     op.type = OpType::kAllReduce;
     op.input = op.output = make_tensor(a[r].data(), 1000);
     op.op = ReduceOp::SUM;
+    lower_op(op, r, 2);
     for (int i = 0; i < 2; ++i)
       ASSERT_TRUE(lowp_maybe_run(op, enabled(), t, r, 2, soon(), "", &st[r]));
   });

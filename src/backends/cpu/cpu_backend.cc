@@ -1,13 +1,13 @@
-// CpuBackend (see cpu_backend.h): init (host check, shm setup), op dispatch to the shm or generic
-// algorithms, p2p, abort and finalize. Layer: backends/cpu.
+// CpuBackend (see cpu_backend.h): init (host check, shm setup), op dispatch through the algorithm
+// table (cpu_algorithms.h), p2p, abort and finalize. Layer: backends/cpu.
 #include "backends/cpu/cpu_backend.h"
 
 #include <algorithm>
 #include <numeric>
 
 #include "algorithms/generic_collectives.h"
-#include "commx/host_reduce.h"
 #include "algorithms/shm_collectives.h"
+#include "backends/cpu/cpu_algorithms.h"
 #include "commx/error.h"
 #include "core/env.h"
 #include "lowp/lowp_dispatch.h"
@@ -22,133 +22,6 @@ namespace commx {
 namespace {
 
 std::string to_str(const Bytes& b) { return std::string(b.begin(), b.end()); }
-
-// Pointers and sizes of an op's per-rank pieces, whatever list/single/v form it came in.
-struct Pieces {
-  std::vector<void*> ptr;
-  std::vector<size_t> bytes;
-  std::vector<size_t> counts;
-  void add(void* p, size_t n, size_t es) {
-    ptr.push_back(p);
-    counts.push_back(n);
-    bytes.push_back(n * es);
-  }
-  std::span<const void* const> cptr() const {
-    return {const_cast<const void* const*>(ptr.data()), ptr.size()};
-  }
-};
-
-Pieces from_list(const std::vector<Tensor>& ts) {
-  Pieces p;
-  for (const Tensor& t : ts) p.add(t.data, static_cast<size_t>(t.count), dtype_size(t.dtype));
-  return p;
-}
-Pieces from_single(const Tensor& t, int n, int64_t each) {
-  Pieces p;
-  size_t es = dtype_size(t.dtype);
-  for (int i = 0; i < n; ++i)
-    p.add(static_cast<char*>(t.data) + i * each * static_cast<int64_t>(es),
-          static_cast<size_t>(each), es);
-  return p;
-}
-Pieces from_splits(const Tensor& t, const std::vector<int64_t>& splits) {
-  Pieces p;
-  size_t es = dtype_size(t.dtype);
-  int64_t off = 0;
-  for (int64_t s : splits) {
-    p.add(static_cast<char*>(t.data) + off * static_cast<int64_t>(es), static_cast<size_t>(s), es);
-    off += s;
-  }
-  return p;
-}
-
-// One family of algorithms (shared memory or generic over a Transport) for the ops that differ
-// between the families only in the function called: the marshalling of an op's list, single or
-// v form into per-rank pieces (run_collective) serves both. all_reduce and reduce, which choose
-// among several algorithms, are in run_shm and run_generic.
-template <class Coll>
-struct AlgoSet {
-  void (*broadcast)(Coll&, void*, size_t, int);
-  void (*all_gather)(Coll&, const void*, size_t, std::span<void* const>, std::span<const size_t>);
-  void (*reduce_scatter)(Coll&, std::span<const void* const>, std::span<const size_t>, void*,
-                         const HostReducer&);
-  void (*all_to_all)(Coll&, std::span<const void* const>, std::span<const size_t>,
-                     std::span<void* const>, std::span<const size_t>);
-  void (*gather)(Coll&, const void*, size_t, std::span<void* const>, int);
-  void (*scatter)(Coll&, std::span<const void* const>, void*, size_t, int);
-  void (*barrier)(Coll&);
-};
-
-constexpr AlgoSet<ShmColl> kShmAlgos{.broadcast = shm_broadcast,
-                                     .all_gather = shm_all_gather,
-                                     .reduce_scatter = shm_reduce_scatter,
-                                     .all_to_all = shm_all_to_all,
-                                     .gather = shm_gather,
-                                     .scatter = shm_scatter,
-                                     .barrier = shm_barrier};
-constexpr AlgoSet<GenericColl> kGenericAlgos{.broadcast = gen_broadcast_tree,
-                                             .all_gather = gen_all_gather_ring,
-                                             .reduce_scatter = gen_reduce_scatter_ring,
-                                             .all_to_all = gen_all_to_all,
-                                             .gather = gen_gather,
-                                             .scatter = gen_scatter,
-                                             .barrier = gen_barrier};
-
-// The set is a template argument: its calls are direct, as if written out per family.
-template <const auto& kAlgos, class Coll>
-void run_collective(const OpDesc& op, Coll& c, int rank, int n) {
-  const Tensor& in = op.input;
-  const Tensor& out = op.output;
-  switch (op.type) {
-    case OpType::kBroadcast:
-      return kAlgos.broadcast(c, in.data, in.nbytes(), op.root);
-    case OpType::kAllGather:
-    case OpType::kAllGatherV: {
-      Pieces o = from_list(op.outputs);
-      return kAlgos.all_gather(c, in.data, in.nbytes(), o.ptr, o.bytes);
-    }
-    case OpType::kAllGatherSingle: {
-      Pieces o = from_single(out, n, in.count);
-      return kAlgos.all_gather(c, in.data, in.nbytes(), o.ptr, o.bytes);
-    }
-    case OpType::kReduceScatter:
-    case OpType::kReduceScatterV:
-    case OpType::kReduceScatterSingle: {
-      HostReducer r(out.dtype, op.op, n);
-      Pieces i = op.type == OpType::kReduceScatterSingle ? from_single(in, n, out.count)
-                                                         : from_list(op.inputs);
-      return kAlgos.reduce_scatter(c, i.cptr(), i.counts, out.data, r);
-    }
-    case OpType::kAllToAll: {
-      Pieces i = from_list(op.inputs), o = from_list(op.outputs);
-      return kAlgos.all_to_all(c, i.cptr(), i.bytes, o.ptr, o.bytes);
-    }
-    case OpType::kAllToAllSingle: {
-      Pieces i = from_single(in, n, in.count / n), o = from_single(out, n, out.count / n);
-      return kAlgos.all_to_all(c, i.cptr(), i.bytes, o.ptr, o.bytes);
-    }
-    case OpType::kAllToAllVSingle: {
-      Pieces i = from_splits(in, op.input_splits), o = from_splits(out, op.output_splits);
-      return kAlgos.all_to_all(c, i.cptr(), i.bytes, o.ptr, o.bytes);
-    }
-    case OpType::kGather: {
-      Pieces o = rank == op.root ? from_list(op.outputs) : Pieces{};
-      return kAlgos.gather(c, in.data, in.nbytes(), o.ptr, op.root);
-    }
-    case OpType::kGatherSingle: {
-      Pieces o = rank == op.root ? from_single(out, n, in.count) : Pieces{};
-      return kAlgos.gather(c, in.data, in.nbytes(), o.ptr, op.root);
-    }
-    case OpType::kScatter: {
-      Pieces i = rank == op.root ? from_list(op.inputs) : Pieces{};
-      return kAlgos.scatter(c, i.cptr(), out.data, out.nbytes(), op.root);
-    }
-    case OpType::kBarrier:
-      return kAlgos.barrier(c);
-    default:
-      throw Error(ErrorCode::kUnsupported, std::string("the cpu backend cannot run ") + op.name());
-  }
-}
 
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
@@ -213,6 +86,7 @@ void CpuBackend::init(const BackendContext& ctx) {
     }
     group_->agree_cma();  // every rank probed before the meeting: all reach the same answer
     transport_ = std::make_unique<ShmTransport>(group_.get(), &tuning_.wait);
+    topology_ = Topology{ctx.size, "shm", group_->cma()};
     return;
   }
   group_.reset();
@@ -223,6 +97,7 @@ void CpuBackend::init(const BackendContext& ctx) {
   // Several hosts, or TCP asked for: the generic algorithms over the TCP transport (it connects
   // lazily, on the first exchange with each peer).
   transport_ = make_tcp_transport(ctx.rank, ctx.size, ctx.store, ctx.comm_name, h);
+  topology_ = Topology{ctx.size, "tcp", false};
 }
 
 std::string CpuBackend::transport_name() const {
@@ -308,102 +183,45 @@ void CpuBackend::execute(const OpDesc& op) {
   }
 }
 
-CpuAlgo CpuBackend::table_algorithm(const OpDesc& op) const {
-  if (table_->entries().empty()) return CpuAlgo::kAuto;
-  // nccl-tests' size: the larger buffer (all_reduce: the tensor; all_gather: the output).
-  size_t bytes = std::max(op.input.nbytes(), op.output.nbytes());
-  CpuAlgo a = parse_algorithm_name(table_->lookup(op.name(), ctx_.size, bytes));
-  // A table measured over shared memory says nothing about TCP: keep the built-in choice there.
-  if (!use_shm_ && (a == CpuAlgo::kDda || a == CpuAlgo::kRsag || a == CpuAlgo::kCma))
-    return CpuAlgo::kAuto;
-  return a;
-}
-
 void CpuBackend::dispatch(const OpDesc& op, Deadline deadline) {
-  CpuAlgo algo = parse_algorithm_hint(op.hints);
-  if (algo == CpuAlgo::kAuto) algo = table_algorithm(op);
-  const bool p2p =
-      op.type == OpType::kSend || op.type == OpType::kRecv || op.type == OpType::kBatchP2P;
+  const bool p2p = op.collective == Collective::kP2P;
+  // The hint, the tuning table, else the size thresholds; execute() adds the op's prefix to errors.
+  const CpuAlgorithm* algo = nullptr;
+  if (!p2p && op.collective != Collective::kAllToAllVDynamic) {
+    const size_t cma_min = group_ ? group_->cma_all_reduce_min_bytes() : ~size_t{0};
+    algo = &select_algorithm(cpu_algorithms(), op.collective, op, topology_, table_,
+                             cpu_default_algorithm(op, topology_, tuning_, cma_min), "",
+                             cpu_knows_algorithm);
+  }
   // Every message of the op carries what this rank called; peers check it before using a byte.
   const OpFingerprint fp = fingerprint_of(op, p2p ? 0 : collectives_++);
   transport_->set_call(fp);
   if (p2p) return run_p2p(op, deadline);
-  if (op.type == OpType::kAllToAllVDynamic)
+  // all_to_all_v_dynamic has one implementation (counts exchanged first, then rows).
+  if (op.collective == Collective::kAllToAllVDynamic)
     return cpu_all_to_all_v_dynamic(op, *transport_, ctx_.rank, ctx_.size, deadline);
-  // Low precision (FP8 on the wire, FP32 sums) when enabled and eligible, over the transport;
-  // execute() adds the op's prefix to errors.
+  // Low precision (FP8 on the wire, FP32 sums) when enabled and eligible, over the transport.
   if (lowp::lowp_maybe_run(op, lowp_, *transport_, ctx_.rank, ctx_.size, deadline, "",
                            &lowp_stats_, &lowp_scratch_))
     return;
-  bool generic = !use_shm_ || algo == CpuAlgo::kRing || algo == CpuAlgo::kRecursiveDoubling ||
-                 algo == CpuAlgo::kGeneric;
-  if (generic) {
+  if (algo->run.generic) {
     GenericColl c{*transport_, ctx_.rank, ctx_.size, deadline, scratch_};
-    return run_generic(op, c, algo);
+    return algo->run.generic(c, op, tuning_);
   }
   ShmColl c{*group_, WaitScope{deadline, &aborted_, group_.get(), &tuning_.wait, &sleeping_on_},
             fp, tuning_.chunk_bytes, group_->cma_min_bytes()};
   c.ws.whole_group = true;
-  if (op.type == OpType::kBroadcast) {
+  if (op.collective == Collective::kBroadcast) {
     c.cma_min_bytes = group_->cma_broadcast_min_bytes();
     c.root_writes_min_bytes = group_->cma_root_writes_min_bytes();
   }
   if (ctx_.size > 1) group_->map_all();
-  run_shm(op, c, algo);
-}
-
-void CpuBackend::run_shm(const OpDesc& op, ShmColl& c, CpuAlgo algo) {
-  const int n = ctx_.size;
-  const Tensor& in = op.input;
-  switch (op.type) {
-    case OpType::kAllReduce: {
-      HostReducer r(in.dtype, op.op, n);
-      bool dda = algo == CpuAlgo::kDda ||
-                 (algo == CpuAlgo::kAuto && in.nbytes() <= tuning_.dda_max_bytes(n));
-      if (dda) return shm_all_reduce_dda(c, in.data, op.output.data, in.count, r);
-      // Single copy where cross-memory attach works (the same answer on every rank).
-      bool cma = n > 1 && group_->cma() &&
-                 (algo == CpuAlgo::kCma ||
-                  (algo == CpuAlgo::kAuto && in.nbytes() >= group_->cma_all_reduce_min_bytes()));
-      if (cma) return shm_all_reduce_cma(c, in.data, op.output.data, in.count, r);
-      return shm_all_reduce_rsag(c, in.data, op.output.data, in.count, r);
-    }
-    case OpType::kReduce: {
-      HostReducer r(in.dtype, op.op, n);
-      bool two = algo == CpuAlgo::kRsag ||
-                 (algo != CpuAlgo::kDda && in.nbytes() > tuning_.dda_max_bytes(n));
-      return shm_reduce(c, in.data, op.output.data, in.count, op.root, r, two);
-    }
-    default:
-      return run_collective<kShmAlgos>(op, c, ctx_.rank, n);
-  }
-}
-
-void CpuBackend::run_generic(const OpDesc& op, GenericColl& c, CpuAlgo algo) {
-  const int n = ctx_.size;
-  const Tensor& in = op.input;
-  switch (op.type) {
-    case OpType::kAllReduce: {
-      HostReducer r(in.dtype, op.op, n);
-      bool rd = algo == CpuAlgo::kRecursiveDoubling ||
-                (algo != CpuAlgo::kRing && in.nbytes() <= tuning_.rd_max_bytes);
-      if (rd) return gen_all_reduce_recursive_doubling(c, in.data, op.output.data, in.count, r);
-      return gen_all_reduce_ring(c, in.data, op.output.data, in.count, r);
-    }
-    case OpType::kReduce: {
-      HostReducer r(in.dtype, op.op, n);
-      return gen_reduce_tree(c, in.data, op.output.data, in.count, op.root, r);
-    }
-    default:
-      return run_collective<kGenericAlgos>(op, c, ctx_.rank, n);
-  }
+  algo->run.shm(c, op, tuning_);
 }
 
 void CpuBackend::run_p2p(const OpDesc& op, Deadline deadline) {
   std::vector<SendReq> sends;
   std::vector<RecvReq> recvs;
-  if (op.type == OpType::kSend) sends.push_back({op.root, op.input.data, op.input.nbytes()});
-  if (op.type == OpType::kRecv) recvs.push_back({op.root, op.input.data, op.input.nbytes()});
   for (const P2POp& p : op.p2p) {
     if (p.is_send)
       sends.push_back({p.peer, p.tensor.data, p.tensor.nbytes()});

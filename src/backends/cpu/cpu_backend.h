@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_tuning.h"
+#include "commx/algorithm.h"
 #include "commx/backend.h"
 #include "commx/backend_util.h"
 #include "core/tuning.h"
@@ -44,8 +45,6 @@ class CpuBackend : public HostBackend {
  private:
   void execute(const OpDesc& op) override;
   void dispatch(const OpDesc& op, Deadline deadline);
-  void run_shm(const OpDesc& op, ShmColl& c, CpuAlgo algo);
-  void run_generic(const OpDesc& op, GenericColl& c, CpuAlgo algo);
   void run_p2p(const OpDesc& op, Deadline deadline);
 
   BackendContext ctx_;
@@ -53,7 +52,7 @@ class CpuBackend : public HostBackend {
   // Measured per-size algorithm winners (commx-bench --tune): COMMX_TUNING_FILE, else the table
   // installed beside libcommx (bench/tuning/cpu.txt); an op's algorithm hint wins over it.
   const TuningTable* table_ = nullptr;
-  CpuAlgo table_algorithm(const OpDesc& op) const;
+  Topology topology_;  // shm (with or without single copy) or tcp: what init() found
   bool use_shm_ = true;
   std::unique_ptr<ShmGroup> group_;       // ranks on one host
   std::unique_ptr<Transport> transport_;  // shm rings, or TCP across hosts

@@ -55,22 +55,4 @@ void CpuTuning::adapt_to_oversubscription(int local_ranks, int cpus) {
   }
 }
 
-CpuAlgo parse_algorithm_hint(const Hints& hints) {
-  auto it = hints.find("algorithm");
-  return it == hints.end() ? CpuAlgo::kAuto : parse_algorithm_name(it->second);
-}
-
-CpuAlgo parse_algorithm_name(const std::string& a) {
-  if (a.empty() || a == "auto") return CpuAlgo::kAuto;
-  if (a == "dda" || a == "one_shot") return CpuAlgo::kDda;
-  if (a == "rsag" || a == "two_shot" || a == "reduce_scatter_all_gather") return CpuAlgo::kRsag;
-  if (a == "cma" || a == "single_copy") return CpuAlgo::kCma;
-  if (a == "ring") return CpuAlgo::kRing;
-  if (a == "recursive_doubling" || a == "rd") return CpuAlgo::kRecursiveDoubling;
-  if (a == "generic" || a == "tree" || a == "direct") return CpuAlgo::kGeneric;
-  throw Error(ErrorCode::kInvalidArgument,
-              "unknown algorithm '" + a +
-                  "' (cpu backend: auto, dda, rsag, cma, ring, recursive_doubling, generic)");
-}
-
 }  // namespace commx

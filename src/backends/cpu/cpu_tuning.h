@@ -60,10 +60,4 @@ struct CpuTuning {
   static CpuTuning from_env();
 };
 
-// Algorithms an op can ask for with hints {"algorithm": ...}.
-enum class CpuAlgo { kAuto, kDda, kRsag, kCma, kRing, kRecursiveDoubling, kGeneric };
-CpuAlgo parse_algorithm_hint(const Hints& hints);
-// "dda", "rsag", "cma", "ring", "recursive_doubling", "generic" (and aliases); "" or "auto": kAuto.
-CpuAlgo parse_algorithm_name(const std::string& name);
-
 }  // namespace commx

@@ -58,23 +58,40 @@ void two_shot_enqueue(const PeerSet& ps, const AllReduceShape& a, const OpDesc& 
 }
 
 const AllReduceAlgorithm kTable[] = {
-    {AllReduceAlgo::kLL, ll_fits, ll_enqueue, AllReduceAlgo::kFlat},
-    {AllReduceAlgo::kLL128, ll128_fits, ll128_enqueue, AllReduceAlgo::kFlat},
-    {AllReduceAlgo::kFlat, flat_fits, flat_enqueue, AllReduceAlgo::kTree},
-    {AllReduceAlgo::kTree, two_shot_fits, two_shot_enqueue, AllReduceAlgo::kTree},
+    {"ll", Collective::kAllReduce, nullptr, {AllReduceAlgo::kLL, ll_fits, ll_enqueue, AllReduceAlgo::kFlat}},
+    {"ll128", Collective::kAllReduce, nullptr,
+     {AllReduceAlgo::kLL128, ll128_fits, ll128_enqueue, AllReduceAlgo::kFlat}},
+    {"flat", Collective::kAllReduce, nullptr,
+     {AllReduceAlgo::kFlat, flat_fits, flat_enqueue, AllReduceAlgo::kTree}, nullptr, "one_shot"},
+    {"tree", Collective::kAllReduce, nullptr,
+     {AllReduceAlgo::kTree, two_shot_fits, two_shot_enqueue, AllReduceAlgo::kTree}, nullptr,
+     "two_shot"},
+    // Not native: the backend hands the op to NCCL.
+    {"nccl", Collective::kAllReduce, nullptr, {AllReduceAlgo::kNccl}},
 };
 
-}  // namespace
-
-const AllReduceAlgorithm& allreduce_algorithm(AllReduceAlgo id) {
+const AllReduceAlgorithm& row_of(AllReduceAlgo id) {
   for (const AllReduceAlgorithm& a : kTable)
-    if (a.id == id) return a;
+    if (a.run.id == id) return a;
   throw Error(ErrorCode::kInternal, std::string("cuda: no all_reduce algorithm '") + algo_name(id) + "'");
 }
 
-const AllReduceAlgorithm& fitting_allreduce(AllReduceAlgo preferred, const AllReduceShape& a) {
-  const AllReduceAlgorithm* row = &allreduce_algorithm(preferred);
-  while (!row->fits(a)) row = &allreduce_algorithm(row->fallback);
+}  // namespace
+
+std::span<const AllReduceAlgorithm> allreduce_algorithms() { return kTable; }
+
+const AllReduceAlgorithm& select_allreduce(const Tuning& t, const OpDesc& op, const Topology& topo,
+                                           const TuningTable* table, const std::string& where) {
+  // DDA switched off (COMMX_DDA_ENABLE=0) leaves only hints: no table row brings it back.
+  const char* dflt = algo_name(choose_allreduce(t, op.input.nbytes(), {}, where));
+  return select_algorithm(allreduce_algorithms(), Collective::kAllReduce, op, topo,
+                          t.dda_enable ? table : nullptr, dflt, where);
+}
+
+const AllReduceAlgorithm& fitting_allreduce(const AllReduceAlgorithm& preferred,
+                                            const AllReduceShape& a) {
+  const AllReduceAlgorithm* row = &preferred;
+  while (row->run.fits && !row->run.fits(a)) row = &row_of(row->run.fallback);
   return *row;
 }
 

@@ -1,13 +1,16 @@
-// The all_reduce (and reduce) algorithms of the cuda backend as one table: each row says whether
-// it can run an op of a given shape in the registered buffer, how to enqueue it, and which row
-// takes over when it cannot. The selector (choose_allreduce, tuning.h) names the preferred row; a
-// new algorithm is its kernel plus one row here. Layer: backends (cuda).
+// The all_reduce (and reduce) algorithms of the cuda backend as one table (commx/algorithm.h):
+// each row says how to enqueue an op, whether it fits the registered buffer and which row takes
+// over when it does not. The shared selector picks the preferred row (hint, tuning table, size
+// thresholds); a new algorithm is its kernel plus one row here. Layer: backends (cuda).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <span>
+#include <string>
 
+#include "commx/algorithm.h"
 #include "commx/backend.h"
 #include "cuda/kernel_params.h"
 #include "cuda/tuning.h"
@@ -25,19 +28,29 @@ struct AllReduceShape {
   uint64_t half;      // bytes of one buffer half
 };
 
-struct AllReduceAlgorithm {
-  AllReduceAlgo id;
-  // Whether the op fits this algorithm (its buffer need, and LL/LL128 need every rank to receive).
-  bool (*fits)(const AllReduceShape& a);
-  // Enqueues the op on `s` (kernel errors are checked by the caller).
+// How a row runs. The row's id names it in AllReduceAlgo (tests, the benchmark); `fits` and
+// `fallback` handle the registered buffer: a row whose buffer need the op exceeds hands over to
+// its fallback (the last row always fits).
+struct AllReduceRun {
+  AllReduceAlgo id = AllReduceAlgo::kNccl;
+  bool (*fits)(const AllReduceShape& a) = nullptr;
+  // Enqueues the op on `s` (kernel errors are checked by the caller); null for "nccl", whose ops
+  // the backend delegates.
   void (*enqueue)(const PeerSet& ps, const AllReduceShape& a, const OpDesc& op, const Tuning& t,
-                  cudaStream_t s);
-  AllReduceAlgo fallback;  // taken when `fits` is false (the last row always fits)
+                  cudaStream_t s) = nullptr;
+  AllReduceAlgo fallback = AllReduceAlgo::kNccl;
 };
+using AllReduceAlgorithm = Algorithm<AllReduceRun>;
 
-// The row of `id` (kNccl has none: the backend delegates such ops).
-const AllReduceAlgorithm& allreduce_algorithm(AllReduceAlgo id);
-// The preferred row for `preferred`, following fallbacks until one fits.
-const AllReduceAlgorithm& fitting_allreduce(AllReduceAlgo preferred, const AllReduceShape& a);
+// The rows (all_reduce; reduce runs the same kernels with one receiving rank).
+std::span<const AllReduceAlgorithm> allreduce_algorithms();
+// The row for `op` (all_reduce or reduce): its hint "algorithm", else `table`'s row for the
+// topology, else the size thresholds of `t` (choose_allreduce). Throws InvalidArgument for an
+// unknown hint.
+const AllReduceAlgorithm& select_allreduce(const Tuning& t, const OpDesc& op, const Topology& topo,
+                                           const TuningTable* table, const std::string& where);
+// The row to run for `preferred`, following buffer fallbacks until one fits.
+const AllReduceAlgorithm& fitting_allreduce(const AllReduceAlgorithm& preferred,
+                                            const AllReduceShape& a);
 
 }  // namespace commx::cuda

@@ -40,6 +40,9 @@ void CudaBackend::init(const BackendContext& ctx) {
   tuning_ = Tuning::resolve(ctx.size, sms, ctx.options.hints);
   const PeerMemKind peer_mem = resolve_peer_mem_kind(ctx.options.hints, where);
   lowp_.init(ctx.options.hints, where);
+  // Rows measured on GPU links only: a host backend's table (no link column) is not for us.
+  for (const TuningEntry& e : TuningTable::from_env(library_dir() + "/commx_tuning_cuda.txt").entries())
+    if (e.link != "any") table_.add(e);
   preload_kernels(device_, where);
 
   COMMX_CUDA_CHECK_CTX(cudaHostAlloc(reinterpret_cast<void**>(&ctl_host_), sizeof(HostCtl),
@@ -82,6 +85,8 @@ void CudaBackend::init(const BackendContext& ctx) {
     // all_reduce results at 8 ranks on 4 H200s (32 KiB eager, bf16 and f32: up to 15% of the
     // elements), one block returned none from 2 to 64 KiB. Until the cause is found, one block.
     if (pm_->shares_gpu() && !env_str("COMMX_CUDA_MAX_BLOCKS")) tuning_.max_blocks = 1;
+    topology_ = Topology{ctx.size, pm_->atomic_links() ? "nvlink" : "pcie",
+                         native_problem_.empty()};
   }
   // One rank needs no peer memory: its ops are local copies (the rest go to NCCL lazily).
   native_ = native_problem_.empty() && ctx.size > 1 && !hier_;
@@ -137,7 +142,11 @@ bool CudaBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
 }
 
 AllReduceAlgo CudaBackend::allreduce_algo(uint64_t bytes, const Hints& hints) const {
-  return choose_allreduce(tuning_, bytes, hints);
+  OpDesc op{.type = OpType::kAllReduce,
+            .input = Tensor(nullptr, static_cast<int64_t>(bytes), DataType::kUInt8),
+            .hints = hints};
+  lower_op(op, ctx_.rank, ctx_.size);
+  return select_allreduce(tuning_, op, topology_, &table_, "").run.id;
 }
 
 PeerSet CudaBackend::peers(const OpDesc& op) const {
@@ -169,13 +178,11 @@ std::exception_ptr CudaBackend::device_error(const std::string& where) const {
   return std::make_exception_ptr(Error(ErrorCode::kAborted, msg));
 }
 
-void CudaBackend::enqueue_allreduce(const OpDesc& op, int out_rank, cudaStream_t s,
-                                    const std::string& where) {
+void CudaBackend::enqueue_allreduce(const OpDesc& op, const AllReduceAlgorithm& preferred,
+                                    int out_rank, cudaStream_t s, const std::string& where) {
   const AllReduceShape shape{op.input.data, op.output.data, op.input.count,
                              dtype_size(op.input.dtype), ctx_.size, out_rank, tuning_.buffer_bytes};
-  const AllReduceAlgorithm& algo =
-      fitting_allreduce(choose_allreduce(tuning_, op.input.nbytes(), op.hints, where), shape);
-  algo.enqueue(peers(op), shape, op, tuning_, s);
+  fitting_allreduce(preferred, shape).run.enqueue(peers(op), shape, op, tuning_, s);
   COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
 }
 
@@ -188,40 +195,32 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s, const std::st
   };
   // One rank: every op is a local copy (or nothing).
   if (world == 1) {
-    switch (op.type) {
-      case OpType::kAllReduce:
-      case OpType::kReduce:
-        if (op.op.kind == ReduceKind::kPremulSum) break;  // the average of one input is itself
+    const bool scales = op.op.kind == ReduceKind::kPremulSum;  // a copy would lose the factor
+    switch (op.collective) {
+      case Collective::kAllReduce:
+      case Collective::kReduce:
+        if (scales) break;
         copy(op.output.data, op.input.data, op.input.nbytes());
         return true;
-      case OpType::kBroadcast:
-      case OpType::kBarrier:
+      case Collective::kBroadcast:
+      case Collective::kBarrier:
         return true;
-      case OpType::kAllToAllVDynamic:  // copies its one segment, checks and writes the counts
+      case Collective::kAllToAllVDynamic:  // copies its one segment, checks and writes the counts
         enqueue_all_to_all_v_dynamic(peers(op), op, 1, s);
         COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
         return true;
-      case OpType::kAllGatherSingle:
-      case OpType::kReduceScatterSingle:
-      case OpType::kAllToAllSingle:
-      case OpType::kAllToAllVSingle:
-      case OpType::kGatherSingle:
-        if (op.op.kind == ReduceKind::kPremulSum) break;
-        copy(op.output.data, op.input.data, op.output.nbytes());
-        return true;
-      case OpType::kAllGather:
-      case OpType::kAllGatherV:
-      case OpType::kGather:
+      case Collective::kAllGather:
+      case Collective::kGather:
         copy(op.outputs[0].data, op.input.data, op.input.nbytes());
         return true;
-      case OpType::kReduceScatter:
-      case OpType::kReduceScatterV:
-        if (op.op.kind == ReduceKind::kPremulSum) break;
+      case Collective::kReduceScatter:
+        if (scales) break;
         [[fallthrough]];
-      case OpType::kScatter:
-      case OpType::kAllToAll:
-        copy(op.type == OpType::kAllToAll ? op.outputs[0].data : op.output.data,
-             op.inputs[0].data, op.inputs[0].nbytes());
+      case Collective::kScatter:
+        copy(op.output.data, op.inputs[0].data, op.inputs[0].nbytes());
+        return true;
+      case Collective::kAllToAll:
+        copy(op.outputs[0].data, op.inputs[0].data, op.inputs[0].nbytes());
         return true;
       default:
         break;
@@ -239,76 +238,72 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s, const std::st
     enqueue_exchange(peers(op), tuning_, src, dst, nbytes, every_pair, s);
     COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
   };
+  if (op.collective == Collective::kAllToAllVDynamic) {
+    enqueue_all_to_all_v_dynamic(peers(op), op, all_to_all_v_dynamic_blocks(tuning_), s);
+    COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
+    return true;
+  }
+  // Per-pair exchanges move equal pieces; the forms with per-peer counts go to NCCL.
+  if (!op.equal_split()) return false;
   PtrList src{}, dst{};
-  switch (op.type) {
-    case OpType::kAllReduce:
-    case OpType::kReduce: {
+  auto ptr = [](const Tensor& t) { return static_cast<char*>(t.data); };
+  switch (op.collective) {
+    case Collective::kAllReduce:
+    case Collective::kReduce: {
       if (!native_reduce_supported(op.input.dtype, op.op.kind)) return false;
-      int out_rank = op.type == OpType::kReduce ? op.root : -1;
-      if (op.type == OpType::kAllReduce &&
-          choose_allreduce(tuning_, op.input.nbytes(), op.hints, where) == AllReduceAlgo::kNccl)
-        return false;
+      const bool all = op.collective == Collective::kAllReduce;
+      const AllReduceAlgorithm& algo = select_allreduce(tuning_, op, topology_, &table_, where);
+      if (!algo.run.enqueue) return false;  // the "nccl" row
       if (op.input.count == 0) {
         launch_barrier(peers(op), s);
         return true;
       }
-      enqueue_allreduce(op, out_rank, s, where);
+      enqueue_allreduce(op, algo, all ? -1 : op.root, s, where);
       return true;
     }
-    case OpType::kAllGather:
-    case OpType::kAllGatherSingle: {
-      uint64_t nb = op.input.nbytes();
+    case Collective::kAllGather: {
       for (int q = 0; q < world; ++q) {
-        src.p[q] = static_cast<char*>(op.input.data);
-        dst.p[q] = op.type == OpType::kAllGather ? static_cast<char*>(op.outputs[q].data)
-                                                 : at(op.output.data, q * nb);
+        src.p[q] = ptr(op.input);
+        dst.p[q] = ptr(op.outputs[q]);
       }
-      exchange(src, dst, nb, true);
+      exchange(src, dst, op.input.nbytes(), true);
       return true;
     }
-    case OpType::kAllToAllSingle: {
-      uint64_t nb = op.input.nbytes() / world;
+    case Collective::kAllToAll: {
       for (int q = 0; q < world; ++q) {
-        src.p[q] = at(op.input.data, q * nb);
-        dst.p[q] = at(op.output.data, q * nb);
+        src.p[q] = ptr(op.inputs[q]);
+        dst.p[q] = ptr(op.outputs[q]);
       }
-      exchange(src, dst, nb, true);
+      exchange(src, dst, op.inputs[0].nbytes(), true);
       return true;
     }
-    case OpType::kBroadcast: {
+    case Collective::kBroadcast: {
       if (me == op.root)
-        for (int q = 0; q < world; ++q) src.p[q] = static_cast<char*>(op.input.data);
-      dst.p[op.root] = static_cast<char*>(op.output.data);
+        for (int q = 0; q < world; ++q) src.p[q] = ptr(op.input);
+      dst.p[op.root] = ptr(op.output);
       exchange(src, dst, op.input.nbytes(), false);
       return true;
     }
-    case OpType::kGather:
-    case OpType::kGatherSingle: {
-      uint64_t nb = op.input.nbytes();
-      src.p[op.root] = static_cast<char*>(op.input.data);
+    case Collective::kGather: {
+      src.p[op.root] = ptr(op.input);
       if (me == op.root)
-        for (int q = 0; q < world; ++q)
-          dst.p[q] = op.type == OpType::kGather ? static_cast<char*>(op.outputs[q].data)
-                                                : at(op.output.data, q * nb);
-      exchange(src, dst, nb, false);
+        for (int q = 0; q < world; ++q) dst.p[q] = ptr(op.outputs[q]);
+      exchange(src, dst, op.input.nbytes(), false);
       return true;
     }
-    case OpType::kScatter: {
+    case Collective::kScatter: {
       if (me == op.root)
-        for (int q = 0; q < world; ++q) src.p[q] = static_cast<char*>(op.inputs[q].data);
-      dst.p[op.root] = static_cast<char*>(op.output.data);
+        for (int q = 0; q < world; ++q) src.p[q] = ptr(op.inputs[q]);
+      dst.p[op.root] = ptr(op.output);
       exchange(src, dst, op.output.nbytes(), false);
       return true;
     }
-    case OpType::kReduceScatter:
-    case OpType::kReduceScatterSingle: {
+    case Collective::kReduceScatter: {
       if (!native_reduce_supported(op.output.dtype, op.op.kind)) return false;
       const int64_t n = op.output.count;
-      const size_t es = dtype_size(op.output.dtype);
       bool al = aligned16(op.output.data);
       for (int q = 0; q < world; ++q) {
-        src.p[q] = op.type == OpType::kReduceScatter ? static_cast<char*>(op.inputs[q].data)
-                                                     : at(op.input.data, q * n * es);
+        src.p[q] = ptr(op.inputs[q]);
         al = al && aligned16(src.p[q]);
       }
       if (n == 0) {
@@ -320,16 +315,12 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s, const std::st
       COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
       return true;
     }
-    case OpType::kBarrier:
+    case Collective::kBarrier:
       launch_barrier(peers(op), s);
       COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
       return true;
-    case OpType::kAllToAllVDynamic:
-      enqueue_all_to_all_v_dynamic(peers(op), op, all_to_all_v_dynamic_blocks(tuning_), s);
-      COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
-      return true;
     default:
-      return false;  // v-variants, list all-to-all, p2p: NCCL
+      return false;  // p2p: NCCL
   }
 }
 
@@ -344,25 +335,31 @@ Work CudaBackend::delegate(const OpDesc& op, cudaStream_t s) {
   return nccl(&op).run(d, false);
 }
 
-Work CudaBackend::run(const OpDesc& op, bool async_op) {
-  const std::string where = op_context(ctx_, op);
-  if (aborted_.load()) throw Error(ErrorCode::kAborted, where + "the cuda comm was aborted");
+void CudaBackend::check_runnable(const std::string& where) {
   if (std::exception_ptr e = device_error(where + "an earlier op failed: ")) std::rethrow_exception(e);
+}
+
+EventWorkHooks CudaBackend::work_hooks(const std::string& where) {
   EventWorkHooks hooks;
   hooks.poll_error = [this, where] {
     std::exception_ptr e = device_error(where);
     return e || !hier_ ? e : hier_->inter_error();
   };
   hooks.on_timeout = [this] { abort(); };
+  return hooks;
+}
+
+Timeout CudaBackend::host_bound(const OpDesc& op) const {
   // The device-side bound fires first and names the missing peer; the host bound is a backstop.
-  const Timeout host_bound = op.timeout + op.timeout / 10 + std::chrono::milliseconds(200);
-  auto enqueue = [&](cudaStream_t s) -> std::optional<Work> {
-    if ((hier_ && hier_->enqueue(op, s, where)) || enqueue_native(op, s, where)) return std::nullopt;
-    if (!native_problem_.empty() && !nccl_ready_)
-      throw Error(ErrorCode::kUnsupported, where + native_problem_);
-    return delegate(op, s);
-  };
-  return ops_.run(op, async_op, where, enqueue, std::move(hooks), host_bound);
+  return op.timeout + op.timeout / 10 + std::chrono::milliseconds(200);
+}
+
+std::optional<Work> CudaBackend::enqueue(const OpDesc& op, cudaStream_t s,
+                                         const std::string& where) {
+  if ((hier_ && hier_->enqueue(op, s, where)) || enqueue_native(op, s, where)) return std::nullopt;
+  if (!native_problem_.empty() && !nccl_ready_)
+    throw Error(ErrorCode::kUnsupported, where + native_problem_);
+  return delegate(op, s);
 }
 
 void CudaBackend::abort() {

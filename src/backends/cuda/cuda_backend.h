@@ -13,28 +13,26 @@
 #include <string>
 
 #include "commx/backend.h"
+#include "core/tuning.h"
+#include "cuda/allreduce_algorithms.h"
 #include "cuda/hierarchy.h"
 #include "cuda/kernel_params.h"
 #include "cuda/lowp_cuda.h"
 #include "cuda/peer_memory.h"
 #include "cuda/tuning.h"
-#include "cuda_common/device_ops.h"
+#include "cuda_common/device_backend.h"
 
 namespace commx::cuda {
 
-class CudaBackend : public Backend {
+class CudaBackend : public DeviceBackend {
  public:
   CudaBackend() = default;
   ~CudaBackend() override;
   std::string name() const override { return "cuda"; }
   void init(const BackendContext& ctx) override;
-  Work run(const OpDesc& op, bool async_op) override;
   bool supports(OpType type, DataType dtype, ReduceKind kind) const override;
   void abort() override;
   void finalize() override;
-  bool accepts_device(const Device& d) const override {
-    return d.is_cuda() && (device_ < 0 || d.index < 0 || d.index == device_);
-  }
 
   // For tests and the benchmark: which all-reduce algorithm an op of `bytes` would use.
   AllReduceAlgo allreduce_algo(uint64_t bytes, const Hints& hints) const;
@@ -43,17 +41,26 @@ class CudaBackend : public Backend {
   const Hierarchy* hierarchy() const { return hier_.get(); }
 
  private:
+  // DeviceBackend: an earlier device error fails every later op; ops run natively (hierarchy,
+  // peer memory) or through the NCCL delegate; the device-side bound fires before the host's.
+  void check_runnable(const std::string& where) override;
+  std::optional<Work> enqueue(const OpDesc& op, cudaStream_t s, const std::string& where) override;
+  EventWorkHooks work_hooks(const std::string& where) override;
+  Timeout host_bound(const OpDesc& op) const override;
   // Enqueues `op` on `s` through the peer-memory kernels; false when the op is not covered.
   bool enqueue_native(const OpDesc& op, cudaStream_t s, const std::string& where);
-  void enqueue_allreduce(const OpDesc& op, int out_rank, cudaStream_t s, const std::string& where);
+  void enqueue_allreduce(const OpDesc& op, const AllReduceAlgorithm& preferred, int out_rank,
+                         cudaStream_t s, const std::string& where);
   Work delegate(const OpDesc& op, cudaStream_t s);
   Backend& nccl(const OpDesc* op);
   std::exception_ptr device_error(const std::string& where) const;
   PeerSet peers(const OpDesc& op) const;
 
-  BackendContext ctx_;
-  int device_ = -1;  // set once init found the device usable
   Tuning tuning_;
+  // Measured algorithm winners for GPU links (COMMX_TUNING_FILE, else commx_tuning_cuda.txt
+  // beside libcommx, when present); without rows the thresholds of tuning_ decide.
+  TuningTable table_;
+  Topology topology_;  // world size and link kind: what the table's rows are keyed by
   LowpCuda lowp_;  // FP8 collectives (when hints or COMMX_LOW_PRECISION_* ask for them)
   bool native_ = false;
   std::string native_problem_;
@@ -62,11 +69,9 @@ class CudaBackend : public Backend {
   HostCtl* ctl_host_ = nullptr;
   HostCtl* ctl_dev_ = nullptr;
   DevState* state_ = nullptr;
-  DeviceOps ops_;  // streams, ordering, buffer checks and Works of every op
   std::unique_ptr<Backend> nccl_;
   bool nccl_ready_ = false;
   std::string nccl_problem_;  // why no NCCL delegate can exist (e.g. ranks sharing a GPU)
-  std::atomic<bool> aborted_{false};
   bool finalized_ = false;
 };
 

@@ -10,6 +10,7 @@
 
 #include "commx/error.h"
 #include "commx/env.h"
+#include "cuda/allreduce_algorithms.h"
 #include "cuda/exchange.h"
 #include "cuda/kernels.h"
 #include "cuda/peer_set.h"
@@ -136,8 +137,11 @@ void Hierarchy::connect_inter(const std::string& where) {
     d.input = d.output = part(me, n);  // in place, as NCCL lays it out
     if (type == OpType::kReduceScatterSingle) d.input = all;
     if (type == OpType::kAllGatherSingle) d.output = all;
-    if (type == OpType::kAllGather)  // grouped broadcasts (enqueue_all_gather)
-      for (int h = 0; h < hosts; ++h) d.outputs.push_back(part(h, n));
+    // Grouped broadcasts (enqueue_all_gather): pieces out of order, so that NCCL does not take
+    // them for one buffer.
+    if (type == OpType::kAllGather)
+      for (int h = hosts - 1; h >= 0; --h) d.outputs.push_back(part(h, n));
+    lower_op(d, me, hosts);
     inter_->run(d, false).wait_blocking();
   };
   try {
@@ -173,6 +177,7 @@ void Hierarchy::inter_all_reduce(const OpDesc& op, const void* in, void* out, in
   d.input = Tensor(const_cast<void*>(in), count, op.input.dtype, op.input.device, s);
   d.output = Tensor(out, count, op.input.dtype, op.input.device, s);
   d.op = ReduceOp(kind);
+  lower_op(d, layout_.host, layout_.hosts);
   Work w = inter_->run(d, false);
   std::lock_guard<std::mutex> g(mu_);
   last_inter_ = std::move(w);
@@ -223,8 +228,7 @@ bool Hierarchy::enqueue_reduce_scatter(const OpDesc& op, cudaStream_t s,
   const int local = layout_.local_size, hosts = layout_.hosts;
   // Comm rank r's input block (the part reduced into rank r's output).
   auto block = [&](int r) {
-    return op.type == OpType::kReduceScatter ? static_cast<char*>(op.inputs[r].data)
-                                             : static_cast<char*>(op.input.data) + r * n * es;
+    return static_cast<char*>(op.inputs[r].data);
   };
   auto rank_of = [&](int host, int q) { return layout_.host_ranks[host][q]; };
   const ReduceKind across = kind == ReduceKind::kMin || kind == ReduceKind::kMax ||
@@ -240,14 +244,15 @@ bool Hierarchy::enqueue_reduce_scatter(const OpDesc& op, cudaStream_t s,
     d.input = Tensor(in, hosts * n, t, op.output.device, s);
     d.output = Tensor(op.output.data, n, t, op.output.device, s);
     d.op = ReduceOp(across);
+    lower_op(d, layout_.host, layout_.hosts);
     Work w = inter_->run(d, false);
     std::lock_guard<std::mutex> g(mu_);
     last_inter_ = std::move(w);
   };
   // One rank per host (host h = rank h): plain NCCL unless a scale is due.
-  if (local == 1 && op.type == OpType::kReduceScatterSingle &&
+  if (local == 1 && op.inputs_one_buffer() &&
       make_reduce_spec(t, op.op, world_, false).scale == 1.0) {
-    across_hosts(op.input.data);
+    across_hosts(op.inputs[0].data);
     return true;
   }
   // 1. Within the host, per destination host h: local rank q gets the host's partial result of
@@ -275,8 +280,7 @@ bool Hierarchy::enqueue_all_gather(const OpDesc& op, cudaStream_t s, const std::
   const int local = layout_.local_size, me = layout_.local_rank, hosts = layout_.hosts;
   // Where comm rank r's block lands.
   auto block = [&](int r) {
-    return op.type == OpType::kAllGather ? static_cast<char*>(op.outputs[r].data)
-                                         : static_cast<char*>(op.output.data) + r * nb;
+    return static_cast<char*>(op.outputs[r].data);
   };
   auto rank_of = [&](int host, int q) { return layout_.host_ranks[host][q]; };
   // 1. Across hosts: the ranks with this local index exchange their inputs (grouped NCCL
@@ -289,6 +293,7 @@ bool Hierarchy::enqueue_all_gather(const OpDesc& op, cudaStream_t s, const std::
   for (int h = 0; h < hosts; ++h)
     d.outputs.emplace_back(block(rank_of(h, me)), static_cast<int64_t>(nb), DataType::kUInt8,
                            op.input.device, s);
+  lower_op(d, layout_.host, layout_.hosts);
   Work w = inter_->run(d, false);
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -308,15 +313,17 @@ bool Hierarchy::enqueue_all_gather(const OpDesc& op, cudaStream_t s, const std::
 
 bool Hierarchy::enqueue(const OpDesc& op, cudaStream_t s, const std::string& where) {
   if (!inter_) return false;
-  if (op.type == OpType::kAllGather || op.type == OpType::kAllGatherSingle)
+  // The per-host steps move equal pieces; the forms with per-peer counts go to NCCL.
+  if (op.collective == Collective::kAllGather && op.equal_split())
     return enqueue_all_gather(op, s, where);
-  if (op.type == OpType::kReduceScatter || op.type == OpType::kReduceScatterSingle)
+  if (op.collective == Collective::kReduceScatter && op.equal_split())
     return enqueue_reduce_scatter(op, s, where);
-  if (op.type != OpType::kAllReduce) return false;
+  if (op.collective != Collective::kAllReduce) return false;
   const DataType t = op.input.dtype;
   const ReduceKind kind = op.op.kind;
   if (!native_reduce_supported(t, kind)) return false;
-  if (choose_allreduce(tuning_, op.input.nbytes(), op.hints, where) == AllReduceAlgo::kNccl)
+  // The local step's kernels are the native rows; the "nccl" row leaves the whole op to NCCL.
+  if (!select_allreduce(tuning_, op, Topology{world_, "net"}, nullptr, where).run.enqueue)
     return false;
   const int64_t n = op.input.count;
   if (n == 0) return true;

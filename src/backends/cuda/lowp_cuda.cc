@@ -190,34 +190,24 @@ void LowpCuda::init(const Hints& comm_hints, const std::string& where) {
 
 bool LowpCuda::maybe_enqueue(const OpDesc& op, const PeerSet& ps, int max_blocks,
                              cudaStream_t s, const std::string& where) {
-  const int w = ps.world;
-  const DataType dtype = lowp::lowp_op_dtype(op);
-  auto plan = lowp::lowp_choice(settings_, op.type, dtype, op.op, lowp::lowp_op_bytes(op, w),
+  const DataType dtype = op.dtype();
+  auto plan = lowp::lowp_choice(settings_, op.type, dtype, op.op, static_cast<int64_t>(op.bytes()),
                                 op.hints, where);
   if (!plan) return false;
   Rounds rd{ps, s, where, *plan, d_stats_, op.seq, dtype, max_blocks};
   const bool avg = op.op.kind == ReduceKind::kAvg;
-  switch (op.type) {
-    case OpType::kAllReduce:
+  switch (op.collective) {
+    case Collective::kAllReduce:
       all_reduce(rd, op.input, op.output, avg);
       break;
-    case OpType::kReduceScatter:
+    case Collective::kReduceScatter:
       reduce_scatter(rd, op.inputs, op.output, avg);
       break;
-    case OpType::kReduceScatterSingle:
-      reduce_scatter(rd, lowp::split_even(op.input, w), op.output, avg);
-      break;
-    case OpType::kAllGather:
+    case Collective::kAllGather:
       all_gather(rd, op.input, op.outputs);
       break;
-    case OpType::kAllGatherSingle:
-      all_gather(rd, op.input, lowp::split_even(op.output, w));
-      break;
-    case OpType::kAllToAll:
+    case Collective::kAllToAll:
       all_to_all(rd, op.inputs, op.outputs);
-      break;
-    case OpType::kAllToAllSingle:
-      all_to_all(rd, lowp::split_even(op.input, w), lowp::split_even(op.output, w));
       break;
     default:
       throw Error(ErrorCode::kInternal, where + "no low-precision variant");  // not chosen

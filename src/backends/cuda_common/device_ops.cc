@@ -63,7 +63,7 @@ Work DeviceOps::run(const OpDesc& op, bool async_op, const std::string& where,
     last_stream_ = s;
     have_last_ = true;
   }
-  if (op.type == OpType::kBarrier && !async_op && !capturing) w.wait_blocking();
+  if (op.collective == Collective::kBarrier && !async_op && !capturing) w.wait_blocking();
   return w;
 }
 

@@ -135,9 +135,22 @@ void PointerCheck::check(const OpDesc& op, const std::string& where) {
   const cudaStream_t s = caller_stream(op_stream(op));
   check_tensor(op.input, "the input", -1, s, where);
   if (op.output.data != op.input.data) check_tensor(op.output, "the output", -1, s, where);
-  for (size_t i = 0; i < op.inputs.size(); ++i) check_tensor(op.inputs[i], "inputs", int(i), s, where);
-  for (size_t i = 0; i < op.outputs.size(); ++i) check_tensor(op.outputs[i], "outputs", int(i), s, where);
-  for (size_t i = 0; i < op.p2p.size(); ++i) check_tensor(op.p2p[i].tensor, "p2p", int(i), s, where);
+  // The views of a single-tensor form (and the p2p entry of a send/recv) lie in a buffer checked
+  // above: no check of their own.
+  auto checked = [&](const Tensor& v) {
+    auto within = [&](const Tensor& whole) {
+      const char* w = static_cast<const char*>(whole.data);
+      const char* p = static_cast<const char*>(v.data);
+      return whole.data && p >= w && p + v.nbytes() <= w + whole.nbytes();
+    };
+    return v.count > 0 && (within(op.input) || within(op.output));
+  };
+  for (size_t i = 0; i < op.inputs.size(); ++i)
+    if (!checked(op.inputs[i])) check_tensor(op.inputs[i], "inputs", int(i), s, where);
+  for (size_t i = 0; i < op.outputs.size(); ++i)
+    if (!checked(op.outputs[i])) check_tensor(op.outputs[i], "outputs", int(i), s, where);
+  for (size_t i = 0; i < op.p2p.size(); ++i)
+    if (!checked(op.p2p[i].tensor)) check_tensor(op.p2p[i].tensor, "p2p", int(i), s, where);
 }
 
 }  // namespace commx::cuda

@@ -147,58 +147,45 @@ void GlooBackend::execute(const OpDesc& op) {
 }
 
 void GlooBackend::dispatch(const OpDesc& op) {
-  switch (op.type) {
-    case OpType::kAllReduce:
+  switch (op.collective) {
+    case Collective::kAllReduce:
       return all_reduce(op, op.input.data, op.input.count);
-    case OpType::kReduce:
+    case Collective::kReduce:
       return reduce(op);
-    case OpType::kBroadcast:
+    case Collective::kBroadcast:
       return broadcast(op);
-    case OpType::kAllGatherSingle:
-      return all_gather_into(op, op.input, op.output.data);
-    case OpType::kAllGather:
-      if (contiguous(op.outputs)) return all_gather_into(op, op.input, op.outputs[0].data);
-      scratch_.resize(total_bytes(op.outputs));
-      all_gather_into(op, op.input, scratch_.data());
-      for (int r = 0; r < ctx_.size; ++r)
-        copy_bytes(op.outputs[r].data, scratch_.data() + r * op.input.nbytes(), op.input.nbytes());
-      return;
-    case OpType::kAllGatherV:
-      return all_gather_v(op);
-    case OpType::kReduceScatter:
-    case OpType::kReduceScatterSingle:
-    case OpType::kReduceScatterV:
+    case Collective::kAllGather:
+      return op.equal_split() ? all_gather(op) : all_gather_v(op);
+    case Collective::kReduceScatter:
       return reduce_scatter(op);
-    case OpType::kAllToAll:
-    case OpType::kAllToAllSingle:
+    case Collective::kAllToAll:
       return all_to_all(op);
-    case OpType::kAllToAllVSingle:
-      return all_to_all_v(op);
-    case OpType::kGather:
-    case OpType::kGatherSingle:
+    case Collective::kGather:
       return gather(op);
-    case OpType::kScatter:
+    case Collective::kScatter:
       return scatter(op);
-    case OpType::kBarrier:
+    case Collective::kBarrier:
       return barrier(op);
-    case OpType::kSend:
-      return p2p(op, {P2POp{true, op.input, op.root}});
-    case OpType::kRecv:
-      return p2p(op, {P2POp{false, op.input, op.root}});
-    case OpType::kBatchP2P:
+    case Collective::kP2P:
       return p2p(op, op.p2p);
-    case OpType::kAllToAllVDynamic:
+    case Collective::kAllToAllVDynamic:
       break;
   }
   throw Error(ErrorCode::kUnsupported, op_context(ctx_, op) + "gloo: not supported");
 }
 
+// Copies a buffer laid out as back-to-back views into the views (nothing when it is them).
+static void scatter_views(const char* from, const std::vector<Tensor>& views) {
+  if (back_to_back(views) && from == bytes_of(views[0])) return;
+  for (const auto& t : views) {
+    copy_bytes(t.data, from, t.nbytes());
+    from += t.nbytes();
+  }
+}
+
 void GlooBackend::all_reduce(const OpDesc& op, void* data, int64_t count) {
   uint32_t tag = next_tag();
-  // The reduce_scatter forms reduce their staged input here: the dtype is their output's (a
-  // list form has no single input tensor).
-  DataType dt = op.type == OpType::kAllReduce || op.type == OpType::kReduce ? op.input.dtype
-                                                                            : op.output.dtype;
+  const DataType dt = op.dtype();
   HostReducer reducer(dt, op.op, ctx_.size);
   if (count == 0 || ctx_.size == 1) {
     if (count > 0 && op.op.kind == ReduceKind::kPremulSum) reducer.finish(data, count);
@@ -260,24 +247,31 @@ void GlooBackend::broadcast(const OpDesc& op) {
   });
 }
 
-void GlooBackend::all_gather_into(const OpDesc& op, const Tensor& in, void* out) {
+void GlooBackend::all_gather(const OpDesc& op) {
   uint32_t tag = next_tag();
+  const Tensor& in = op.input;
   if (in.count == 0) return;
-  char* mine = static_cast<char*>(out) + ctx_.rank * in.nbytes();
-  if (ctx_.size == 1) {
-    if (mine != in.data) copy_bytes(mine, in.data, in.nbytes());
-    return;
+  char* out = op.outputs_one_buffer() ? bytes_of(op.outputs[0]) : nullptr;
+  if (!out) {
+    scratch_.resize(in.nbytes() * ctx_.size);
+    out = reinterpret_cast<char*>(scratch_.data());
   }
-  with_elem(dtype_size(in.dtype), [&](auto e) {
-    using T = decltype(e);
-    ::gloo::AllgatherOptions o(gloo_);
-    // In place when the input already sits at this rank's slot of the output.
-    if (mine != in.data) o.setInput<T>(static_cast<T*>(in.data), in.count);
-    o.setOutput<T>(static_cast<T*>(out), in.count * ctx_.size);
-    o.setTag(tag);
-    o.setTimeout(op.timeout);
-    ::gloo::allgather(o);
-  });
+  char* mine = out + ctx_.rank * in.nbytes();
+  if (ctx_.size == 1) {
+    copy_bytes(mine, in.data, in.nbytes());
+  } else {
+    with_elem(dtype_size(in.dtype), [&](auto e) {
+      using T = decltype(e);
+      ::gloo::AllgatherOptions o(gloo_);
+      // In place when the input already sits at this rank's slot of the output.
+      if (mine != in.data) o.setInput<T>(static_cast<T*>(in.data), in.count);
+      o.setOutput<T>(reinterpret_cast<T*>(out), in.count * ctx_.size);
+      o.setTag(tag);
+      o.setTimeout(op.timeout);
+      ::gloo::allgather(o);
+    });
+  }
+  scatter_views(out, op.outputs);
 }
 
 void GlooBackend::all_gather_v(const OpDesc& op) {
@@ -286,9 +280,8 @@ void GlooBackend::all_gather_v(const OpDesc& op) {
   for (const auto& t : op.outputs) counts.push_back(static_cast<size_t>(t.count));
   size_t total = total_bytes(op.outputs);
   if (total == 0) return;
-  bool direct = contiguous(op.outputs);
-  char* out = direct ? bytes_of(op.outputs[0]) : nullptr;
-  if (!direct) {
+  char* out = back_to_back(op.outputs) ? bytes_of(op.outputs[0]) : nullptr;
+  if (!out) {
     scratch_.resize(total);
     out = reinterpret_cast<char*>(scratch_.data());
   }
@@ -301,126 +294,87 @@ void GlooBackend::all_gather_v(const OpDesc& op) {
     o.setTimeout(op.timeout);
     ::gloo::allgatherv(o);
   });
-  if (!direct) {
-    char* p = out;
-    for (const auto& t : op.outputs) {
-      copy_bytes(t.data, p, t.nbytes());
-      p += t.nbytes();
-    }
-  }
+  scatter_views(out, op.outputs);
 }
 
 // Gloo has no type-erased reduce-scatter: like torch's ProcessGroupGloo, all-reduce a staged
 // copy of the whole input and keep this rank's block.
 void GlooBackend::reduce_scatter(const OpDesc& op) {
   const Tensor& out = op.output;
-  size_t esize = dtype_size(out.dtype);
-  std::vector<int64_t> counts(ctx_.size, out.count);
-  if (op.type == OpType::kReduceScatterV)
-    for (int r = 0; r < ctx_.size; ++r) counts[r] = op.inputs[r].count;
+  const size_t esize = dtype_size(out.dtype);
   int64_t total = 0, offset = 0;
   for (int r = 0; r < ctx_.size; ++r) {
     if (r == ctx_.rank) offset = total;
-    total += counts[r];
+    total += op.inputs[r].count;
   }
   scratch_.resize(total * esize);
-  if (op.type == OpType::kReduceScatterSingle) {
-    copy_bytes(scratch_.data(), op.input.data, total * esize);
-  } else {
-    char* p = reinterpret_cast<char*>(scratch_.data());
-    for (const auto& t : op.inputs) {
-      copy_bytes(p, t.data, t.nbytes());
-      p += t.nbytes();
-    }
+  char* p = reinterpret_cast<char*>(scratch_.data());
+  for (const auto& t : op.inputs) {
+    copy_bytes(p, t.data, t.nbytes());
+    p += t.nbytes();
   }
   all_reduce(op, scratch_.data(), total);
   copy_bytes(out.data, scratch_.data() + offset * esize, out.nbytes());
 }
 
+// Gloo needs distinct contiguous input and output buffers; the per-peer counts of the list and v
+// forms go through alltoallv.
 void GlooBackend::all_to_all(const OpDesc& op) {
   uint32_t tag = next_tag();
-  bool list = op.type == OpType::kAllToAll;
-  DataType dt = list ? op.inputs[0].dtype : op.input.dtype;
-  size_t bytes = list ? total_bytes(op.inputs) : op.input.nbytes();
-  if (bytes == 0) return;
-  // Gloo needs distinct contiguous input and output buffers.
-  const char* in = list ? nullptr : bytes_of(op.input);
-  char* out = list ? nullptr : bytes_of(op.output);
-  std::vector<uint8_t> staged_out;
-  if (list || in == out) {
-    scratch_.resize(bytes);
-    if (list) {
-      char* p = reinterpret_cast<char*>(scratch_.data());
-      for (const auto& t : op.inputs) {
-        copy_bytes(p, t.data, t.nbytes());
-        p += t.nbytes();
-      }
-    } else {
-      copy_bytes(scratch_.data(), in, bytes);
-    }
-    in = reinterpret_cast<char*>(scratch_.data());
-  }
-  if (list) {
-    staged_out.resize(bytes);
-    out = reinterpret_cast<char*>(staged_out.data());
-  }
-  with_elem(dtype_size(dt), [&](auto e) {
-    using T = decltype(e);
-    size_t n = bytes / sizeof(T);
-    ::gloo::AlltoallOptions o(gloo_);
-    o.setInput<T>(reinterpret_cast<T*>(const_cast<char*>(in)), n);
-    o.setOutput<T>(reinterpret_cast<T*>(out), n);
-    o.setTag(tag);
-    o.setTimeout(op.timeout);
-    ::gloo::alltoall(o);
-  });
-  if (list) {
-    char* p = out;
-    for (const auto& t : op.outputs) {
-      copy_bytes(t.data, p, t.nbytes());
+  const size_t in_bytes = total_bytes(op.inputs), out_bytes = total_bytes(op.outputs);
+  if (in_bytes == 0 && out_bytes == 0) return;
+  const char* in = back_to_back(op.inputs) ? bytes_of(op.inputs[0]) : nullptr;
+  char* out = back_to_back(op.outputs) ? bytes_of(op.outputs[0]) : nullptr;
+  const bool overlap = in && out && in < out + out_bytes && out < in + in_bytes;
+  if (!in || overlap) {
+    scratch_.resize(in_bytes);
+    char* p = reinterpret_cast<char*>(scratch_.data());
+    for (const auto& t : op.inputs) {
+      copy_bytes(p, t.data, t.nbytes());
       p += t.nbytes();
     }
-  }
-}
-
-void GlooBackend::all_to_all_v(const OpDesc& op) {
-  uint32_t tag = next_tag();
-  size_t esize = dtype_size(op.input.dtype);
-  int64_t in_total = 0, out_total = 0;
-  for (int64_t v : op.input_splits) in_total += v;
-  for (int64_t v : op.output_splits) out_total += v;
-  if (in_total == 0 && out_total == 0) return;
-  const char* in = bytes_of(op.input);
-  if (in == bytes_of(op.output)) {
-    scratch_.resize(in_total * esize);
-    copy_bytes(scratch_.data(), in, in_total * esize);
     in = reinterpret_cast<char*>(scratch_.data());
   }
-  with_elem(esize, [&](auto e) {
+  std::vector<uint8_t> staged_out;
+  if (!out) {
+    staged_out.resize(out_bytes);
+    out = reinterpret_cast<char*>(staged_out.data());
+  }
+  with_elem(dtype_size(op.dtype()), [&](auto e) {
     using T = decltype(e);
+    T* src = reinterpret_cast<T*>(const_cast<char*>(in));
+    T* dst = reinterpret_cast<T*>(out);
+    if (op.equal_split()) {
+      ::gloo::AlltoallOptions o(gloo_);
+      o.setInput<T>(src, in_bytes / sizeof(T));
+      o.setOutput<T>(dst, out_bytes / sizeof(T));
+      o.setTag(tag);
+      o.setTimeout(op.timeout);
+      ::gloo::alltoall(o);
+      return;
+    }
+    std::vector<int64_t> in_counts, out_counts;
+    for (const auto& t : op.inputs) in_counts.push_back(t.count);
+    for (const auto& t : op.outputs) out_counts.push_back(t.count);
     ::gloo::AlltoallvOptions o(gloo_);
-    o.setInput<T>(reinterpret_cast<T*>(const_cast<char*>(in)), op.input_splits);
-    o.setOutput<T>(static_cast<T*>(op.output.data), op.output_splits);
+    o.setInput<T>(src, in_counts);
+    o.setOutput<T>(dst, out_counts);
     o.setTag(tag);
     o.setTimeout(op.timeout);
     ::gloo::alltoallv(o);
   });
+  scatter_views(out, op.outputs);
 }
 
 void GlooBackend::gather(const OpDesc& op) {
   uint32_t tag = next_tag();
   const Tensor& in = op.input;
   if (in.count == 0) return;
-  bool root = ctx_.rank == op.root;
-  bool list = op.type == OpType::kGather;
+  const bool root = ctx_.rank == op.root;
   char* out = nullptr;
   if (root) {
-    if (!list) {
-      out = bytes_of(op.output);
-    } else if (contiguous(op.outputs)) {
-      out = bytes_of(op.outputs[0]);
-      list = false;
-    } else {
+    out = op.outputs_one_buffer() ? bytes_of(op.outputs[0]) : nullptr;
+    if (!out) {
       scratch_.resize(in.nbytes() * ctx_.size);
       out = reinterpret_cast<char*>(scratch_.data());
     }
@@ -435,9 +389,7 @@ void GlooBackend::gather(const OpDesc& op) {
     o.setTimeout(op.timeout);
     ::gloo::gather(o);
   });
-  if (root && list)
-    for (int r = 0; r < ctx_.size; ++r)
-      copy_bytes(op.outputs[r].data, out + r * in.nbytes(), in.nbytes());
+  if (root) scatter_views(out, op.outputs);
 }
 
 void GlooBackend::scatter(const OpDesc& op) {

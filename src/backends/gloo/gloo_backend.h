@@ -31,11 +31,10 @@ class GlooBackend : public HostBackend {
   void all_reduce(const OpDesc& op, void* data, int64_t count);
   void reduce(const OpDesc& op);
   void broadcast(const OpDesc& op);
-  void all_gather_into(const OpDesc& op, const Tensor& in, void* out);
+  void all_gather(const OpDesc& op);
   void all_gather_v(const OpDesc& op);
   void reduce_scatter(const OpDesc& op);
   void all_to_all(const OpDesc& op);
-  void all_to_all_v(const OpDesc& op);
   void gather(const OpDesc& op);
   void scatter(const OpDesc& op);
   void barrier(const OpDesc& op);

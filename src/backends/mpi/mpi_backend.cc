@@ -131,9 +131,7 @@ void MpiBackend::check(int rc, const OpDesc& op, const char* call) {
 void MpiBackend::execute(const OpDesc& op) {
   if (aborted_.load())
     throw Error(ErrorCode::kAborted, op_context(ctx_, op) + "the comm was aborted");
-  if (op.type == OpType::kSend || op.type == OpType::kRecv)
-    return p2p(op, {P2POp{op.type == OpType::kSend, op.input, op.root}});
-  if (op.type == OpType::kBatchP2P) return p2p(op, op.p2p);
+  if (op.collective == Collective::kP2P) return p2p(op, op.p2p);
   watchdog_.arm(Clock::now() + op.timeout, &op, comm_);
   try {
     collective(op);
@@ -205,14 +203,46 @@ void MpiBackend::collective(const OpDesc& op) {
   } while (0)
   const Tensor& in = op.input;
   const Tensor& out = op.output;
-  switch (op.type) {
-    case OpType::kAllReduce: {
+  // Element counts and displacements of per-rank views laid out back to back.
+  auto layout = [&](const std::vector<Tensor>& views, std::vector<int>& counts,
+                    std::vector<int>& displs) {
+    int64_t total = 0;
+    counts.assign(n, 0);
+    displs.assign(n, 0);
+    for (int r = 0; r < static_cast<int>(views.size()); ++r) {
+      counts[r] = icount(views[r].count);
+      displs[r] = icount(total);
+      total += views[r].count;
+    }
+    return total;
+  };
+  // Views that are not one buffer are staged through `buf` (copied in when `fill`).
+  auto as_buffer = [&](const std::vector<Tensor>& views, std::vector<uint8_t>& buf, bool fill) {
+    if (back_to_back(views)) return bytes_of(views[0]);
+    buf.resize(total_bytes(views));
+    char* p = reinterpret_cast<char*>(buf.data());
+    for (const auto& t : views) {
+      if (fill) copy_bytes(p, t.data, t.nbytes());
+      p += t.nbytes();
+    }
+    return reinterpret_cast<char*>(buf.data());
+  };
+  auto unstage = [&](const char* from, const std::vector<Tensor>& views) {
+    if (from == bytes_of(views[0])) return;
+    for (const auto& t : views) {
+      copy_bytes(t.data, from, t.nbytes());
+      from += t.nbytes();
+    }
+  };
+  std::vector<int> counts, displs;
+  switch (op.collective) {
+    case Collective::kAllReduce: {
       if (in.count == 0) return;
       COMMX_MPI_CALL(MPI_Allreduce, MPI_Iallreduce, MPI_IN_PLACE, in.data, icount(in.count),
                      reduce_type(in.dtype), reduce_op(op.op.kind, in.dtype), comm_);
       return;
     }
-    case OpType::kReduce: {
+    case Collective::kReduce: {
       if (in.count == 0) return;
       bool root = me == op.root;
       COMMX_MPI_CALL(MPI_Reduce, MPI_Ireduce, root ? MPI_IN_PLACE : in.data,
@@ -220,179 +250,96 @@ void MpiBackend::collective(const OpDesc& op) {
                      reduce_op(op.op.kind, in.dtype), op.root, comm_);
       return;
     }
-    case OpType::kBroadcast:
+    case Collective::kBroadcast:
       if (in.count == 0) return;
       COMMX_MPI_CALL(MPI_Bcast, MPI_Ibcast, in.data, icount(in.count), move_type(in.dtype), op.root,
                      comm_);
       return;
-    case OpType::kAllGatherSingle:
-    case OpType::kAllGather: {
-      if (in.count == 0) return;
-      bool list = op.type == OpType::kAllGather && !contiguous(op.outputs);
-      char* dst = op.type == OpType::kAllGather ? bytes_of(op.outputs[0]) : bytes_of(out);
-      if (list) {
-        scratch_.resize(in.nbytes() * n);
-        dst = reinterpret_cast<char*>(scratch_.data());
-      }
-      bool in_place = !list && dst + me * in.nbytes() == in.data;
+    case Collective::kAllGather: {
+      if (layout(op.outputs, counts, displs) == 0) return;
+      char* dst = as_buffer(op.outputs, scratch_, false);
       MPI_Datatype t = move_type(in.dtype);
-      int c = icount(in.count);
-      COMMX_MPI_CALL(MPI_Allgather, MPI_Iallgather, in_place ? MPI_IN_PLACE : in.data, c, t, dst, c,
-                     t, comm_);
-      if (list)
-        for (int r = 0; r < n; ++r)
-          copy_bytes(op.outputs[r].data, dst + r * in.nbytes(), in.nbytes());
+      if (op.equal_split()) {
+        bool in_place = dst + me * in.nbytes() == in.data;
+        int c = icount(in.count);
+        COMMX_MPI_CALL(MPI_Allgather, MPI_Iallgather, in_place ? MPI_IN_PLACE : in.data, c, t,
+                       dst, c, t, comm_);
+      } else {
+        COMMX_MPI_CALL(MPI_Allgatherv, MPI_Iallgatherv, in.data, icount(in.count), t, dst,
+                       counts.data(), displs.data(), t, comm_);
+      }
+      unstage(dst, op.outputs);
       return;
     }
-    case OpType::kAllGatherV: {
-      std::vector<int> counts(n), displs(n);
-      int64_t total = 0;
-      for (int r = 0; r < n; ++r) {
-        counts[r] = icount(op.outputs[r].count);
-        displs[r] = icount(total);
-        total += op.outputs[r].count;
-      }
+    case Collective::kReduceScatter: {
+      const int64_t total = layout(op.inputs, counts, displs);
       if (total == 0) return;
-      bool direct = contiguous(op.outputs);
-      size_t es = dtype_size(in.dtype);
-      char* dst = direct ? bytes_of(op.outputs[0]) : nullptr;
-      if (!direct) {
-        scratch_.resize(total * es);
-        dst = reinterpret_cast<char*>(scratch_.data());
-      }
-      MPI_Datatype t = move_type(in.dtype);
-      COMMX_MPI_CALL(MPI_Allgatherv, MPI_Iallgatherv, in.data, icount(in.count), t, dst,
-                     counts.data(), displs.data(), t, comm_);
-      if (!direct)
-        for (int r = 0; r < n; ++r)
-          copy_bytes(op.outputs[r].data, dst + displs[r] * es, op.outputs[r].nbytes());
-      return;
-    }
-    case OpType::kReduceScatterSingle:
-    case OpType::kReduceScatter:
-    case OpType::kReduceScatterV: {
-      size_t es = dtype_size(out.dtype);
-      std::vector<int> counts(n, icount(out.count));
-      if (op.type == OpType::kReduceScatterV)
-        for (int r = 0; r < n; ++r) counts[r] = icount(op.inputs[r].count);
-      int64_t total = 0;
-      for (int c : counts) total += c;
-      if (total == 0) return;
-      const char* src = op.type == OpType::kReduceScatterSingle ? bytes_of(in) : nullptr;
+      const size_t es = dtype_size(out.dtype);
+      const char* src = back_to_back(op.inputs) ? bytes_of(op.inputs[0]) : nullptr;
       char* o = bytes_of(out);
       bool overlap = src && o >= src && o < src + total * es;
-      if (!src || overlap || (op.type != OpType::kReduceScatterSingle && !contiguous(op.inputs))) {
+      if (!src || overlap) {
         scratch_.resize(total * es);
         char* p = reinterpret_cast<char*>(scratch_.data());
-        if (src) {
-          copy_bytes(p, src, total * es);
-        } else {
-          for (const auto& t : op.inputs) {
-            copy_bytes(p, t.data, t.nbytes());
-            p += t.nbytes();
-          }
+        for (const auto& v : op.inputs) {
+          copy_bytes(p, v.data, v.nbytes());
+          p += v.nbytes();
         }
         src = reinterpret_cast<char*>(scratch_.data());
       }
       MPI_Datatype t = reduce_type(out.dtype);
       MPI_Op mop = reduce_op(op.op.kind, out.dtype);
-      if (op.type == OpType::kReduceScatterV) {
-        COMMX_MPI_CALL(MPI_Reduce_scatter, MPI_Ireduce_scatter, src, o, counts.data(), t, mop,
-                       comm_);
-      } else {
+      if (op.equal_split()) {
         COMMX_MPI_CALL(MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block, src, o, counts[0], t,
                        mop, comm_);
+      } else {
+        COMMX_MPI_CALL(MPI_Reduce_scatter, MPI_Ireduce_scatter, src, o, counts.data(), t, mop,
+                       comm_);
       }
       return;
     }
-    case OpType::kAllToAllSingle:
-    case OpType::kAllToAll: {
-      bool list = op.type == OpType::kAllToAll;
-      DataType dt = list ? op.inputs[0].dtype : in.dtype;
-      int64_t chunk = list ? op.inputs[0].count : in.count / n;
-      if (chunk == 0) return;
-      size_t es = dtype_size(dt);
-      const char* src = list ? nullptr : bytes_of(in);
-      char* dst = list ? nullptr : bytes_of(out);
-      std::vector<uint8_t> staged;
-      if (list) {
-        scratch_.resize(chunk * n * es);
-        staged.resize(chunk * n * es);
-        for (int r = 0; r < n; ++r)
-          copy_bytes(scratch_.data() + r * chunk * es, op.inputs[r].data, chunk * es);
-        src = reinterpret_cast<char*>(scratch_.data());
-        dst = reinterpret_cast<char*>(staged.data());
-      }
-      MPI_Datatype t = move_type(dt);
-      int c = icount(chunk);
-      COMMX_MPI_CALL(MPI_Alltoall, MPI_Ialltoall, src == dst ? MPI_IN_PLACE : src, c, t, dst, c, t,
-                     comm_);
-      if (list)
-        for (int r = 0; r < n; ++r)
-          copy_bytes(op.outputs[r].data, dst + r * chunk * es, chunk * es);
-      return;
-    }
-    case OpType::kAllToAllVSingle: {
-      std::vector<int> sc(n), sd(n), rc(n), rd(n);
-      int64_t st = 0, rt = 0;
-      for (int r = 0; r < n; ++r) {
-        sc[r] = icount(op.input_splits[r]);
-        sd[r] = icount(st);
-        st += op.input_splits[r];
-        rc[r] = icount(op.output_splits[r]);
-        rd[r] = icount(rt);
-        rt += op.output_splits[r];
-      }
+    case Collective::kAllToAll: {
+      std::vector<int> rc, rd;
+      const int64_t st = layout(op.inputs, counts, displs);
+      const int64_t rt = layout(op.outputs, rc, rd);
       if (st == 0 && rt == 0) return;
-      const char* src = bytes_of(in);
-      size_t es = dtype_size(in.dtype);
-      if (src == bytes_of(out)) {
-        scratch_.resize(st * es);
-        copy_bytes(scratch_.data(), src, st * es);
-        src = reinterpret_cast<char*>(scratch_.data());
+      const size_t es = dtype_size(op.dtype());
+      std::vector<uint8_t> staged_out;
+      char* dst = as_buffer(op.outputs, staged_out, false);
+      const char* src = as_buffer(op.inputs, scratch_, true);
+      MPI_Datatype t = move_type(op.dtype());
+      if (op.equal_split()) {
+        int c = counts[0];
+        COMMX_MPI_CALL(MPI_Alltoall, MPI_Ialltoall, src == dst ? MPI_IN_PLACE : src, c, t, dst, c,
+                       t, comm_);
+      } else {
+        if (src < dst + rt * es && dst < src + st * es) {  // MPI_Alltoallv takes no aliasing
+          std::vector<uint8_t> copy(src, src + st * es);
+          scratch_.swap(copy);
+          src = reinterpret_cast<char*>(scratch_.data());
+        }
+        COMMX_MPI_CALL(MPI_Alltoallv, MPI_Ialltoallv, src, counts.data(), displs.data(), t, dst,
+                       rc.data(), rd.data(), t, comm_);
       }
-      MPI_Datatype t = move_type(in.dtype);
-      COMMX_MPI_CALL(MPI_Alltoallv, MPI_Ialltoallv, src, sc.data(), sd.data(), t, out.data,
-                     rc.data(), rd.data(), t, comm_);
+      unstage(dst, op.outputs);
       return;
     }
-    case OpType::kGatherSingle:
-    case OpType::kGather: {
+    case Collective::kGather: {
       if (in.count == 0) return;
-      bool root = me == op.root;
-      bool list = root && op.type == OpType::kGather && !contiguous(op.outputs);
-      char* dst = nullptr;
-      if (root) {
-        dst = op.type == OpType::kGather ? bytes_of(op.outputs[0]) : bytes_of(out);
-        if (list) {
-          scratch_.resize(in.nbytes() * n);
-          dst = reinterpret_cast<char*>(scratch_.data());
-        }
-      }
-      bool in_place = root && !list && dst + me * in.nbytes() == in.data;
+      const bool root = me == op.root;
+      char* dst = root ? as_buffer(op.outputs, scratch_, false) : nullptr;
+      bool in_place = root && dst + me * in.nbytes() == in.data;
       MPI_Datatype t = move_type(in.dtype);
       int c = icount(in.count);
       COMMX_MPI_CALL(MPI_Gather, MPI_Igather, in_place ? MPI_IN_PLACE : in.data, c, t, dst, c, t,
                      op.root, comm_);
-      if (list)
-        for (int r = 0; r < n; ++r)
-          copy_bytes(op.outputs[r].data, dst + r * in.nbytes(), in.nbytes());
+      if (root) unstage(dst, op.outputs);
       return;
     }
-    case OpType::kScatter: {
+    case Collective::kScatter: {
       if (out.count == 0) return;
-      bool root = me == op.root;
-      const char* src = nullptr;
-      if (root) {
-        if (contiguous(op.inputs)) {
-          src = bytes_of(op.inputs[0]);
-        } else {
-          scratch_.resize(out.nbytes() * n);
-          for (int r = 0; r < n; ++r)
-            copy_bytes(scratch_.data() + r * out.nbytes(), op.inputs[r].data, out.nbytes());
-          src = reinterpret_cast<char*>(scratch_.data());
-        }
-      }
+      const bool root = me == op.root;
+      const char* src = root ? as_buffer(op.inputs, scratch_, true) : nullptr;
       bool in_place = root && src + me * out.nbytes() == out.data;
       MPI_Datatype t = move_type(out.dtype);
       int c = icount(out.count);
@@ -400,7 +347,7 @@ void MpiBackend::collective(const OpDesc& op) {
                      op.root, comm_);
       return;
     }
-    case OpType::kBarrier:
+    case Collective::kBarrier:
       COMMX_MPI_CALL(MPI_Barrier, MPI_Ibarrier, comm_);
       return;
     default:

@@ -115,16 +115,14 @@ void NcclBackend::check(ncclResult_t r, const char* what, const OpDesc& op) cons
   throw Error(ErrorCode::kNccl, op_context(ctx_, op) + what + " failed: " + detail);
 }
 
-void NcclBackend::enqueue(const OpDesc& op, cudaStream_t s) {
+std::optional<Work> NcclBackend::enqueue(const OpDesc& op, cudaStream_t s,
+                                         const std::string& where) {
   const int n = ctx_.size;
   const int me = ctx_.rank;
   ncclDataType_t dt = ncclUint8;
   ncclRedOp_t ro = ncclSum;
   if (is_reduction(op.type)) {
-    DataType t = op.type == OpType::kReduceScatter || op.type == OpType::kReduceScatterV ||
-                         op.type == OpType::kReduceScatterSingle
-                     ? op.output.dtype
-                     : op.input.dtype;
+    const DataType t = op.dtype();
     // Never let an unsupported type or reduction fall through as a plain sum (PREMUL_SUM would
     // silently lose its factor): the cuda backend delegates ops here without asking supports().
     if (!data_type_of(t, &dt) || !red_op_of(op.op.kind, &ro))
@@ -150,29 +148,29 @@ void NcclBackend::enqueue(const OpDesc& op, cudaStream_t s) {
   };
   auto copy = [&](void* dst, const void* src, size_t bytes) {
     if (bytes && dst != src)
-      COMMX_CUDA_CHECK_CTX(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s),
-                           op_context(ctx_, op));
+      COMMX_CUDA_CHECK_CTX(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s), where);
   };
-  switch (op.type) {
-    case OpType::kAllReduce:
+  switch (op.collective) {
+    case Collective::kAllReduce:
       check(api_->AllReduce(op.input.data, op.output.data, op.input.count, dt, ro, comm_, s),
             "ncclAllReduce", op);
       break;
-    case OpType::kReduce:
+    case Collective::kReduce:
       check(api_->Reduce(op.input.data, op.output.data, op.input.count, dt, ro, op.root, comm_, s),
             "ncclReduce", op);
       break;
-    case OpType::kBroadcast:
+    case Collective::kBroadcast:
       check(api_->Broadcast(op.input.data, op.output.data, nbytes(op.input), ncclUint8, op.root,
                             comm_, s),
             "ncclBroadcast", op);
       break;
-    case OpType::kAllGatherSingle:
-      check(api_->AllGather(op.input.data, op.output.data, nbytes(op.input), ncclUint8, comm_, s),
-            "ncclAllGather", op);
-      break;
-    case OpType::kAllGather:
-    case OpType::kAllGatherV:
+    case Collective::kAllGather:
+      if (op.outputs_one_buffer()) {
+        check(api_->AllGather(op.input.data, op.outputs[0].data, nbytes(op.input), ncclUint8,
+                              comm_, s),
+              "ncclAllGather", op);
+        break;
+      }
       // One broadcast per root: outputs need not be contiguous nor equal in size.
       group([&] {
         for (int q = 0; q < n; ++q) {
@@ -183,12 +181,13 @@ void NcclBackend::enqueue(const OpDesc& op, cudaStream_t s) {
         }
       });
       break;
-    case OpType::kReduceScatterSingle:
-      check(api_->ReduceScatter(op.input.data, op.output.data, op.output.count, dt, ro, comm_, s),
-            "ncclReduceScatter", op);
-      break;
-    case OpType::kReduceScatter:
-    case OpType::kReduceScatterV:
+    case Collective::kReduceScatter:
+      if (op.inputs_one_buffer()) {
+        check(api_->ReduceScatter(op.inputs[0].data, op.output.data, op.output.count, dt, ro,
+                                  comm_, s),
+              "ncclReduceScatter", op);
+        break;
+      }
       // One reduce per root; the receive buffer is used on the root only.
       group([&] {
         for (int q = 0; q < n; ++q)
@@ -197,7 +196,7 @@ void NcclBackend::enqueue(const OpDesc& op, cudaStream_t s) {
                 "ncclReduce", op);
       });
       break;
-    case OpType::kAllToAll:
+    case Collective::kAllToAll:
       group([&] {
         for (int q = 0; q < n; ++q) {
           send(op.inputs[q].data, nbytes(op.inputs[q]), q);
@@ -205,48 +204,18 @@ void NcclBackend::enqueue(const OpDesc& op, cudaStream_t s) {
         }
       });
       break;
-    case OpType::kAllToAllSingle: {
-      int64_t c = op.input.count / n;
-      group([&] {
-        for (int q = 0; q < n; ++q) {
-          send(op.input.slice(q * c, c).data, nbytes(op.input.slice(q * c, c)), q);
-          recv(op.output.slice(q * c, c).data, nbytes(op.output.slice(q * c, c)), q);
-        }
-      });
-      break;
-    }
-    case OpType::kAllToAllVSingle: {
-      group([&] {
-        int64_t in_off = 0, out_off = 0;
-        for (int q = 0; q < n; ++q) {
-          Tensor a = op.input.slice(in_off, op.input_splits[q]);
-          Tensor b = op.output.slice(out_off, op.output_splits[q]);
-          send(a.data, nbytes(a), q);
-          recv(b.data, nbytes(b), q);
-          in_off += op.input_splits[q];
-          out_off += op.output_splits[q];
-        }
-      });
-      break;
-    }
-    case OpType::kGather:
-    case OpType::kGatherSingle: {
-      bool single = op.type == OpType::kGatherSingle;
-      auto out_of = [&](int q) {
-        return single ? op.output.slice(q * op.input.count, op.input.count) : op.outputs[q];
-      };
+    case Collective::kGather:
       group([&] {
         if (me == op.root) {
           for (int q = 0; q < n; ++q)
-            if (q != me) recv(out_of(q).data, nbytes(out_of(q)), q);
+            if (q != me) recv(op.outputs[q].data, nbytes(op.outputs[q]), q);
         } else {
           send(op.input.data, nbytes(op.input), op.root);
         }
       });
-      if (me == op.root) copy(out_of(me).data, op.input.data, nbytes(op.input));
+      if (me == op.root) copy(op.outputs[me].data, op.input.data, nbytes(op.input));
       break;
-    }
-    case OpType::kScatter:
+    case Collective::kScatter:
       group([&] {
         if (me == op.root) {
           for (int q = 0; q < n; ++q)
@@ -257,17 +226,11 @@ void NcclBackend::enqueue(const OpDesc& op, cudaStream_t s) {
       });
       if (me == op.root) copy(op.output.data, op.inputs[me].data, nbytes(op.output));
       break;
-    case OpType::kBarrier:
+    case Collective::kBarrier:
       check(api_->AllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, s),
             "ncclAllReduce (barrier)", op);
       break;
-    case OpType::kSend:
-      send(op.input.data, nbytes(op.input), op.root);
-      break;
-    case OpType::kRecv:
-      recv(op.input.data, nbytes(op.input), op.root);
-      break;
-    case OpType::kBatchP2P:
+    case Collective::kP2P:
       group([&] {
         for (const auto& p : op.p2p) {
           if (p.is_send)
@@ -277,14 +240,13 @@ void NcclBackend::enqueue(const OpDesc& op, cudaStream_t s) {
         }
       });
       break;
-    case OpType::kAllToAllVDynamic:
-      throw Error(ErrorCode::kUnsupported, op_context(ctx_, op) + "not supported by nccl");
+    case Collective::kAllToAllVDynamic:
+      throw Error(ErrorCode::kUnsupported, where + "not supported by nccl");
   }
+  return std::nullopt;
 }
 
-Work NcclBackend::run(const OpDesc& op, bool async_op) {
-  const std::string where = op_context(ctx_, op);
-  if (aborted_.load()) throw Error(ErrorCode::kAborted, where + "the nccl comm was aborted");
+cuda::EventWorkHooks NcclBackend::work_hooks(const std::string& where) {
   cuda::EventWorkHooks hooks;
   hooks.poll_error = [this, where]() -> std::exception_ptr {
     ncclResult_t ae = ncclSuccess;
@@ -298,11 +260,7 @@ Work NcclBackend::run(const OpDesc& op, bool async_op) {
     return nullptr;
   };
   hooks.on_timeout = [this] { abort_comm(); };
-  auto enqueue_on = [&](cudaStream_t s) -> std::optional<Work> {
-    enqueue(op, s);
-    return std::nullopt;
-  };
-  return ops_.run(op, async_op, where, enqueue_on, std::move(hooks), op.timeout);
+  return hooks;
 }
 
 void NcclBackend::abort_comm() {

@@ -11,38 +11,31 @@
 #include <string>
 
 #include "commx/backend.h"
-#include "cuda_common/device_ops.h"
+#include "cuda_common/device_backend.h"
 #include "nccl/nccl_api.h"
 
 namespace commx::nccl {
 
-class NcclBackend : public Backend {
+class NcclBackend : public cuda::DeviceBackend {
  public:
   NcclBackend() = default;
   ~NcclBackend() override;
   std::string name() const override { return "nccl"; }
   void init(const BackendContext& ctx) override;
-  Work run(const OpDesc& op, bool async_op) override;
   bool supports(OpType type, DataType dtype, ReduceKind kind) const override;
   void abort() override;
   void finalize() override;
-  bool accepts_device(const Device& d) const override {
-    return d.is_cuda() && (device_ < 0 || d.index < 0 || d.index == device_);
-  }
 
  private:
-  void enqueue(const OpDesc& op, cudaStream_t s);
+  std::optional<Work> enqueue(const OpDesc& op, cudaStream_t s, const std::string& where) override;
+  cuda::EventWorkHooks work_hooks(const std::string& where) override;
   void check(ncclResult_t r, const char* what, const OpDesc& op) const;
   void abort_comm();  // idempotent ncclCommAbort
 
   const Api* api_ = nullptr;
-  BackendContext ctx_;
-  int device_ = -1;  // set once init found the device usable
   ncclComm_t comm_ = nullptr;
   float* scratch_ = nullptr;       // one float for barrier
   std::mutex abort_mu_;
-  cuda::DeviceOps ops_;  // streams, ordering, buffer checks and Works of every op
-  std::atomic<bool> aborted_{false};
   bool comm_gone_ = false;  // guarded by abort_mu_
 };
 
