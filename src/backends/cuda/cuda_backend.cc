@@ -10,6 +10,7 @@
 
 #include "commx/error.h"
 #include "commx/env.h"
+#include "core/env.h"
 #include "cuda/all_to_all_v_dynamic.h"
 #include "cuda/allreduce_algorithms.h"
 #include "cuda/exchange.h"
