@@ -134,7 +134,10 @@ bool CudaBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
   // The hierarchical path reduces natively in all_reduce and reduce_scatter(_single) only.
   bool hier_native = type == OpType::kAllReduce || type == OpType::kReduceScatter ||
                      type == OpType::kReduceScatterSingle;
-  if (native_reduce_supported(dtype, kind) && (!hier_ || hier_native)) return true;
+  // Other reductions are delegated to NCCL (one rank, no peer memory, the v form), which has no
+  // PREMUL_SUM or bitwise ops: claim those only where the op reduces here.
+  bool reduces_here = hier_ ? hier_native : native_ && type != OpType::kReduceScatterV;
+  if (native_reduce_supported(dtype, kind) && reduces_here) return true;
   // Reductions NCCL has (taken through the nccl backend when it loads).
   bool nccl_op = kind == ReduceKind::kSum || kind == ReduceKind::kProduct ||
                  kind == ReduceKind::kMin || kind == ReduceKind::kMax ||

@@ -47,6 +47,16 @@ bool red_op_of(ReduceKind k, ncclRedOp_t* out) {
 // Data movement needs no dtype: move bytes.
 size_t nbytes(const Tensor& t) { return t.nbytes(); }
 
+// Whether any view of `a` shares a byte with any view of `b`.
+bool views_overlap(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  for (const Tensor& x : a)
+    for (const Tensor& y : b) {
+      auto xs = static_cast<const char*>(x.data), ys = static_cast<const char*>(y.data);
+      if (x.nbytes() && y.nbytes() && xs < ys + y.nbytes() && ys < xs + x.nbytes()) return true;
+    }
+  return false;
+}
+
 }  // namespace
 
 NcclBackend::~NcclBackend() {
@@ -196,14 +206,33 @@ std::optional<Work> NcclBackend::enqueue(const OpDesc& op, cudaStream_t s,
                 "ncclReduce", op);
       });
       break;
-    case Collective::kAllToAll:
+    case Collective::kAllToAll: {
+      // In place (input and output views share memory) a receive may land before the send that
+      // reads the same bytes: send from a copy then.
+      std::vector<const void*> from(n);
+      char* staged = nullptr;
+      if (views_overlap(op.inputs, op.outputs)) {
+        size_t total = 0;
+        for (const Tensor& t : op.inputs) total += nbytes(t);
+        COMMX_CUDA_CHECK_CTX(cudaMallocAsync(reinterpret_cast<void**>(&staged), total, s), where);
+        size_t off = 0;
+        for (int q = 0; q < n; ++q) {
+          copy(staged + off, op.inputs[q].data, nbytes(op.inputs[q]));
+          from[q] = staged + off;
+          off += nbytes(op.inputs[q]);
+        }
+      } else {
+        for (int q = 0; q < n; ++q) from[q] = op.inputs[q].data;
+      }
       group([&] {
         for (int q = 0; q < n; ++q) {
-          send(op.inputs[q].data, nbytes(op.inputs[q]), q);
+          send(from[q], nbytes(op.inputs[q]), q);
           recv(op.outputs[q].data, nbytes(op.outputs[q]), q);
         }
       });
+      if (staged) COMMX_CUDA_CHECK_CTX(cudaFreeAsync(staged, s), where);
       break;
+    }
     case Collective::kGather:
       group([&] {
         if (me == op.root) {
