@@ -270,6 +270,14 @@ def _all_gather_p_free(self, handle):
     handle.output = None
 
 
+def _not_reconfigurable(self, *args, **kwargs):
+    raise _C.InvalidArgumentError(
+        f"InvalidArgument: [comm '{self.get_name()}' rank {self.get_rank()}] get_init_handle/"
+        "reconfigure: this comm was created without enable_reconfigure=True (new_comm(..., "
+        "enable_reconfigure=True) makes a comm whose members reconfigure() sets); to drop dead "
+        "ranks from this one, use shrink(exclude, name)")
+
+
 def _batch_ops(self):
     return [_BatchOp(*entry) for entry in self._added]
 
@@ -303,6 +311,8 @@ def install():
     C.all_gather_p_init = _all_gather_p_init
     C.all_gather_p_exec = _all_gather_p_exec
     C.all_gather_p_free = _all_gather_p_free
+    C.get_init_handle = _not_reconfigurable
+    C.reconfigure = _not_reconfigurable
     _C.BatchSendRecv.ops = property(_batch_ops)
     _C.BatchSendRecv.issue = _batch_issue
     R = _C.ReduceOp
