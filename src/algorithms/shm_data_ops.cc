@@ -71,7 +71,10 @@ void shm_broadcast(ShmColl& c, void* buf, size_t bytes, int root) {
   for (size_t k = 0; k < rounds; ++k) {
     Piece pc = piece(bytes, st.cap(), k);
     uint64_t s = st.begin(is_root || k == 0);
-    if (k == 0) st.write_sig(s);
+    if (k == 0) {
+      st.write_sig(s);
+      st.write_note(s);  // what the root compares without reading this slot
+    }
     if (is_root) {
       std::memcpy(st.mine(s), static_cast<char*>(buf) + pc.off, pc.len);
       st.arrive(s);

@@ -112,6 +112,12 @@ class ShmGroup : public PeerWatch {
   void wait_all(uint64_t step, const WaitScope& ws);
   // Whether every peer arrived at `step` already (no wait).
   bool all_arrived(uint64_t step);
+  // This rank's note of its call at `step` (call_note), published with its arrival; and whether
+  // every peer that arrived at `step` left the same note (call after they arrived).
+  void write_note(uint64_t step, const OpFingerprint& call) {
+    header(rank_).arrive.note[step & 1].store(call_note(call, step), std::memory_order_relaxed);
+  }
+  bool notes_match(uint64_t step, const OpFingerprint& call);
   // A broadcast root does not wait for its peers to enter the op (it would lose its lead of one
   // op): it leaves the check of their fingerprints in the slots of `step` against `call` to the
   // start of its next op on this comm, where check_deferred_calls() waits for them (it waits for

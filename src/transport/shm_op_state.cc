@@ -36,6 +36,15 @@ bool involves(const Snapshot& s, int rank) {
 
 }  // namespace
 
+uint64_t call_note(const OpFingerprint& call, uint64_t step) {
+  OpFingerprint f = call;
+  f.seq = 0;  // not matched
+  const auto* b = reinterpret_cast<const unsigned char*>(&f);
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (size_t i = 0; i < sizeof(f); ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return (h & ~uint64_t{0xffffffff}) | (step & 0xffffffff);
+}
+
 void shm_op_begin(ShmOpState& s, const OpFingerprint& call, std::span<const int> p2p_peers,
                   int64_t began_ns) {
   uint64_t seq = s.seq.load(std::memory_order_relaxed);

@@ -28,6 +28,12 @@ void shm_op_begin(ShmOpState& s, const OpFingerprint& call, std::span<const int>
                   int64_t began_ns);
 void shm_op_end(ShmOpState& s);
 
+// A 64-bit note of `call` made at `step`: a hash of the call (everything fingerprints_match
+// compares) in the high half, the step's low 32 bits in the low half, so a note left from an older
+// step never passes for the current one. Equal notes: the calls match (a 2^-32 chance aside,
+// which only skips the full check that a differing note triggers).
+uint64_t call_note(const OpFingerprint& call, uint64_t step);
+
 // A waiter's side: the mismatch message when `peer` sits in an op of the other kind than this
 // rank's own that involves this rank (a collective always does; a p2p op when this rank is one of
 // its peers) since at least `grace` ago; else empty. Both ops are then stuck on each other.

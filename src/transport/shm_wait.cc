@@ -29,6 +29,10 @@ void check(std::span<const int> peers, const char* what, const WaitScope& sc, Cl
   // A peer that left (died, or gave up on the comm after it lost another rank) is reported by
   // the rank really at fault: its own verdict if it recorded one.
   auto left = [&](int p, bool dead) {
+    // A peer that left while in an op of the other kind (it saw the mismatch first): the
+    // mismatch, not its leaving, is what this rank reports.
+    std::string m = sc.watch->call_mismatch(peers, now, std::chrono::nanoseconds(0));
+    if (!m.empty()) return Error(ErrorCode::kInvalidArgument, m);
     bool stalled = false;
     const int c = sc.watch->culprit(p, &stalled);
     sc.watch->record_verdict(c, stalled);
