@@ -54,6 +54,7 @@ from ._torchcomms import (  # noqa: F401
     P2POpType,
     RedOpType,
     RemovableHandle,
+    _is_backend_registered,
     available_backends,
     is_backend_built,
 )

@@ -11,6 +11,7 @@ from . import _C
 __all__ = [
     "AllGatherPHandle", "BatchP2POptions", "CommOptions", "HookArgs", "OpName", "P2POpType",
     "RedOpType", "RemovableHandle", "available_backends", "is_backend_built",
+    "_is_backend_registered",
 ]
 
 # Every op taking `timeout=`/`hints=`, as torchcomms' TorchComm has them.
@@ -135,6 +136,11 @@ def available_backends():
 def is_backend_built(name):
     """Whether `name` is a backend this installation can create (see available_backends)."""
     return name in _C.available_backends()
+
+
+def _is_backend_registered(name):
+    """torchcomms' name: whether a backend of that name is registered (loaded) in this process."""
+    return name in _C.registered_backends()
 
 
 # -- methods added to commx.Comm ----------------------------------------------------------------
