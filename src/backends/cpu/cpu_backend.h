@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/cpu_algorithms.h"
 #include "backends/cpu/cpu_tuning.h"
 #include "commx/algorithm.h"
 #include "commx/backend.h"
