@@ -38,9 +38,11 @@ from ._C import (  # noqa: F401
     Window,
     Work,
     WorkStatus,
+    launcher_store,
 )
 from ._backends import BackendHandle, load_backend, register_backend, registered_backends
 from ._comm import new_comm
+from ._reconfigure import ReconfigurableComm
 from ._stores import as_commx_store
 from . import _torchcomms
 from ._torchcomms import (  # noqa: F401
@@ -52,6 +54,7 @@ from ._torchcomms import (  # noqa: F401
     P2POpType,
     RedOpType,
     RemovableHandle,
+    _is_backend_registered,
     available_backends,
     is_backend_built,
 )
@@ -74,7 +77,7 @@ __all__ = [
     "Window", "Work", "WorkStatus", "as_commx_store", "load_backend", "new_comm", "register_backend",
     "registered_backends", "AllGatherPHandle", "BatchP2POptions", "CommOptions", "HookArgs",
     "OpName", "P2POpType", "RedOpType", "RemovableHandle", "available_backends",
-    "is_backend_built",
+    "is_backend_built", "launcher_store", "ReconfigurableComm",
 ]
 # commx.objcol (object collectives, needs torch) is imported as `from commx import objcol`.
 

@@ -6,6 +6,7 @@ import sys
 from . import _C
 from ._backends import BackendHandle, load_backend
 from ._stores import as_commx_store
+from ._reconfigure import ReconfigurableComm
 from ._torchcomms import CommOptions
 
 
@@ -69,9 +70,18 @@ def new_comm(
     the same order get the same comm.
     high_priority_stream is accepted for torchcomms compatibility and ignored (get_options()
     reports it).
+    enable_reconfigure: meet nobody now; returns a ReconfigurableComm whose members are set by
+    reconfigure(uuid, init_handles) (handles from get_init_handle() of each process).
     """
     load_backend(backend)
     cstore, owner = as_commx_store(store)
+    options = CommOptions(
+        abort_process_on_timeout_or_error=bool(abort_process_on_timeout_or_error),
+        timeout=timeout, high_priority_stream=bool(high_priority_stream), store=store,
+        enable_reconfigure=enable_reconfigure, hints=hints)
+    if enable_reconfigure:
+        return _reconfigurable(backend, device, name, cstore or _C.launcher_store(timeout), owner,
+                               abort_process_on_timeout_or_error, timeout, hints, options)
     comm = _C.new_comm(
         backend,
         _resolve_device(device, rank),
@@ -85,11 +95,25 @@ def new_comm(
         enable_reconfigure=enable_reconfigure,
         store_owner=owner,
     )
-    comm._options = CommOptions(
-        abort_process_on_timeout_or_error=bool(abort_process_on_timeout_or_error),
-        timeout=comm.get_timeout(), high_priority_stream=bool(high_priority_stream),
-        store=store, enable_reconfigure=enable_reconfigure, hints=hints)
+    options.timeout = comm.get_timeout()
+    comm._options = options
     return comm
+
+
+def _reconfigurable(backend, device, name, cstore, owner, abort_process, timeout, hints, options):
+    """A comm without members yet (enable_reconfigure=True): reconfigure() makes them."""
+
+    def make_comm(store, rank, size, join_timeout):
+        comm = _C.new_comm(backend, _resolve_device(device, rank), name,
+                           abort_process_on_timeout_or_error=abort_process,
+                           timeout=join_timeout if join_timeout is not None else timeout,
+                           store=store, hints=options.hints, rank=rank, size=size,
+                           store_owner=owner)
+        if join_timeout is not None and timeout is not None:
+            comm.set_timeout(timeout)  # the reconfigure's limit is not the ops' one
+        comm._options = options
+        return comm
+    return ReconfigurableComm(make_comm, cstore, name, backend, str(device), options)
 
 
 def _get_device(self):

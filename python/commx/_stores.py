@@ -32,6 +32,9 @@ def as_commx_store(store):
     if store is None or isinstance(store, _C.Store):
         return store, None
     inner, _ = _innermost(store)
+    native = getattr(inner, "commx_store", None)  # commx.torch's store: commx's own client
+    if isinstance(native, _C.Store):
+        return _C.PrefixStore(f"commx/{_agreed_namespace(store)}", native), store
     host, port = getattr(inner, "host", None), getattr(inner, "port", None)
     if type(inner).__name__ == "TCPStore" and host and port:
         try:

@@ -11,6 +11,7 @@ from . import _C
 __all__ = [
     "AllGatherPHandle", "BatchP2POptions", "CommOptions", "HookArgs", "OpName", "P2POpType",
     "RedOpType", "RemovableHandle", "available_backends", "is_backend_built",
+    "_is_backend_registered",
 ]
 
 # Every op taking `timeout=`/`hints=`, as torchcomms' TorchComm has them.
@@ -135,6 +136,11 @@ def available_backends():
 def is_backend_built(name):
     """Whether `name` is a backend this installation can create (see available_backends)."""
     return name in _C.available_backends()
+
+
+def _is_backend_registered(name):
+    """torchcomms' name: whether a backend of that name is registered (loaded) in this process."""
+    return name in _C.registered_backends()
 
 
 # -- methods added to commx.Comm ----------------------------------------------------------------
@@ -270,6 +276,14 @@ def _all_gather_p_free(self, handle):
     handle.output = None
 
 
+def _not_reconfigurable(self, *args, **kwargs):
+    raise _C.InvalidArgumentError(
+        f"InvalidArgument: [comm '{self.get_name()}' rank {self.get_rank()}] get_init_handle/"
+        "reconfigure: this comm was created without enable_reconfigure=True (new_comm(..., "
+        "enable_reconfigure=True) makes a comm whose members reconfigure() sets); to drop dead "
+        "ranks from this one, use shrink(exclude, name)")
+
+
 def _batch_ops(self):
     return [_BatchOp(*entry) for entry in self._added]
 
@@ -303,6 +317,8 @@ def install():
     C.all_gather_p_init = _all_gather_p_init
     C.all_gather_p_exec = _all_gather_p_exec
     C.all_gather_p_free = _all_gather_p_free
+    C.get_init_handle = _not_reconfigurable
+    C.reconfigure = _not_reconfigurable
     _C.BatchSendRecv.ops = property(_batch_ops)
     _C.BatchSendRecv.issue = _batch_issue
     R = _C.ReduceOp

@@ -3,6 +3,7 @@
 // Layer: Python bindings.
 #include <string>
 
+#include "commx/bootstrap.h"
 #include "module.h"
 
 namespace commx_py {
@@ -351,6 +352,16 @@ void bind_stores(py::module_& m) {
       "Adapts an object with the c10d store methods (e.g. a torch.distributed store).")
       .def(py::init<py::object>(), py::arg("store"))
       .def_property_readonly("wrapped", &PythonStore::object);
+
+  m.def(
+      "launcher_store",
+      [](py::handle timeout) {
+        auto t = to_timeout(timeout).value_or(commx::kDefaultTimeout);
+        py::gil_scoped_release r;
+        return commx::launcher_store(t);
+      },
+      py::arg("timeout") = py::none(),
+      "The store comms created without a store meet on, from the launcher's variables.");
 }
 
 }  // namespace commx_py

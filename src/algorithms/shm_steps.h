@@ -78,6 +78,16 @@ class Steps {
     for (int p = 0; p < n_; ++p)
       if (p != me_) check_sig(p, s);
   }
+  // A broadcast root's first step, after it arrived: checks its peers' calls if they all
+  // arrived already, else leaves the check to its next op (see ShmGroup::defer_call_check).
+  void check_sigs_or_defer(uint64_t s) {
+    if (!c_.g.all_arrived(s))
+      c_.g.defer_call_check(s, c_.sig);
+    else if (!c_.g.notes_match(s, c_.sig))
+      check_all_sigs(s);
+  }
+  // Publishes this rank's note of its call at step s (before it arrives there).
+  void write_note(uint64_t s) { c_.g.write_note(s, c_.sig); }
   // The first step of every op: every rank publishes its fingerprint and checks all of its
   // peers', so a mismatch is an error on every rank, before any data is read.
   void agree(uint64_t s) {

@@ -6,7 +6,10 @@
 
 #include <map>
 #include <mutex>
+#include <random>
 
+#include "commx/backend.h"
+#include "commx/bootstrap.h"
 #include "commx/error.h"
 #include "core/settings.h"
 
@@ -47,7 +50,48 @@ std::shared_ptr<Store> tcp_store_from_env(const RankInfo& ri, Timeout timeout) {
   return make_tcp_store(host, o);
 }
 
+// "pid P on host H" plus a random nonce: names this process to the others, and stays distinct
+// where pids repeat (containers).
+const std::string& process_token() {
+  static const std::string token = [] {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    std::random_device rd;
+    return "pid " + std::to_string(getpid()) + " on host " + host + " #" +
+           std::to_string((uint64_t{rd()} << 32) | rd());
+  }();
+  return token;
+}
+
+std::string claim_key(const std::string& name, int rank, const char* what) {
+  return "commx/" + name + "/" + what + "/" + env_str("TORCHELASTIC_RESTART_COUNT").value_or("0") +
+         "/" + std::to_string(rank);
+}
+
+// The token without its nonce, for messages.
+std::string process_of(const std::string& token) { return token.substr(0, token.rfind(" #")); }
+
 }  // namespace
+
+void claim_rank(Store& store, const std::string& name, int rank, int size) {
+  const std::string& mine = process_token();
+  Bytes got = store.compare_set(claim_key(name, rank, "owner"), {}, Bytes(mine.begin(), mine.end()));
+  const std::string holder(got.begin(), got.end());
+  if (holder == mine) return;
+  store.set_str(claim_key(name, rank, "duplicate"), process_of(mine));
+  throw Error(ErrorCode::kInvalidArgument,
+              comm_context(name, rank, size) + "rank " + std::to_string(rank) +
+                  " is already taken by another process (" + process_of(holder) + "); this process (" +
+                  process_of(mine) + ") was started with the same rank: every process of a job needs "
+                  "its own rank (check RANK/COMMX_RANK or the launcher's rank assignment)");
+}
+
+std::string duplicate_rank_note(Store& store, const std::string& name, int rank) {
+  const std::string key = claim_key(name, rank, "duplicate");
+  if (!store.check({key})) return {};
+  return "rank " + std::to_string(rank) + " was also claimed by another process (" +
+         store.get_str(key) + "): two processes were started with rank " + std::to_string(rank);
+}
 
 std::shared_ptr<Store> store_from_env(const RankInfo& ri, Timeout timeout) {
   // The comms of a rank that are alive share one bootstrap store: one connection, and a FileStore
@@ -85,6 +129,15 @@ std::shared_ptr<Store> store_from_env(const RankInfo& ri, Timeout timeout) {
   store->set_timeout(timeout);
   cache[key] = store;
   return store;
+}
+
+std::shared_ptr<Store> launcher_store(Timeout timeout) {
+  auto ri = rank_from_env();
+  if (!ri)
+    throw Error(ErrorCode::kInvalidArgument,
+                "no launcher rank/size in the environment (RANK/WORLD_SIZE, COMMX_RANK/"
+                "COMMX_WORLD_SIZE, mpirun, PMI): run under commx-run/torchrun/mpirun or pass a store");
+  return store_from_env(*ri, timeout);
 }
 
 }  // namespace commx

@@ -119,6 +119,9 @@ std::shared_ptr<Comm> Comm::create(const std::string& backend, Device device, co
   // An unknown backend is reported before anything waits for a store.
   c.backend = create_backend(backend);
   c.base_store = options.store ? options.store : store_from_env(ri, c.timeout);
+  // Ranks from the launcher's variables can repeat by mistake (two processes given RANK=0);
+  // a store the caller passed comes with ranks the caller chose, each comm its own.
+  if (!options.store) claim_rank(*c.base_store, name, c.rank, c.size);
   c.store_prefix = "commx/" + name + "/" + std::to_string(store_instance(*c.base_store, name, c.rank));
   c.world_ranks = world_ranks_of(options.hints, name, c.rank, c.size);
   options.timeout = c.timeout;
@@ -131,7 +134,19 @@ std::shared_ptr<Comm> Comm::create(const std::string& backend, Device device, co
   c.store = make_prefix_store(c.store_prefix, c.base_store);
   check_same_size(*c.store, name, c.rank, c.size, ri.source);
   BackendContext ctx{name, c.rank, c.size, device, c.store, options, c.world_ranks};
-  c.backend->init(ctx);
+  try {
+    c.backend->init(ctx);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kTimeout || options.store) throw;
+    std::string note;
+    try {
+      note = duplicate_rank_note(*c.base_store, name, c.rank);
+    } catch (const Error&) {
+    }
+    if (note.empty()) throw;
+    throw Error(ErrorCode::kInvalidArgument, comm_context(name, c.rank, c.size) + note +
+                                                 " (the rendezvous then timed out: " + e.what() + ")");
+  }
   return comm;
 }
 

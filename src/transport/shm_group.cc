@@ -94,6 +94,18 @@ void ShmGroup::record_verdict(int rank, bool stalled) {
   header(rank_).verdict.compare_exchange_strong(none, rank * 2 + (stalled ? 1 : 0));
 }
 
+std::string ShmGroup::call_mismatch(std::span<const int> peers, Clock::time_point now,
+                                    std::chrono::nanoseconds grace) {
+  const int64_t now_ns = now.time_since_epoch().count();
+  const int64_t grace_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(grace).count();
+  for (int p : peers) {
+    if (p == rank_ || p < 0 || p >= size_ || !bases_[p]) continue;
+    std::string m = shm_op_mismatch(header(rank_).op, rank_, header(p).op, p, now_ns, grace_ns);
+    if (!m.empty()) return m;
+  }
+  return {};
+}
+
 int ShmGroup::any_dead() {
   if (watches_.size() != static_cast<size_t>(size_)) return -1;  // closed
   for (int r = 0; r < size_; ++r)
@@ -189,6 +201,39 @@ void ShmGroup::wait_peer(int peer, uint64_t step, const WaitScope& ws) {
 void ShmGroup::wait_all(uint64_t step, const WaitScope& ws) {
   // Start with the next rank: ranks then tend to wait for different peers, not all for rank 0.
   for (int i = 1; i < size_; ++i) wait_peer((rank_ + i) % size_, step, ws);
+}
+
+bool ShmGroup::all_arrived(uint64_t step) {
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_ && header(p).arrive.value.load(std::memory_order_acquire) < step) return false;
+  return true;
+}
+
+bool ShmGroup::notes_match(uint64_t step, const OpFingerprint& call) {
+  const uint64_t mine = call_note(call, step);
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_ && header(p).arrive.note[step & 1].load(std::memory_order_relaxed) != mine)
+      return false;
+  return true;
+}
+
+void ShmGroup::check_deferred_calls(const WaitScope& ws) {
+  const uint64_t step = deferred_step_;
+  deferred_step_ = 0;
+  // The peers' notes and fingerprints of that step stay until this rank arrives at the step after
+  // it. Equal notes: nothing more to read (the fingerprints would be another cache miss per op).
+  wait_all(step, ws);
+  if (notes_match(step, deferred_call_)) return;
+  for (int i = 1; i < size_; ++i) {
+    const int p = (rank_ + i) % size_;
+    OpFingerprint theirs;
+    std::memcpy(&theirs, slot(p, step), sizeof(theirs));
+    if (!fingerprints_match(theirs, deferred_call_))
+      throw Error(ErrorCode::kInvalidArgument,
+                  mismatch_message(rank_, deferred_call_, p, theirs) +
+                      " (found at this rank's next op: the root of a broadcast does not wait for "
+                      "its peers' calls)");
+  }
 }
 
 void ShmGroup::await_arrival(int peer, uint64_t step, std::chrono::milliseconds grace) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "commx/store.h"
+#include "transport/shm_op_state.h"
 #include "transport/shm_segment.h"
 #include "transport/shm_sync.h"
 #include "transport/shm_wait.h"
@@ -62,6 +63,8 @@ struct ShmHeader {
   uint64_t affinity[16];
   // Set once when the owner gives up on the comm: culprit * 2 + stalled (-1: not given up).
   std::atomic<int32_t> verdict;
+  // The op the owner is in (it stays published when the op fails: the comm is failed then).
+  ShmOpState op;
 };
 
 class ShmGroup : public PeerWatch {
@@ -83,6 +86,13 @@ class ShmGroup : public PeerWatch {
   int culprit(int peer, bool* stalled) override;
   int verdict_of(int peer) override;
   void record_verdict(int rank, bool stalled) override;
+  std::string call_mismatch(std::span<const int> peers, Clock::time_point now,
+                            std::chrono::nanoseconds grace) override;
+  // This rank enters an op (the peers of a p2p op; empty for a collective) and leaves it.
+  void begin_op(const OpFingerprint& call, std::span<const int> p2p_peers, Clock::time_point at) {
+    shm_op_begin(header(rank_).op, call, p2p_peers, at.time_since_epoch().count());
+  }
+  void end_op() { shm_op_end(header(rank_).op); }
   // Maps every peer now (a collective op needs them all).
   void map_all();
   // After map_all(): how many CPUs the ranks may run on together (the union of their affinity
@@ -100,6 +110,24 @@ class ShmGroup : public PeerWatch {
   void arrive(uint64_t step) { publish(header(rank_).arrive, step); }
   void wait_peer(int peer, uint64_t step, const WaitScope& ws);
   void wait_all(uint64_t step, const WaitScope& ws);
+  // Whether every peer arrived at `step` already (no wait).
+  bool all_arrived(uint64_t step);
+  // This rank's note of its call at `step` (call_note), published with its arrival; and whether
+  // every peer that arrived at `step` left the same note (call after they arrived).
+  void write_note(uint64_t step, const OpFingerprint& call) {
+    header(rank_).arrive.note[step & 1].store(call_note(call, step), std::memory_order_relaxed);
+  }
+  bool notes_match(uint64_t step, const OpFingerprint& call);
+  // A broadcast root does not wait for its peers to enter the op (it would lose its lead of one
+  // op): it leaves the check of their fingerprints in the slots of `step` against `call` to the
+  // start of its next op on this comm, where check_deferred_calls() waits for them (it waits for
+  // them there anyway) and raises the mismatch.
+  void defer_call_check(uint64_t step, const OpFingerprint& call) {
+    deferred_step_ = step;
+    deferred_call_ = call;
+  }
+  bool has_deferred_check() const { return deferred_step_ != 0; }
+  void check_deferred_calls(const WaitScope& ws);
   // Best effort, for error paths: until `peer` arrived at `step`, exited, or `grace` passed.
   void await_arrival(int peer, uint64_t step, std::chrono::milliseconds grace);
 
@@ -144,6 +172,8 @@ class ShmGroup : public PeerWatch {
   std::vector<std::string> infos_;
   std::vector<uint64_t> seen_;  // lower bounds of peers' arrive counters
   uint64_t step_ = 0;
+  uint64_t deferred_step_ = 0;  // see defer_call_check (0: none)
+  OpFingerprint deferred_call_{};
   bool cma_all_ = false;
   CmaLimits cma_;  // agreed; all off until agree_cma()
 };

@@ -22,6 +22,9 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the futex word is the 
 struct alignas(64) ShmWord {
   std::atomic<uint64_t> value;
   std::atomic<uint32_t> waiters;
+  // The arrive word only: a note of the call the owner made at a step of each parity (see
+  // call_note), in the line a peer reads anyway to see the owner arrive.
+  std::atomic<uint64_t> note[2];
 };
 
 inline void cpu_relax() {

@@ -10,6 +10,11 @@
 namespace commx {
 namespace {
 
+// How long a peer must sit in an op of the other kind before the calls count as mismatched: a
+// p2p op that involves this rank while it is in a collective (or the reverse) finishes within
+// microseconds when the ranks' calls agree, so a second is far beyond any scheduling delay.
+constexpr std::chrono::milliseconds kCallMismatchGrace{1000};
+
 std::string rank_list(std::span<const int> peers) {
   std::string s;
   for (size_t i = 0; i < peers.size(); ++i) s += (i ? ", " : "") + std::to_string(peers[i]);
@@ -24,6 +29,10 @@ void check(std::span<const int> peers, const char* what, const WaitScope& sc, Cl
   // A peer that left (died, or gave up on the comm after it lost another rank) is reported by
   // the rank really at fault: its own verdict if it recorded one.
   auto left = [&](int p, bool dead) {
+    // A peer that left while in an op of the other kind (it saw the mismatch first): the
+    // mismatch, not its leaving, is what this rank reports.
+    std::string m = sc.watch->call_mismatch(peers, now, std::chrono::nanoseconds(0));
+    if (!m.empty()) return Error(ErrorCode::kInvalidArgument, m);
     bool stalled = false;
     const int c = sc.watch->culprit(p, &stalled);
     sc.watch->record_verdict(c, stalled);
@@ -43,6 +52,13 @@ void check(std::span<const int> peers, const char* what, const WaitScope& sc, Cl
   if (sc.watch && sc.whole_group) {
     int d = sc.watch->any_dead();
     if (d >= 0) throw left(d, true);
+  }
+  // A peer stuck in an op of the other kind (p2p against a collective) is a mismatch of calls,
+  // not a slow peer: said after a grace that no live exchange takes, or at the deadline.
+  if (sc.watch && (now - start >= kCallMismatchGrace || now >= sc.deadline)) {
+    std::string m = sc.watch->call_mismatch(
+        peers, now, now >= sc.deadline ? std::chrono::nanoseconds(0) : kCallMismatchGrace);
+    if (!m.empty()) throw Error(ErrorCode::kInvalidArgument, m);
   }
   if (now >= sc.deadline) {
     if (sc.watch && !peers.empty()) sc.watch->record_verdict(peers[0], true);

@@ -44,6 +44,12 @@ class PeerWatch {
   virtual int verdict_of(int /*peer*/) { return -1; }
   // Records this rank's verdict before it leaves an op with a failure (the first one stays).
   virtual void record_verdict(int /*rank*/, bool /*stalled*/) {}
+  // The mismatch message when one of `peers` has been in an op of another kind (p2p against a
+  // collective) that needs this rank for at least `grace`, so the two can never meet; else "".
+  virtual std::string call_mismatch(std::span<const int> /*peers*/, Clock::time_point /*now*/,
+                                    std::chrono::nanoseconds /*grace*/) {
+    return {};
+  }
 };
 
 struct WaitScope {

@@ -29,6 +29,7 @@
 
 #include "commx/error.h"
 #include "core/env.h"
+#include "transport/peer_auth.h"
 #include "transport/socket_addr.h"
 
 namespace commx {
@@ -45,7 +46,8 @@ constexpr uint32_t kLostStalled = 1;
 // sender's: it gave up on the comm.
 constexpr uint32_t kMismatchMagic = 0x4d584d43;  // "CMXM"
 constexpr uint8_t kUnknownCall = 0xff;           // OpFingerprint::type of a call a rank did not see
-constexpr uint32_t kProtocolVersion = 2;         // 2: the call's fingerprint in every frame header
+// 2: the call's fingerprint in every frame header; 3: the hello says whether a token proof follows.
+constexpr uint32_t kProtocolVersion = 3;
 constexpr size_t kMaxCommName = 4096;
 constexpr size_t kStageBytes = 64 << 10;
 // A payload remainder at least this long is received straight into the caller's buffer.
@@ -57,6 +59,10 @@ constexpr int kTieBreakWaitMs = 50;
 // closed its links when it gave up), and the most a timed-out rank waits for its pending peers'.
 constexpr std::chrono::milliseconds kVerdictLookupWait{20};
 constexpr std::chrono::milliseconds kVerdictGraceMax{1000};
+// How long an accepted connection may take to answer the token challenge.
+constexpr std::chrono::milliseconds kProofTimeout{10000};
+constexpr size_t kProofBytes = sizeof(auth::Digest);
+constexpr size_t kChallengeBytes = sizeof(auth::Nonce) + kProofBytes;
 
 struct Hello {
   uint32_t magic;
@@ -65,6 +71,7 @@ struct Hello {
   int32_t to;
   int32_t size;
   uint32_t name_len;
+  uint32_t proves_token;  // 1: the connector's nonce follows the name, and it answers a challenge
 };
 
 enum class Verdict : uint32_t {
@@ -74,6 +81,8 @@ enum class Verdict : uint32_t {
   kWrongRank,
   kWrongSize,
   kDuplicate,
+  kNeedsToken,  // this rank has the job token and the connector did not offer to prove it
+  kNoToken,     // the connector offers a token proof, but this rank has no token to check it
 };
 
 struct HelloReply {
@@ -103,6 +112,11 @@ const char* verdict_text(Verdict v) {
       return "its comm has another size";
     case Verdict::kDuplicate:
       return "it already has a connection to this rank";
+    case Verdict::kNeedsToken:
+      return "it requires the job token (COMMX_AUTH_TOKEN), which this process does not have";
+    case Verdict::kNoToken:
+      return "it has no job token while this process has one (COMMX_AUTH_TOKEN must be set for "
+             "every rank or none)";
   }
   return "unknown verdict";
 }
@@ -136,11 +150,18 @@ struct Peer {
   Conn conn = Conn::kIdle;
   int fd = -1;  // the data socket when connected, else the outgoing socket while handshaking
   std::optional<SockAddr> addr;
-  // Handshake of our outgoing connection.
+  // Handshake of our outgoing connection: the hello (with our nonce when proving the token),
+  // then the reply (with the acceptor's nonce and proof when it is proved).
   std::string hello;
+  size_t hello_core = 0;  // bytes of `hello` before the nonce: what the proofs cover
+  auth::Nonce nonce{};
   size_t hello_sent = 0;
   HelloReply reply{};
+  char challenge[kChallengeBytes] = {};
   size_t reply_got = 0;
+  size_t challenge_got = 0;
+  // Accepted connections claiming this rank that were challenged and have not answered yet.
+  int awaiting_proof = 0;
   Clock::time_point retry_at{};
   std::optional<Clock::time_point> refused_since;
   int backoff_ms = 0;
@@ -171,6 +192,14 @@ struct Peer {
 struct Incoming {
   int fd = -1;
   std::vector<char> buf;
+  // Set once its hello was accepted and challenged: it must answer with its proof.
+  bool challenged = false;
+  int from = -1;
+  Clock::time_point since{};
+  auth::Nonce their_nonce{}, our_nonce{};
+  std::string hello_core;
+  char proof[kProofBytes] = {};
+  size_t proof_got = 0;
 };
 
 class TcpTransport final : public Transport {
@@ -190,6 +219,7 @@ class TcpTransport final : public Transport {
     if (comm_name_.size() > kMaxCommName) {
       throw Error(ErrorCode::kInvalidArgument, prefix_ + "comm name longer than 4096 bytes");
     }
+    token_ = peer_auth::job_token();
     tag_ = hint_or_env(hints, "tcp_tag", nullptr);
     if (tag_.empty()) tag_ = "tcp";
     std::string grace = hint_or_env(hints, "tcp_refused_grace_ms", "COMMX_SOCKET_REFUSED_GRACE_MS");
@@ -668,6 +698,7 @@ class TcpTransport final : public Transport {
         if (p.conn == Conn::kIdle) wake = std::min(wake, p.retry_at);
       }
       if (now >= deadline) throw timeout_error(now, deadline);
+      if (token_ && !incoming_.empty()) expire_challenges(now);
 
       fds.clear();
       who.clear();
@@ -933,12 +964,16 @@ class TcpTransport final : public Transport {
     p.conn = Conn::kConnecting;
     p.hello_sent = 0;
     p.reply_got = 0;
+    p.challenge_got = 0;
     handshaking_.push_back(q);
-    if (p.hello.empty()) {
-      Hello h{
-          kHelloMagic, kProtocolVersion, rank_, q, size_, static_cast<uint32_t>(comm_name_.size())};
-      p.hello.assign(reinterpret_cast<const char*>(&h), sizeof(h));
-      p.hello += comm_name_;
+    Hello h{kHelloMagic, kProtocolVersion, rank_, q, size_,
+            static_cast<uint32_t>(comm_name_.size()), token_ ? 1u : 0u};
+    p.hello.assign(reinterpret_cast<const char*>(&h), sizeof(h));
+    p.hello += comm_name_;
+    p.hello_core = p.hello.size();
+    if (token_) {  // a fresh nonce per attempt: no answer of an earlier one can be replayed
+      p.nonce = auth::random_nonce();
+      p.hello.append(reinterpret_cast<const char*>(p.nonce.data()), p.nonce.size());
     }
     if (connect(fd, p.addr->get(), p.addr->len) != 0 && errno != EINPROGRESS) {
       connect_failed(q, errno);
@@ -986,29 +1021,60 @@ class TcpTransport final : public Transport {
     p.conn = Conn::kAwaitReply;
   }
 
-  void on_reply_readable(int q) {
+  // Reads into `buf` until `got` reaches `want`. False: not yet (or the connect failed).
+  bool read_reply(int q, char* buf, size_t& got, size_t want) {
     Peer& p = peers_[q];
-    char* buf = reinterpret_cast<char*>(&p.reply);
-    while (p.reply_got < sizeof(p.reply)) {
-      ssize_t g = recv(p.fd, buf + p.reply_got, sizeof(p.reply) - p.reply_got, MSG_DONTWAIT);
+    while (got < want) {
+      ssize_t g = recv(p.fd, buf + got, want - got, MSG_DONTWAIT);
       if (g > 0) {
-        p.reply_got += static_cast<size_t>(g);
+        got += static_cast<size_t>(g);
       } else if (g == 0) {
-        return connect_failed(q, ECONNRESET);
+        connect_failed(q, ECONNRESET);
+        return false;
       } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        return;
+        return false;
       } else if (errno != EINTR) {
-        return connect_failed(q, errno);
+        connect_failed(q, errno);
+        return false;
       }
     }
-    if (p.reply.magic != kHelloMagic) {
-      throw peer_failure(q, "the listener published for it is not a commx tcp transport");
+    return true;
+  }
+
+  void on_reply_readable(int q) {
+    Peer& p = peers_[q];
+    if (p.reply_got < sizeof(p.reply)) {
+      if (!read_reply(q, reinterpret_cast<char*>(&p.reply), p.reply_got, sizeof(p.reply))) return;
+      if (p.reply.magic != kHelloMagic) {
+        throw peer_failure(q, "the listener published for it is not a commx tcp transport");
+      }
+      // Only an acceptance with a token carries a challenge.
+      if (p.reply.verdict != Verdict::kOk || !token_) p.challenge_got = kChallengeBytes;
     }
+    if (!read_reply(q, p.challenge, p.challenge_got, kChallengeBytes)) return;
     switch (p.reply.verdict) {
       case Verdict::kOk:
+        if (token_ && !answer_challenge(q)) return;
         std::erase(handshaking_, q);
         adopt(q, p.fd);
         return;
+      case Verdict::kNeedsToken:
+      case Verdict::kNoToken:
+        throw Error(ErrorCode::kInvalidArgument,
+                    prefix_ + peer_name(q) + " refused this rank's connection: " +
+                        verdict_text(p.reply.verdict));
+      case Verdict::kDuplicate:
+        // An accepted connection of that peer is being checked here: it becomes the link.
+        if (p.awaiting_proof > 0) {
+          close(p.fd);
+          p.fd = -1;
+          std::erase(handshaking_, q);
+          p.conn = Conn::kIdle;
+          p.retry_at = Clock::now() + std::chrono::milliseconds(kTieBreakWaitMs);
+          return;
+        }
+        throw peer_failure(q, std::string("the listener published for it rejected our hello: ") +
+                                  verdict_text(p.reply.verdict) + " (stale store keys?)");
       case Verdict::kTieBreak:
         // It is connecting to us too and its connection wins: wait for it to arrive.
         close(p.fd);
@@ -1021,6 +1087,31 @@ class TcpTransport final : public Transport {
         throw peer_failure(q, std::string("the listener published for it rejected our hello: ") +
                                   verdict_text(p.reply.verdict) + " (stale store keys?)");
     }
+  }
+
+  // Checks the acceptor's proof of the token and sends ours. False when the send failed (the
+  // connect is retried).
+  bool answer_challenge(int q) {
+    Peer& p = peers_[q];
+    auth::Nonce theirs;
+    auth::Digest proof;
+    std::memcpy(theirs.data(), p.challenge, theirs.size());
+    std::memcpy(proof.data(), p.challenge + theirs.size(), proof.size());
+    std::string_view core(p.hello.data(), p.hello_core);
+    if (!auth::digests_equal(proof, peer_auth::acceptor_proof(*token_, core, p.nonce, theirs))) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  prefix_ + "the listener published for " + peer_name(q) +
+                      " did not prove the job token (a stranger's listener, another job's, or a "
+                      "different COMMX_AUTH_TOKEN): refusing to send it anything");
+    }
+    auth::Digest mine = peer_auth::connector_proof(*token_, core, p.nonce, theirs);
+    // A fresh socket's send buffer takes these 32 bytes at once.
+    ssize_t w = send(p.fd, mine.data(), mine.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w != static_cast<ssize_t>(mine.size())) {
+      connect_failed(q, w < 0 ? errno : EIO);
+      return false;
+    }
+    return true;
   }
 
   void adopt(int q, int fd) {
@@ -1048,22 +1139,28 @@ class TcpTransport final : public Transport {
         return;  // EAGAIN, or a transient failure (EMFILE...) retried at the next readiness
       }
       set_nodelay(fd);
-      incoming_.push_back(Incoming{fd, {}});
+      Incoming in;
+      in.fd = fd;
+      incoming_.push_back(std::move(in));
     }
   }
 
-  // Reads the hello exactly (no byte past it), then answers. True when `in` is finished.
+  // Reads the hello exactly (no byte past it), then answers; with a token, the answer carries a
+  // challenge and the connection is adopted once its proof checks out. True when `in` is
+  // finished (adopted or closed).
   bool on_incoming_readable(Incoming& in) {
+    if (in.challenged) return on_proof_readable(in);
     for (;;) {
       size_t need = sizeof(Hello);
       if (in.buf.size() >= sizeof(Hello)) {
         Hello h;
         std::memcpy(&h, in.buf.data(), sizeof(h));
-        if (h.magic != kHelloMagic || h.version != kProtocolVersion || h.name_len > kMaxCommName) {
+        if (h.magic != kHelloMagic || h.version != kProtocolVersion || h.name_len > kMaxCommName ||
+            h.proves_token > 1) {
           close(in.fd);  // not one of us
           return true;
         }
-        need += h.name_len;
+        need += h.name_len + (h.proves_token ? sizeof(auth::Nonce) : 0);
       }
       if (in.buf.size() == need) break;
       char tmp[512];
@@ -1079,22 +1176,99 @@ class TcpTransport final : public Transport {
     }
     Hello h;
     std::memcpy(&h, in.buf.data(), sizeof(h));
-    std::string name(in.buf.begin() + sizeof(Hello), in.buf.end());
+    const size_t core = sizeof(Hello) + h.name_len;
+    std::string name(in.buf.begin() + sizeof(Hello), in.buf.begin() + core);
     Verdict v = judge(h, name);
-    HelloReply reply{kHelloMagic, v};
-    // A fresh socket's send buffer always takes these 8 bytes at once.
-    ssize_t w = send(in.fd, &reply, sizeof(reply), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (v != Verdict::kOk || w != static_cast<ssize_t>(sizeof(reply))) {
+    if (token_ && !h.proves_token) {
+      v = Verdict::kNeedsToken;
+      peer_auth::log_refusal(prefix_, "a connection claiming rank " + std::to_string(h.from) +
+                                          " offered no proof of the job token");
+    } else if (!token_ && h.proves_token) {
+      v = Verdict::kNoToken;
+    }
+    std::string reply(sizeof(HelloReply), '\0');
+    HelloReply head{kHelloMagic, v};
+    std::memcpy(reply.data(), &head, sizeof(head));
+    if (v == Verdict::kOk && token_) {
+      std::memcpy(in.their_nonce.data(), in.buf.data() + core, in.their_nonce.size());
+      in.our_nonce = auth::random_nonce();
+      in.hello_core.assign(in.buf.data(), core);
+      auth::Digest proof =
+          peer_auth::acceptor_proof(*token_, in.hello_core, in.their_nonce, in.our_nonce);
+      reply.append(reinterpret_cast<const char*>(in.our_nonce.data()), in.our_nonce.size());
+      reply.append(reinterpret_cast<const char*>(proof.data()), proof.size());
+    }
+    // A fresh socket's send buffer always takes these (at most 56) bytes at once.
+    ssize_t w = send(in.fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (v != Verdict::kOk || w != static_cast<ssize_t>(reply.size())) {
       close(in.fd);
       return true;
     }
-    Peer& p = peers_[h.from];
+    if (!token_) {
+      accept_link(h.from, in.fd);
+      return true;
+    }
+    in.challenged = true;
+    in.from = h.from;
+    in.since = Clock::now();
+    ++peers_[h.from].awaiting_proof;
+    return false;
+  }
+
+  // The connector's answer to our challenge: adopted when it proves the token, else closed.
+  bool on_proof_readable(Incoming& in) {
+    while (in.proof_got < kProofBytes) {
+      ssize_t g = recv(in.fd, in.proof + in.proof_got, kProofBytes - in.proof_got, MSG_DONTWAIT);
+      if (g > 0) {
+        in.proof_got += static_cast<size_t>(g);
+      } else if (g < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return false;
+      } else if (g == 0 || errno != EINTR) {
+        drop_challenged(in, "it hung up before answering the token challenge");
+        return true;
+      }
+    }
+    auth::Digest got;
+    std::memcpy(got.data(), in.proof, got.size());
+    if (!auth::digests_equal(got, peer_auth::connector_proof(*token_, in.hello_core,
+                                                             in.their_nonce, in.our_nonce))) {
+      drop_challenged(in, "its answer to the token challenge is wrong (no job token, or another)");
+      return true;
+    }
+    Peer& p = peers_[in.from];
+    --p.awaiting_proof;
+    if (p.conn == Conn::kConnected || p.conn == Conn::kBroken) {
+      close(in.fd);  // a link to that rank was made meanwhile
+      return true;
+    }
+    accept_link(in.from, in.fd);
+    return true;
+  }
+
+  void drop_challenged(Incoming& in, const std::string& why) {
+    --peers_[in.from].awaiting_proof;
+    peer_auth::log_refusal(prefix_, "a connection claiming rank " + std::to_string(in.from) +
+                                        ": " + why);
+    close(in.fd);
+  }
+
+  // Challenged connections that never answered go after kProofTimeout.
+  void expire_challenges(Clock::time_point now) {
+    std::erase_if(incoming_, [&](Incoming& in) {
+      if (!in.challenged || now - in.since < kProofTimeout) return false;
+      drop_challenged(in, "it did not answer the token challenge in time");
+      return true;
+    });
+  }
+
+  // Makes the accepted `fd` the link to `from` (our own connection to it, if any, loses).
+  void accept_link(int from, int fd) {
+    Peer& p = peers_[from];
     if (p.conn == Conn::kConnecting || p.conn == Conn::kAwaitReply) {
       close(p.fd);  // ours loses the tie-break: the peer rejects it
-      std::erase(handshaking_, h.from);
+      std::erase(handshaking_, from);
     }
-    adopt(h.from, in.fd);
-    return true;
+    adopt(from, fd);
   }
 
   Verdict judge(const Hello& h, const std::string& name) const {
@@ -1128,6 +1302,7 @@ class TcpTransport final : public Transport {
   mutable OpFingerprint mismatched_call_{};
   std::string tag_;
   std::string address_;
+  std::optional<std::string> token_;  // the job token: every connection proves it both ways
   std::chrono::milliseconds refused_grace_{2000};
   int listen_fd_ = -1;
   int abort_fd_ = -1;

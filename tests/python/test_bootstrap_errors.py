@@ -91,3 +91,49 @@ def test_bad_torch_cpu_backend_is_reported_at_init():
     rc, out, _ = _run(code, {"COMMX_TORCH_BACKEND_CPU": "nope"}, limit=60)
     assert rc != 0 and "COMMX_TORCH_BACKEND_CPU=nope names no commx backend" in out, out
     assert "init_process_group" in out, out  # raised there, not at a later collective
+
+
+def _launch(ranks, env, code=NEW_COMM.format("cpu")):
+    procs = []
+    for rank in ranks:
+        e = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+        e.update(env, RANK=str(rank))
+        e["PYTHONPATH"] = PYPATH + os.pathsep + e.get("PYTHONPATH", "")
+        procs.append(subprocess.Popen([sys.executable, "-c", code], env=e,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    t0 = time.monotonic()
+    outs = [p.communicate(timeout=60)[0] for p in procs]
+    return [p.returncode for p in procs], outs, time.monotonic() - t0
+
+
+def _agent_store():
+    """A store hosted outside the ranks (as torchrun's agent does), so that no rank's exit
+    takes it away from the others."""
+    import commx
+    host = commx.TCPStore("127.0.0.1", 0, is_server=True, timeout=30)
+    return host, {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(host.port),
+                  "TORCHELASTIC_USE_AGENT_STORE": "True", "WORLD_SIZE": "2"}
+
+
+def test_duplicate_rank_is_named_and_the_job_goes_on():
+    # Ranks 0, 0 and 1 of 2: one rank-0 process is told at once that another holds its rank;
+    # the other two make the comm.
+    host, env = _agent_store()
+    codes, outs, _ = _launch([0, 0, 1], dict(env, COMMX_TIMEOUT_SECONDS="30"))
+    failed = [o for c, o in zip(codes, outs) if c != 0]
+    assert len(failed) == 1 and sum("made 2" in o for o in outs) == 2, outs
+    assert "rank 0 is already taken by another process (pid " in failed[0], failed[0]
+    assert "started with the same rank" in failed[0], failed[0]
+    del host
+
+
+def test_duplicate_rank_without_its_peer_is_named_by_both():
+    # Two processes claim rank 0 and none rank 1: the second is told at once, the first when its
+    # wait for rank 1 times out, and neither blames a store key alone.
+    host, env = _agent_store()
+    codes, outs, took = _launch([0, 0], dict(env, COMMX_TIMEOUT_SECONDS="4"))
+    assert all(c != 0 for c in codes), outs
+    assert sum("already taken by another process" in o for o in outs) == 1, outs
+    assert sum("was also claimed by another process" in o for o in outs) == 1, outs
+    assert took < 30, f"took {took:.1f} s"
+    del host

@@ -21,6 +21,9 @@ from torch.futures import Future
 
 import commx
 
+from . import _store
+from ._store import CommxStore  # noqa: F401
+
 BACKEND_NAME = "commx"
 _DEVICE_BACKENDS = {}
 
@@ -505,7 +508,8 @@ def _create(opts, backend_options=None):
 
 
 def register():
-    """Registers "commx" with torch.distributed (idempotent)."""
+    """Registers "commx" with torch.distributed, and the commx:// rendezvous (idempotent)."""
+    _store.register()
     if BACKEND_NAME.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True,
                                       devices=["cpu", "cuda"])

@@ -196,7 +196,32 @@ void CpuBackend::dispatch(const OpDesc& op, Deadline deadline) {
   // Every message of the op carries what this rank called; peers check it before using a byte.
   const OpFingerprint fp = fingerprint_of(op, p2p ? 0 : collectives_++);
   transport_->set_call(fp);
+  if (use_shm_) {
+    if (group_->has_deferred_check())
+      group_->check_deferred_calls(
+          WaitScope{deadline, &aborted_, group_.get(), &tuning_.wait, &sleeping_on_, false, true});
+    // Published for peers that wait for this rank: p2p here against a collective there is a
+    // mismatch they can name (the two travel apart). Left published when the op fails.
+    group_->begin_op(fp, p2p ? p2p_peers(op) : std::vector<int>{}, deadline - op.timeout);
+    if (p2p)
+      run_p2p(op, deadline);
+    else
+      run_collective_op(op, deadline, algo, fp);
+    group_->end_op();
+    return;
+  }
   if (p2p) return run_p2p(op, deadline);
+  run_collective_op(op, deadline, algo, fp);
+}
+
+std::vector<int> CpuBackend::p2p_peers(const OpDesc& op) {
+  std::vector<int> peers;
+  for (const P2POp& p : op.p2p) peers.push_back(p.peer);
+  return peers;
+}
+
+void CpuBackend::run_collective_op(const OpDesc& op, Deadline deadline,
+                                   const CpuAlgorithm* algo, const OpFingerprint& fp) {
   // all_to_all_v_dynamic has one implementation (counts exchanged first, then rows).
   if (op.collective == Collective::kAllToAllVDynamic)
     return cpu_all_to_all_v_dynamic(op, *transport_, ctx_.rank, ctx_.size, deadline);

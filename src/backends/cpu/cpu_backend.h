@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/cpu_algorithms.h"
 #include "backends/cpu/cpu_tuning.h"
 #include "commx/algorithm.h"
 #include "commx/backend.h"
@@ -46,6 +47,9 @@ class CpuBackend : public HostBackend {
   void execute(const OpDesc& op) override;
   void dispatch(const OpDesc& op, Deadline deadline);
   void run_p2p(const OpDesc& op, Deadline deadline);
+  void run_collective_op(const OpDesc& op, Deadline deadline, const CpuAlgorithm* algo,
+                         const OpFingerprint& fp);
+  static std::vector<int> p2p_peers(const OpDesc& op);
 
   BackendContext ctx_;
   CpuTuning tuning_;

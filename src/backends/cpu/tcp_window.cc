@@ -11,6 +11,7 @@
 
 #include "commx/error.h"
 #include "store/socket_io.h"
+#include "transport/peer_auth.h"
 #include "transport/socket_addr.h"
 
 namespace commx {
@@ -23,7 +24,33 @@ enum Kind : uint32_t { kPut = 1, kSignal = 2, kBye = 3 };
 struct Hello {
   uint32_t magic;
   int32_t rank;
+  // With the job token: the connector's proof over the window, both ranks and the listener's
+  // nonce (published with its address, fresh per window), so only members may connect.
+  auth::Digest proof;
 };
+
+std::string hex_of(const auth::Nonce& n) {
+  static const char* kHex = "0123456789abcdef";
+  std::string s;
+  for (uint8_t b : n) {
+    s += kHex[b >> 4];
+    s += kHex[b & 15];
+  }
+  return s;
+}
+
+auth::Nonce nonce_of(const std::string& hex) {
+  auth::Nonce n{};
+  for (size_t i = 0; i < n.size() && 2 * i + 1 < hex.size(); ++i)
+    n[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  return n;
+}
+
+auth::Digest window_proof(const std::string& token, const std::string& key, int from, int to,
+                          const auth::Nonce& listener) {
+  const std::string link = key + ":" + std::to_string(from) + ">" + std::to_string(to);
+  return peer_auth::connector_proof(token, link, auth::Nonce{}, listener);
+}
 
 struct Message {
   uint32_t magic;
@@ -56,6 +83,8 @@ TcpWindow::TcpWindow(Store& store, const std::string& key, int rank, int size, i
       in_state_(new std::atomic<int>[size]) {
   for (int r = 0; r < size; ++r) in_state_[r].store(r == rank ? kOpen : kDead);
   const auto deadline = sockio::deadline_after(timeout);
+  const std::optional<std::string> token = peer_auth::job_token();
+  auth::Nonce nonce{};
   int listen_fd = -1;
   try {
     SockAddr a = resolve_address(choose_bind_address(hints), 0);
@@ -66,6 +95,10 @@ TcpWindow::TcpWindow(Store& store, const std::string& key, int rank, int size, i
     SockAddr bound;
     bound.len = sizeof(bound.storage);
     if (getsockname(listen_fd, bound.get(), &bound.len) != 0) throw system_error("getsockname");
+    if (token) {
+      nonce = auth::random_nonce();
+      store.set_str(key + "/" + std::to_string(rank) + "/nonce", hex_of(nonce));
+    }
     store.set_str(key + "/" + std::to_string(rank), bound.to_string());
     // Outgoing links: connect to every peer (its listener exists once its address is published).
     for (int r = 0; r < size; ++r) {
@@ -79,7 +112,10 @@ TcpWindow::TcpWindow(Store& store, const std::string& key, int rank, int size, i
       if (fd < 0)
         throw Error(ErrorCode::kPeerFailure, "cannot connect to rank " + std::to_string(r) + ": " + why);
       out_[r] = fd;
-      Hello h{kHelloMagic, rank};
+      Hello h{kHelloMagic, rank, {}};
+      if (token)
+        h.proof = window_proof(*token, key, rank, r,
+                               nonce_of(store.get_str(key + "/" + std::to_string(r) + "/nonce")));
       if (sockio::send_all(fd, &h, sizeof(h), deadline, why) != sockio::IoStatus::kOk)
         throw Error(ErrorCode::kPeerFailure, "hello to rank " + std::to_string(r) + ": " + why);
     }
@@ -101,6 +137,12 @@ TcpWindow::TcpWindow(Store& store, const std::string& key, int rank, int size, i
       if (sockio::recv_exact(fd, &h, sizeof(h), deadline, why) != sockio::IoStatus::kOk ||
           h.magic != kHelloMagic || h.rank < 0 || h.rank >= size || h.rank == rank || in_[h.rank] >= 0) {
         close(fd);  // not one of ours
+        continue;
+      }
+      if (token && !auth::digests_equal(h.proof, window_proof(*token, key, h.rank, rank, nonce))) {
+        peer_auth::log_refusal(where, "a window connection claiming rank " + std::to_string(h.rank) +
+                                          " did not prove the job token");
+        close(fd);
         continue;
       }
       in_[h.rank] = fd;

@@ -1,0 +1,76 @@
+// ShmOpState (shm_op_state.h). Layer: transport.
+#include "transport/shm_op_state.h"
+
+#include <cstring>
+
+namespace commx {
+namespace {
+
+constexpr uint64_t kManyRanks = uint64_t{1} << 63;
+
+struct Snapshot {
+  bool in_op = false;
+  OpFingerprint call;
+  uint64_t peers = 0;
+  int64_t began_ns = 0;
+};
+
+// A consistent copy of `s`, or none when it is between ops or changed while read.
+Snapshot read(const ShmOpState& s) {
+  Snapshot out;
+  const uint64_t before = s.seq.load(std::memory_order_acquire);
+  if ((before & 1) == 0) return out;
+  std::memcpy(&out.call, &s.call, sizeof(out.call));
+  out.peers = s.peers;
+  out.began_ns = s.began_ns;
+  std::atomic_thread_fence(std::memory_order_acquire);
+  out.in_op = s.seq.load(std::memory_order_relaxed) == before;
+  return out;
+}
+
+bool involves(const Snapshot& s, int rank) {
+  if (!s.call.p2p()) return true;
+  if (rank >= 63) return (s.peers & kManyRanks) != 0;
+  return (s.peers >> rank) & 1;
+}
+
+}  // namespace
+
+uint64_t call_note(const OpFingerprint& call, uint64_t step) {
+  OpFingerprint f = call;
+  f.seq = 0;  // not matched
+  const auto* b = reinterpret_cast<const unsigned char*>(&f);
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (size_t i = 0; i < sizeof(f); ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return (h & ~uint64_t{0xffffffff}) | (step & 0xffffffff);
+}
+
+void shm_op_begin(ShmOpState& s, const OpFingerprint& call, std::span<const int> p2p_peers,
+                  int64_t began_ns) {
+  uint64_t seq = s.seq.load(std::memory_order_relaxed);
+  if (seq & 1) s.seq.store(++seq, std::memory_order_release);  // the last op failed inside
+  s.call = call;
+  uint64_t peers = 0;
+  for (int p : p2p_peers) peers |= p < 63 ? uint64_t{1} << p : kManyRanks;
+  s.peers = peers;
+  s.began_ns = began_ns;
+  s.seq.store(seq + 1, std::memory_order_release);
+}
+
+void shm_op_end(ShmOpState& s) {
+  s.seq.store(s.seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+}
+
+std::string shm_op_mismatch(const ShmOpState& mine, int my_rank, const ShmOpState& theirs,
+                            int peer, int64_t now_ns, int64_t grace_ns) {
+  const Snapshot me = read(mine);
+  const Snapshot them = read(theirs);
+  if (!me.in_op || !them.in_op || me.call.p2p() == them.call.p2p()) return {};
+  // My op must need the peer, and the peer's op must need me: then neither can finish.
+  if (!involves(me, peer) || !involves(them, my_rank)) return {};
+  if (now_ns - them.began_ns < grace_ns || now_ns - me.began_ns < grace_ns) return {};
+  return mismatch_message(my_rank, me.call, peer, them.call) +
+         " (a point-to-point op on one rank against a collective on the other)";
+}
+
+}  // namespace commx
