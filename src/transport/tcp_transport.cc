@@ -1052,6 +1052,14 @@ class TcpTransport final : public Transport {
       if (p.reply.verdict != Verdict::kOk || !token_) p.challenge_got = kChallengeBytes;
     }
     if (!read_reply(q, p.challenge, p.challenge_got, kChallengeBytes)) return;
+    // Drops this connection and waits a while for the peer's own, which is the link.
+    auto wait_for_its_connection = [&] {
+      close(p.fd);
+      p.fd = -1;
+      std::erase(handshaking_, q);
+      p.conn = Conn::kIdle;
+      p.retry_at = Clock::now() + std::chrono::milliseconds(kTieBreakWaitMs);
+    };
     switch (p.reply.verdict) {
       case Verdict::kOk:
         if (token_ && !answer_challenge(q)) return;
@@ -1066,23 +1074,13 @@ class TcpTransport final : public Transport {
       case Verdict::kDuplicate:
         // An accepted connection of that peer is being checked here: it becomes the link.
         if (p.awaiting_proof > 0) {
-          close(p.fd);
-          p.fd = -1;
-          std::erase(handshaking_, q);
-          p.conn = Conn::kIdle;
-          p.retry_at = Clock::now() + std::chrono::milliseconds(kTieBreakWaitMs);
-          return;
+          return wait_for_its_connection();
         }
         throw peer_failure(q, std::string("the listener published for it rejected our hello: ") +
                                   verdict_text(p.reply.verdict) + " (stale store keys?)");
       case Verdict::kTieBreak:
         // It is connecting to us too and its connection wins: wait for it to arrive.
-        close(p.fd);
-        p.fd = -1;
-        std::erase(handshaking_, q);
-        p.conn = Conn::kIdle;
-        p.retry_at = Clock::now() + std::chrono::milliseconds(kTieBreakWaitMs);
-        return;
+        return wait_for_its_connection();
       default:
         throw peer_failure(q, std::string("the listener published for it rejected our hello: ") +
                                   verdict_text(p.reply.verdict) + " (stale store keys?)");
