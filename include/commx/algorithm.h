@@ -46,10 +46,10 @@ namespace algorithm_detail {
 // The op's hint "algorithm" ("" or "auto": none).
 std::string_view hinted(const OpDesc& op);
 // The tuning table's algorithm for the op ("" when no row covers it or `table` is null).
-std::string tuned(const TuningTable* table, Collective c, const Topology& topo, size_t bytes);
+std::string_view tuned(const TuningTable* table, Collective c, const Topology& topo, size_t bytes);
 bool names(const char* name, const char* aliases, std::string_view wanted);
 // Throws InvalidArgument: `wanted` names no algorithm of `c` (the message lists `known`).
-[[noreturn]] void unknown(const std::string& where, Collective c, std::string_view wanted,
+[[noreturn]] void unknown(std::string_view where, Collective c, std::string_view wanted,
                           const std::string& known);
 }  // namespace algorithm_detail
 
@@ -61,7 +61,7 @@ template <class Run>
 const Algorithm<Run>& select_algorithm(std::span<const Algorithm<Run>> table, Collective c,
                                        const OpDesc& op, const Topology& topo,
                                        const TuningTable* tuning, std::string_view default_name,
-                                       const std::string& where,
+                                       std::string_view where,
                                        bool (*accepts_hint)(std::string_view) = nullptr) {
   auto find = [&](std::string_view name) -> const Algorithm<Run>* {
     for (const auto& row : table)

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -74,7 +75,7 @@ TuningTable TuningTable::parse(const std::string& text, const std::string& sourc
     if (e.min_bytes > e.max_bytes)
       bad_line(source, line, "min_bytes " + f[2] + " is above max_bytes " + f[3]);
     e.algorithm = f[4];
-    t.entries_.push_back(std::move(e));
+    t.add(std::move(e));
   }
   return t;
 }
@@ -110,15 +111,27 @@ const TuningTable& TuningTable::from_env(const std::string& default_path) {
   return cache.emplace(path, std::move(t)).first->second;
 }
 
-std::string TuningTable::lookup(const std::string& collective, int world_size, uint64_t bytes,
-                                const std::string& link) const {
+void TuningTable::add(TuningEntry e) {
+  auto group = std::find_if(by_collective_.begin(), by_collective_.end(),
+                            [&](const auto& g) { return g.first == e.collective; });
+  if (group == by_collective_.end()) group = by_collective_.insert(group, {e.collective, {}});
+  group->second.push_back(static_cast<uint32_t>(entries_.size()));
+  entries_.push_back(std::move(e));
+}
+
+std::string_view TuningTable::lookup(std::string_view collective, int world_size, uint64_t bytes,
+                                     std::string_view link) const {
+  auto group = std::find_if(by_collective_.begin(), by_collective_.end(),
+                            [&](const auto& g) { return g.first == collective; });
+  if (group == by_collective_.end()) return {};
   auto applies = [&](const TuningEntry& e) {
-    return e.collective == collective && (e.link == "any" || link == "any" || e.link == link);
+    return e.link == "any" || link == "any" || e.link == link;
   };
   // Pick the world size whose entries apply.
   int best_below = 0, best_above = 0;
   bool exact = false;
-  for (const auto& e : entries_) {
+  for (uint32_t i : group->second) {
+    const TuningEntry& e = entries_[i];
     if (!applies(e)) continue;
     if (e.world_size == world_size) exact = true;
     if (e.world_size < world_size && e.world_size > best_below) best_below = e.world_size;
@@ -126,12 +139,13 @@ std::string TuningTable::lookup(const std::string& collective, int world_size, u
       best_above = e.world_size;
   }
   int ws = exact ? world_size : (best_below ? best_below : best_above);
-  if (ws == 0) return "";
-  for (const auto& e : entries_) {
+  if (ws == 0) return {};
+  for (uint32_t i : group->second) {
+    const TuningEntry& e = entries_[i];
     if (applies(e) && e.world_size == ws && bytes >= e.min_bytes && bytes <= e.max_bytes)
       return e.algorithm;
   }
-  return "";
+  return {};
 }
 
 std::string TuningTable::to_text() const {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace commx {
@@ -34,17 +35,20 @@ class TuningTable {
   // The algorithm for `bytes` at `world_size` over `link`: entries of the exact world size first;
   // else those of the largest listed world size below it; else of the smallest above. Entries
   // of another link are not considered ("any" on either side matches). Empty when no entry
-  // covers the size.
-  std::string lookup(const std::string& collective, int world_size, uint64_t bytes,
-                     const std::string& link = "any") const;
+  // covers the size. The view lives as long as the table (tables from from_env() live for the
+  // process). No allocation: it runs on every op.
+  std::string_view lookup(std::string_view collective, int world_size, uint64_t bytes,
+                          std::string_view link = "any") const;
 
   const std::vector<TuningEntry>& entries() const { return entries_; }
-  void add(TuningEntry e) { entries_.push_back(std::move(e)); }
+  void add(TuningEntry e);
   // The text form that parse() reads back.
   std::string to_text() const;
 
  private:
   std::vector<TuningEntry> entries_;
+  // The entries of each collective (indices into entries_, in order): lookup() reads only these.
+  std::vector<std::pair<std::string, std::vector<uint32_t>>> by_collective_;
 };
 
 }  // namespace commx

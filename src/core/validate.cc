@@ -2,6 +2,7 @@
 // clear errors for bad input. Layer: core.
 #include <numeric>
 #include <string>
+#include <string_view>
 
 #include "commx/error.h"
 #include "core/comm_impl.h"
@@ -16,52 +17,65 @@ struct Checker {
   [[noreturn]] void fail(ErrorCode code, const std::string& what) const {
     throw Error(code, c.op_context(op) + what);
   }
-  void expect(bool ok, const std::string& what) const {
-    if (!ok) fail(ErrorCode::kInvalidArgument, what);
+  // `what` makes the message (called only when the check fails).
+  template <class What>
+  void expect(bool ok, What&& what) const {
+    if (!ok) fail(ErrorCode::kInvalidArgument, what());
   }
 
-  void tensor(const Tensor& t, const std::string& role) const {
-    if (t.count < 0) fail(ErrorCode::kInvalidArgument, role + " has negative count " + std::to_string(t.count));
-    if (t.count > 0 && t.data == nullptr) fail(ErrorCode::kInvalidArgument, role + " has a null data pointer");
+  // Roles are words ("input", "outputs" with an index for list members), formatted into a
+  // message only when a check fails: every op passes here, and a string per check costs more
+  // than a small op's data movement.
+  static std::string name(std::string_view role, int index) {
+    std::string r(role);
+    if (index >= 0) r += "[" + std::to_string(index) + "]";
+    return r;
+  }
+  void tensor(const Tensor& t, std::string_view role, int index = -1) const {
+    if (t.count < 0)
+      fail(ErrorCode::kInvalidArgument, name(role, index) + " has negative count " + std::to_string(t.count));
+    if (t.count > 0 && t.data == nullptr)
+      fail(ErrorCode::kInvalidArgument, name(role, index) + " has a null data pointer");
     if (t.device.type != c.device.type || !c.backend->accepts_device(t.device))
-      fail(ErrorCode::kInvalidArgument, role + " is on device " + t.device.str() + " but the comm is bound to " +
-                                            c.device.str() + " (backend " + c.backend_name + ")");
+      fail(ErrorCode::kInvalidArgument, name(role, index) + " is on device " + t.device.str() +
+                                            " but the comm is bound to " + c.device.str() +
+                                            " (backend " + c.backend_name + ")");
   }
-  void same_dtype(const Tensor& a, const Tensor& b, const std::string& role) const {
+  void same_dtype(const Tensor& a, const Tensor& b, std::string_view role, int index = -1) const {
     if (a.dtype != b.dtype)
-      fail(ErrorCode::kInvalidArgument, role + " has dtype " + dtype_name(b.dtype) + " but the input has " +
-                                            dtype_name(a.dtype));
+      fail(ErrorCode::kInvalidArgument, name(role, index) + " has dtype " + dtype_name(b.dtype) +
+                                            " but the input has " + dtype_name(a.dtype));
   }
-  void list(const std::vector<Tensor>& ts, const Tensor& ref, const std::string& role, bool same_count) const {
+  void list(const std::vector<Tensor>& ts, const Tensor& ref, std::string_view role, bool same_count) const {
     if (static_cast<int>(ts.size()) != c.size)
-      fail(ErrorCode::kInvalidArgument, role + " has " + std::to_string(ts.size()) + " tensors, expected one per rank (" +
-                                            std::to_string(c.size) + ")");
+      fail(ErrorCode::kInvalidArgument, std::string(role) + " has " + std::to_string(ts.size()) +
+                                            " tensors, expected one per rank (" + std::to_string(c.size) + ")");
     for (size_t i = 0; i < ts.size(); ++i) {
-      std::string r = role + "[" + std::to_string(i) + "]";
-      tensor(ts[i], r);
-      same_dtype(ref, ts[i], r);
+      const int at = static_cast<int>(i);
+      tensor(ts[i], role, at);
+      same_dtype(ref, ts[i], role, at);
       if (same_count && ts[i].count != ref.count)
-        fail(ErrorCode::kInvalidArgument, r + " has " + std::to_string(ts[i].count) + " elements, expected " +
-                                              std::to_string(ref.count));
+        fail(ErrorCode::kInvalidArgument, name(role, at) + " has " + std::to_string(ts[i].count) +
+                                              " elements, expected " + std::to_string(ref.count));
     }
   }
-  void rank_arg(int r, const std::string& role) const {
+  void rank_arg(int r, std::string_view role) const {
     if (r < 0 || r >= c.size)
-      fail(ErrorCode::kInvalidArgument, role + " " + std::to_string(r) + " is out of range [0, " +
-                                            std::to_string(c.size) + ")");
+      fail(ErrorCode::kInvalidArgument, std::string(role) + " " + std::to_string(r) +
+                                            " is out of range [0, " + std::to_string(c.size) + ")");
   }
-  void splits(const std::vector<int64_t>& s, const Tensor& t, const std::string& role) const {
+  void splits(const std::vector<int64_t>& s, const Tensor& t, std::string_view role) const {
     if (static_cast<int>(s.size()) != c.size)
-      fail(ErrorCode::kInvalidArgument, role + " has " + std::to_string(s.size()) + " entries, expected " +
-                                            std::to_string(c.size));
+      fail(ErrorCode::kInvalidArgument, std::string(role) + " has " + std::to_string(s.size()) +
+                                            " entries, expected " + std::to_string(c.size));
     int64_t sum = 0;
     for (int64_t v : s) {
-      if (v < 0) fail(ErrorCode::kInvalidArgument, role + " has a negative split " + std::to_string(v));
+      if (v < 0) fail(ErrorCode::kInvalidArgument, std::string(role) + " has a negative split " + std::to_string(v));
       sum += v;
     }
     if (sum > t.count)
-      fail(ErrorCode::kInvalidArgument, role + " add up to " + std::to_string(sum) + " elements but the tensor has " +
-                                            std::to_string(t.count));
+      fail(ErrorCode::kInvalidArgument, std::string(role) + " add up to " + std::to_string(sum) +
+                                            " elements but the tensor has " + std::to_string(t.count));
   }
   // The shapes of all_to_all_v_dynamic (its counts are checked where they are read: on the
   // device, or by the cpu backend).
@@ -81,25 +95,22 @@ struct Checker {
         fail(ErrorCode::kInvalidArgument,
              std::string(role) + " has dtype " + dtype_name(t->dtype) + ", expected int64");
     }
-    expect(d.row_elems >= 1, "row_size is " + std::to_string(d.row_elems) + ", expected >= 1");
+    expect(d.row_elems >= 1, [&] { return "row_size is " + std::to_string(d.row_elems) + ", expected >= 1"; });
     const int64_t segs = d.input_counts.count;
     if (plain) {
-      expect(segs == c.size, std::string(in_role) + " has " + std::to_string(segs) +
-                                 " entries, expected one per rank (" + std::to_string(c.size) + ")");
+      expect(segs == c.size, [&] { return std::string(in_role) + " has " + std::to_string(segs) +
+                                 " entries, expected one per rank (" + std::to_string(c.size) + ")"; });
     } else {
-      expect(segs >= c.size && segs % c.size == 0,
-             std::string(in_role) + " has " + std::to_string(segs) +
+      expect(segs >= c.size && segs % c.size == 0, [&] { return std::string(in_role) + " has " + std::to_string(segs) +
                  " entries: the expert count must be a positive multiple of the comm size " +
-                 std::to_string(c.size));
+                 std::to_string(c.size); });
     }
-    expect(segs <= kMaxDynamicSegments,
-           std::string(in_role) + " has " + std::to_string(segs) + " entries, at most " +
-               std::to_string(kMaxDynamicSegments) + " are supported");
-    expect(d.output_counts.count == segs, "output_split_sizes has " +
+    expect(segs <= kMaxDynamicSegments, [&] { return std::string(in_role) + " has " + std::to_string(segs) + " entries, at most " +
+               std::to_string(kMaxDynamicSegments) + " are supported"; });
+    expect(d.output_counts.count == segs, [&] { return "output_split_sizes has " +
                                               std::to_string(d.output_counts.count) +
-                                              " entries, expected " + std::to_string(segs));
-    expect(d.input_counts.data != d.output_counts.data,
-           "output_split_sizes is the same tensor as " + std::string(in_role));
+                                              " entries, expected " + std::to_string(segs); });
+    expect(d.input_counts.data != d.output_counts.data, [&] { return "output_split_sizes is the same tensor as " + std::string(in_role); });
   }
   void reduction(DataType t) const {
     if (!reduce_supported_on_host(op.op.kind, t))
@@ -127,51 +138,48 @@ void validate_op(const CommImpl& c, const OpDesc& op) {
       k.tensor(in, "input");
       k.list(op.outputs, in, "output list", op.type == OpType::kAllGather);
       if (op.type == OpType::kAllGatherV)
-        k.expect(op.outputs[c.rank].count == in.count,
-                 "output list[" + std::to_string(c.rank) + "] has " + std::to_string(op.outputs[c.rank].count) +
-                     " elements but this rank's input has " + std::to_string(in.count));
+        k.expect(op.outputs[c.rank].count == in.count, [&] { return "output list[" + std::to_string(c.rank) + "] has " + std::to_string(op.outputs[c.rank].count) +
+                     " elements but this rank's input has " + std::to_string(in.count); });
       break;
     case OpType::kAllGatherSingle:
       k.tensor(in, "input");
       k.tensor(out, "output");
       k.same_dtype(in, out, "output");
-      k.expect(out.count == in.count * n, "output has " + std::to_string(out.count) +
-                                              " elements, expected size*input = " + std::to_string(in.count * n));
+      k.expect(out.count == in.count * n, [&] { return "output has " + std::to_string(out.count) +
+                                              " elements, expected size*input = " + std::to_string(in.count * n); });
       break;
     case OpType::kReduceScatter:
     case OpType::kReduceScatterV:
       k.tensor(out, "output");
       k.list(op.inputs, out, "input list", op.type == OpType::kReduceScatter);
       if (op.type == OpType::kReduceScatterV)
-        k.expect(op.inputs[c.rank].count == out.count,
-                 "input list[" + std::to_string(c.rank) + "] has " + std::to_string(op.inputs[c.rank].count) +
-                     " elements but this rank's output has " + std::to_string(out.count));
+        k.expect(op.inputs[c.rank].count == out.count, [&] { return "input list[" + std::to_string(c.rank) + "] has " + std::to_string(op.inputs[c.rank].count) +
+                     " elements but this rank's output has " + std::to_string(out.count); });
       break;
     case OpType::kReduceScatterSingle:
       k.tensor(in, "input");
       k.tensor(out, "output");
       k.same_dtype(in, out, "output");
-      k.expect(in.count == out.count * n, "input has " + std::to_string(in.count) +
-                                              " elements, expected size*output = " + std::to_string(out.count * n));
+      k.expect(in.count == out.count * n, [&] { return "input has " + std::to_string(in.count) +
+                                              " elements, expected size*output = " + std::to_string(out.count * n); });
       break;
     case OpType::kAllToAll:
-      k.expect(!op.inputs.empty(), "input list is empty");
+      k.expect(!op.inputs.empty(), [&] { return "input list is empty"; });
       k.list(op.inputs, op.inputs[0], "input list", false);
       k.list(op.outputs, op.inputs[0], "output list", false);
       for (int r = 0; r < n; ++r)
-        k.expect(op.inputs[r].count == op.outputs[r].count,
-                 "input list[" + std::to_string(r) + "] has " + std::to_string(op.inputs[r].count) +
+        k.expect(op.inputs[r].count == op.outputs[r].count, [&] { return "input list[" + std::to_string(r) + "] has " + std::to_string(op.inputs[r].count) +
                      " elements but output list[" + std::to_string(r) + "] has " +
-                     std::to_string(op.outputs[r].count));
+                     std::to_string(op.outputs[r].count); });
       break;
     case OpType::kAllToAllSingle:
       k.tensor(in, "input");
       k.tensor(out, "output");
       k.same_dtype(in, out, "output");
-      k.expect(in.count == out.count, "input has " + std::to_string(in.count) + " elements but output has " +
-                                          std::to_string(out.count));
-      k.expect(in.count % n == 0, "input has " + std::to_string(in.count) +
-                                      " elements, not divisible by the comm size " + std::to_string(n));
+      k.expect(in.count == out.count, [&] { return "input has " + std::to_string(in.count) + " elements but output has " +
+                                          std::to_string(out.count); });
+      k.expect(in.count % n == 0, [&] { return "input has " + std::to_string(in.count) +
+                                      " elements, not divisible by the comm size " + std::to_string(n); });
       break;
     case OpType::kAllToAllVSingle:
       k.tensor(in, "input");
@@ -191,8 +199,8 @@ void validate_op(const CommImpl& c, const OpDesc& op) {
       if (c.rank == op.root) {
         k.tensor(out, "output");
         k.same_dtype(in, out, "output");
-        k.expect(out.count == in.count * n, "output has " + std::to_string(out.count) +
-                                                " elements, expected size*input = " + std::to_string(in.count * n));
+        k.expect(out.count == in.count * n, [&] { return "output has " + std::to_string(out.count) +
+                                                " elements, expected size*input = " + std::to_string(in.count * n); });
       }
       break;
     case OpType::kScatter:
@@ -206,15 +214,15 @@ void validate_op(const CommImpl& c, const OpDesc& op) {
     case OpType::kRecv:
       k.tensor(in, "tensor");
       k.rank_arg(op.root, op.type == OpType::kSend ? "destination rank" : "source rank");
-      k.expect(op.root != c.rank, std::string(op.type == OpType::kSend ? "destination" : "source") +
-                                      " is this rank itself");
+      k.expect(op.root != c.rank, [&] { return std::string(op.type == OpType::kSend ? "destination" : "source") +
+                                      " is this rank itself"; });
       break;
     case OpType::kBatchP2P:
       for (size_t i = 0; i < op.p2p.size(); ++i) {
         std::string role = std::string(op.p2p[i].is_send ? "send" : "recv") + " #" + std::to_string(i);
         k.tensor(op.p2p[i].tensor, role);
         k.rank_arg(op.p2p[i].peer, role + " peer");
-        k.expect(op.p2p[i].peer != c.rank, role + " peer is this rank itself");
+        k.expect(op.p2p[i].peer != c.rank, [&] { return role + " peer is this rank itself"; });
       }
       break;
     case OpType::kAllToAllVDynamic:

@@ -181,6 +181,7 @@ bool lowp_eligible(OpType t, DataType dtype, ReduceOp op, std::string* why) {
 
 std::optional<LowpPlan> lowp_choice(const LowpSettings& s, OpType t, DataType dtype, ReduceOp op,
                                     int64_t bytes, const Hints& op_hints, const std::string& ctx) {
+  if (!s.enabled && op_hints.empty()) return std::nullopt;  // every op asks: answer at once
   auto it = op_hints.find("low_precision");
   if (it != op_hints.end() && it->second != "auto") {
     auto m = parse_mode(it->second);

@@ -1,7 +1,9 @@
 // ShmOpState (shm_op_state.h). Layer: transport.
 #include "transport/shm_op_state.h"
 
+#include <cstddef>
 #include <cstring>
+#include <iterator>
 
 namespace commx {
 namespace {
@@ -37,11 +39,16 @@ bool involves(const Snapshot& s, int rank) {
 }  // namespace
 
 uint64_t call_note(const OpFingerprint& call, uint64_t step) {
-  OpFingerprint f = call;
-  f.seq = 0;  // not matched
-  const auto* b = reinterpret_cast<const unsigned char*>(&f);
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (size_t i = 0; i < sizeof(f); ++i) h = (h ^ b[i]) * 1099511628211ull;
+  // Word by word (a byte loop cost ~500 instructions per op): every word but the first, `seq`,
+  // which is not matched.
+  static_assert(offsetof(OpFingerprint, seq) == 0 && sizeof(OpFingerprint) % 8 == 0);
+  uint64_t w[sizeof(OpFingerprint) / 8];
+  std::memcpy(w, &call, sizeof(w));
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 1; i < std::size(w); ++i) {
+    h = (h ^ w[i]) * 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 31;
+  }
   return (h & ~uint64_t{0xffffffff}) | (step & 0xffffffff);
 }
 

@@ -1,7 +1,10 @@
 // The cpu backend's algorithm table (see cpu_algorithms.h). Layer: backends/cpu.
 #include "backends/cpu/cpu_algorithms.h"
 
+#include <array>
 #include <cstring>
+#include <span>
+#include <vector>
 
 #include "commx/host_reduce.h"
 
@@ -15,20 +18,42 @@ bool single_copy(const OpDesc&, const Topology& t) {
 
 HostReducer reducer(const OpDesc& op) { return HostReducer(op.dtype(), op.op, op.comm_size); }
 
+// A list of `n` values, held inline for comms of up to 16 ranks (the per-op lists must not cost
+// allocations: they would outweigh a small op's data movement).
+template <class T>
+class RankList {
+ public:
+  explicit RankList(size_t n) : n_(n) {
+    if (n > small_.size()) big_.resize(n);
+  }
+  T* data() { return big_.empty() ? small_.data() : big_.data(); }
+  const T* data() const { return big_.empty() ? small_.data() : big_.data(); }
+  T& operator[](size_t i) { return data()[i]; }
+  operator std::span<const T>() const { return {data(), n_}; }
+  operator std::span<T>() { return {data(), n_}; }
+
+ private:
+  size_t n_;
+  std::array<T, 16> small_{};
+  std::vector<T> big_;
+};
+
 // The per-rank views as the algorithms take them.
 struct Pieces {
-  std::vector<void*> ptr;
-  std::vector<size_t> bytes;
-  std::vector<size_t> counts;
-  explicit Pieces(const std::vector<Tensor>& views) {
-    for (const Tensor& t : views) {
-      ptr.push_back(t.data);
-      counts.push_back(static_cast<size_t>(t.count));
-      bytes.push_back(t.nbytes());
+  RankList<void*> ptr;
+  RankList<size_t> bytes;
+  RankList<size_t> counts;
+  explicit Pieces(const std::vector<Tensor>& views)
+      : ptr(views.size()), bytes(views.size()), counts(views.size()) {
+    for (size_t i = 0; i < views.size(); ++i) {
+      ptr[i] = views[i].data;
+      counts[i] = static_cast<size_t>(views[i].count);
+      bytes[i] = views[i].nbytes();
     }
   }
   std::span<const void* const> cptr() const {
-    return {const_cast<const void* const*>(ptr.data()), ptr.size()};
+    const std::span<void* const> p = ptr;
+    return {const_cast<const void* const*>(p.data()), p.size()};
   }
 };
 

@@ -187,12 +187,7 @@ void CpuBackend::dispatch(const OpDesc& op, Deadline deadline) {
   const bool p2p = op.collective == Collective::kP2P;
   // The hint, the tuning table, else the size thresholds; execute() adds the op's prefix to errors.
   const CpuAlgorithm* algo = nullptr;
-  if (!p2p && op.collective != Collective::kAllToAllVDynamic) {
-    const size_t cma_min = group_ ? group_->cma_all_reduce_min_bytes() : ~size_t{0};
-    algo = &select_algorithm(cpu_algorithms(), op.collective, op, topology_, table_,
-                             cpu_default_algorithm(op, topology_, tuning_, cma_min), "",
-                             cpu_knows_algorithm);
-  }
+  if (!p2p && op.collective != Collective::kAllToAllVDynamic) algo = &choose(op);
   // Every message of the op carries what this rank called; peers check it before using a byte.
   const OpFingerprint fp = fingerprint_of(op, p2p ? 0 : collectives_++);
   transport_->set_call(fp);
@@ -212,6 +207,20 @@ void CpuBackend::dispatch(const OpDesc& op, Deadline deadline) {
   }
   if (p2p) return run_p2p(op, deadline);
   run_collective_op(op, deadline, algo, fp);
+}
+
+const CpuAlgorithm& CpuBackend::choose(const OpDesc& op) {
+  const size_t bytes = op.bytes();
+  Choice& last = last_choice_[static_cast<size_t>(op.collective)];
+  const bool plain = op.hints.empty();
+  if (plain && last.row && last.bytes == bytes) return *last.row;
+  const size_t cma_min = group_ ? group_->cma_all_reduce_min_bytes() : ~size_t{0};
+  const CpuAlgorithm& row =
+      select_algorithm(cpu_algorithms(), op.collective, op, topology_, table_,
+                       cpu_default_algorithm(op, topology_, tuning_, cma_min), "",
+                       cpu_knows_algorithm);
+  if (plain) last = {bytes, &row};
+  return row;
 }
 
 std::vector<int> CpuBackend::p2p_peers(const OpDesc& op) {

@@ -4,6 +4,7 @@
 // inline on the caller's thread, async ones on one worker. Layer: backends/cpu.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -50,6 +51,7 @@ class CpuBackend : public HostBackend {
   void run_collective_op(const OpDesc& op, Deadline deadline, const CpuAlgorithm* algo,
                          const OpFingerprint& fp);
   static std::vector<int> p2p_peers(const OpDesc& op);
+  const CpuAlgorithm& choose(const OpDesc& op);
 
   BackendContext ctx_;
   CpuTuning tuning_;
@@ -57,6 +59,14 @@ class CpuBackend : public HostBackend {
   // installed beside libcommx (bench/tuning/cpu.txt); an op's algorithm hint wins over it.
   const TuningTable* table_ = nullptr;
   Topology topology_;  // shm (with or without single copy) or tcp: what init() found
+  // The last choice per collective for an op without hints, by size: without hints the choice
+  // reads nothing of the op but its collective and size (every row's supports() reads only the
+  // topology), so a repeated size skips the selector (a few hundred instructions per op).
+  struct Choice {
+    size_t bytes = 0;
+    const CpuAlgorithm* row = nullptr;
+  };
+  std::array<Choice, kNumCollectives> last_choice_{};
   bool use_shm_ = true;
   std::unique_ptr<ShmGroup> group_;       // ranks on one host
   std::unique_ptr<Transport> transport_;  // shm rings, or TCP across hosts
