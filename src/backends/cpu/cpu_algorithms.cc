@@ -121,6 +121,8 @@ using S = ShmColl;
 using G = GenericColl;
 constexpr const char* kTransportNames = "ring,recursive_doubling,rd,tree,direct";
 
+// Every row's `supports` reads only the topology: CpuBackend::choose reuses a choice by the
+// op's collective and size alone.
 const CpuAlgorithm kTable[] = {
     // all_reduce: one-shot (every rank reads every slot), reduce-scatter + all-gather through
     // the slots, single copy over cross-memory attach; over the transport: recursive doubling,
