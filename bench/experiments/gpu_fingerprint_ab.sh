@@ -53,6 +53,9 @@ for r in $(seq 1 "${AB_ROUNDS:-3}"); do
       > "$WORK/${side}_$r.log" 2>&1 || { rc=1; echo "bench $side round $r failed"; }
     runs+=("$side=$WORK/${side}_$r.json")
   done
+  # After every round: the comparison so far (a run cut short still leaves it).
+  python3 bench/experiments/latency_ab.py --md "$OUT/ab.md" --json "$OUT/ab.json" "${runs[@]}" > /dev/null 2>&1
+  (cd "$WORK" && tar czf "$OUT/runs.tar.gz" ./*.json ./*.log) 2>/dev/null
 done
 # The other collectives (LL exchange, flag-barrier exchange and reduce-scatter), graph mode, once
 # per side: their rows join the table with one run each.
