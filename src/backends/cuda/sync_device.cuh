@@ -57,7 +57,7 @@ __device__ __forceinline__ unsigned long long* call_word(unsigned long long* pad
 
 // Reads `peer`'s call entry of the op whose counter has low half `epoch32`; false when the peer
 // is not (visibly) in that op, or the entry was read half-written (its hash does not match).
-__device__ __noinline__ bool read_peer_call(const PeerSet& ps, int peer, uint32_t epoch32,
+__device__ __noinline__ inline bool read_peer_call(const PeerSet& ps, int peer, uint32_t epoch32,
                                             unsigned long long (&words)[5],
                                             unsigned long long& hash) {
   const volatile unsigned long long* e = call_entry(ps.sig[peer], epoch32 & 1u);
@@ -69,7 +69,7 @@ __device__ __noinline__ bool read_peer_call(const PeerSet& ps, int peer, uint32_
 
 // Reports that `peer` issued the call hashed `their_hash` where this rank issued ps.call, with the
 // peer's whole call when its entry shows it within a millisecond.
-__device__ __noinline__ void report_mismatch(const PeerSet& ps, int peer, uint32_t epoch32,
+__device__ __noinline__ inline void report_mismatch(const PeerSet& ps, int peer, uint32_t epoch32,
                                              unsigned long long their_hash) {
   unsigned long long words[5] = {0, 0, 0, 0, 0}, hash = 0;
   bool known = false;
