@@ -64,18 +64,21 @@ TEST(CudaCallStamp, HashSeparatesWhatFingerprintsMatchSeparates) {
   EXPECT_EQ(device_call(base).hash, device_call(renumbered).hash);
 }
 
-TEST(CudaCallStamp, RecentCallsFindTheNewestByHash) {
+TEST(CudaCallStamp, RecentCallsFindAPeersCallByItsHash) {
   RecentCalls recent;
-  EXPECT_FALSE(recent.find(device_call(all_reduce_sum(1)).hash));
-  for (int i = 0; i < 100; ++i) recent.note(device_call(all_reduce_sum(i, i)));
-  // The last kSize calls are kept: 36..99.
-  EXPECT_FALSE(recent.find(device_call(all_reduce_sum(35)).hash));
-  auto f = recent.find(device_call(all_reduce_sum(36)).hash);
+  EXPECT_FALSE(recent.find(device_call(all_reduce_sum(1)).hash, 3));
+  // 100 distinct calls, each repeated at growing ordinals: the last kSize distinct ones are kept.
+  uint32_t ordinal = 0;
+  for (int i = 0; i < 100; ++i)
+    for (int rep = 0; rep < 3; ++rep, ++ordinal) recent.note(all_reduce_sum(i, ordinal, ordinal));
+  EXPECT_FALSE(recent.find(device_call(all_reduce_sum(35, 0, 500)).hash, 500));
+  // A peer's call at ordinal 500 is found whatever ordinal this rank issued it at.
+  auto f = recent.find(device_call(all_reduce_sum(36, 0, 500)).hash, 500);
   ASSERT_TRUE(f);
   EXPECT_EQ(f->count, 36);
-  EXPECT_EQ(f->seq, 36u);
-  recent.note(device_call(all_reduce_sum(36, 500)));
-  EXPECT_EQ(recent.find(device_call(all_reduce_sum(36)).hash)->seq, 500u);
+  EXPECT_EQ(f->ordinal, 500u);
+  // Not when the hash is of another ordinal than the one asked for.
+  EXPECT_FALSE(recent.find(device_call(all_reduce_sum(36, 0, 501)).hash, 500));
 }
 
 CallMismatch report(const OpFingerprint& mine, const OpFingerprint& theirs, bool known) {
@@ -106,8 +109,10 @@ TEST(CudaCallStamp, MismatchMessageNamesBothCalls) {
                          "another collective (call hash "),
             std::string::npos)
       << unknown;
-  theirs.seq = 2;
-  recent.note(device_call(theirs));
+  OpFingerprint earlier = theirs;
+  earlier.seq = 2;
+  earlier.ordinal = 1;
+  recent.note(earlier);
   EXPECT_EQ(call_mismatch_message(report(mine, theirs, false), 1, 0, recent),
             "rank 1 called all_reduce #4 (sum, 16 x float) but rank 0 called broadcast #4 (root "
             "1, 16 x float): the ranks' calls do not match");

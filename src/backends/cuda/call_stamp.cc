@@ -22,18 +22,33 @@ OpFingerprint fingerprint_of_words(const unsigned long long (&words)[5]) {
   return f;
 }
 
-void RecentCalls::note(const DeviceCall& c) {
+namespace {
+
+// The same call but for the op number and the ordinal.
+bool same_call(OpFingerprint a, OpFingerprint b) {
+  a.seq = b.seq = 0;
+  a.ordinal = b.ordinal = 0;
+  return std::memcmp(&a, &b, sizeof(a)) == 0;
+}
+
+}  // namespace
+
+void RecentCalls::note(const OpFingerprint& f) {
+  if (any_ && same_call(f, last_)) return;
+  last_ = f;
+  any_ = true;
   std::lock_guard<std::mutex> g(mu_);
-  ring_[next_] = c;
+  ring_[next_] = f;
   next_ = (next_ + 1) % kSize;
   if (count_ < kSize) ++count_;
 }
 
-std::optional<OpFingerprint> RecentCalls::find(unsigned long long hash) const {
+std::optional<OpFingerprint> RecentCalls::find(unsigned long long hash, uint32_t ordinal) const {
   std::lock_guard<std::mutex> g(mu_);
   for (size_t i = 1; i <= count_; ++i) {
-    const DeviceCall& c = ring_[(next_ + kSize - i) % kSize];
-    if (c.hash == hash) return fingerprint_of_words(c.words);
+    OpFingerprint f = ring_[(next_ + kSize - i) % kSize];
+    f.ordinal = ordinal;
+    if (device_call(f).hash == hash) return f;
   }
   return std::nullopt;
 }
@@ -45,7 +60,7 @@ std::string call_mismatch_message(const CallMismatch& m, int my_rank, int peer,
   if (m.theirs_known)
     theirs = fingerprint_of_words(m.theirs);
   else
-    theirs = recent.find(m.their_hash);
+    theirs = recent.find(m.their_hash, mine.ordinal);  // a mismatch at the same op counter
   if (theirs) {
     // The peer's op number is its own; a call looked up here carries this rank's number of it.
     if (!m.theirs_known) theirs->seq = mine.seq;

@@ -18,18 +18,22 @@ namespace commx::cuda {
 DeviceCall device_call(const OpFingerprint& f);
 OpFingerprint fingerprint_of_words(const unsigned long long (&words)[5]);
 
-// The last kSize calls a rank issued on a comm, by hash. Thread-safe (ops are issued on one
-// thread, errors may be read on another).
+// The last kSize distinct calls a rank issued on a comm, their ordinals aside (a loop of the same
+// op notes it once). Noting runs on the issuing thread, lock-free while the call repeats;
+// lookups may run on another thread.
 class RecentCalls {
  public:
   static constexpr size_t kSize = 64;
-  void note(const DeviceCall& c);
-  std::optional<OpFingerprint> find(unsigned long long hash) const;  // the newest such call
+  void note(const OpFingerprint& f);
+  // The newest noted call that, issued as the `ordinal`-th collective, hashes to `hash`.
+  std::optional<OpFingerprint> find(unsigned long long hash, uint32_t ordinal) const;
 
  private:
   mutable std::mutex mu_;
-  std::array<DeviceCall, kSize> ring_{};
+  std::array<OpFingerprint, kSize> ring_{};
   size_t next_ = 0, count_ = 0;
+  OpFingerprint last_{};  // the last call noted (issuing thread only)
+  bool any_ = false;
 };
 
 // A kDevMismatch report, copied out of the HostCtl the kernels write.

@@ -378,8 +378,9 @@ std::optional<Work> CudaBackend::enqueue(const OpDesc& op, cudaStream_t s,
                                          const std::string& where) {
   // Every kernel of the op carries its call; captured into a graph, it replays with it.
   const bool p2p = op.collective == Collective::kP2P;
-  call_ = device_call(fingerprint_of(op, p2p ? 0 : collectives_++));
-  recent_calls_.note(call_);
+  const OpFingerprint fp = fingerprint_of(op, p2p ? 0 : collectives_++);
+  call_ = device_call(fp);
+  recent_calls_.note(fp);
   if ((hier_ && hier_->enqueue(op, s, where)) || enqueue_native(op, s, where)) return std::nullopt;
   if (!native_problem_.empty() && !nccl_ready_)
     throw Error(ErrorCode::kUnsupported, where + native_problem_);
