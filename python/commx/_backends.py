@@ -15,7 +15,7 @@ def register_backend(name, backend_class):
 
     `backend_class()` must return an object with `init(ctx)` (ctx: commx.BackendContext) and
     `run(op, async_op)` (op: commx.OpDesc; its TensorViews convert with numpy.from_dlpack or
-    torch.from_dlpack), and optionally `supports(op_type, dtype_name, reduce_kind_name)`,
+    torch.from_dlpack), and optionally `supports(collective_name, dtype_name, reduce_kind_name)`,
     `abort()`, `finalize()` and `accepts_device(device_str)`. Errors raised in Python reach the
     caller as commx errors (a commx.Error keeps its code).
     """

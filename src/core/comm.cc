@@ -280,8 +280,8 @@ Work Comm::all_to_all_v_single(const Tensor& output, const Tensor& input,
   return issue({.type = OpType::kAllToAllVSingle,
                 .input = input,
                 .output = output,
-                .input_splits = input_splits,
-                .output_splits = output_splits},
+                .inputs = split_views(input, input_splits),
+                .outputs = split_views(output, output_splits)},
                async_op, o);
 }
 

@@ -128,21 +128,26 @@ Backend& CudaBackend::nccl(const OpDesc* op) {
   return *nccl_;
 }
 
-bool CudaBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
-  if (type == OpType::kAllToAllVDynamic) return native_ || ctx_.size == 1;
-  if (!is_reduction(type)) return true;
-  // The hierarchical path reduces natively in all_reduce and reduce_scatter(_single) only.
-  bool hier_native = type == OpType::kAllReduce || type == OpType::kReduceScatter ||
-                     type == OpType::kReduceScatterSingle;
-  // Other reductions are delegated to NCCL (one rank, no peer memory, the v form), which has no
-  // PREMUL_SUM or bitwise ops: claim those only where the op reduces here.
-  bool reduces_here = hier_ ? hier_native : native_ && type != OpType::kReduceScatterV;
-  if (native_reduce_supported(dtype, kind) && reduces_here) return true;
-  // Reductions NCCL has (taken through the nccl backend when it loads).
-  bool nccl_op = kind == ReduceKind::kSum || kind == ReduceKind::kProduct ||
-                 kind == ReduceKind::kMin || kind == ReduceKind::kMax ||
-                 (kind == ReduceKind::kAvg && dtype_is_floating(dtype));
-  return nccl_op && dtype != DataType::kBool;
+bool CudaBackend::supports(Collective c, DataType dtype, ReduceKind kind) const {
+  if (c == Collective::kAllToAllVDynamic) return native_ || ctx_.size == 1;
+  if (!is_reduction(c)) return true;
+  // The hierarchical path reduces natively in all_reduce and reduce_scatter only.
+  const bool hier_native = c == Collective::kAllReduce || c == Collective::kReduceScatter;
+  return (native_reduce_supported(dtype, kind) && (hier_ ? hier_native : native_)) ||
+         nccl_reduces(dtype, kind);
+}
+
+bool CudaBackend::supports_uneven(Collective c, DataType dtype, ReduceKind kind) const {
+  // Pieces of per-rank counts go to NCCL: its reductions only.
+  return !is_reduction(c) || nccl_reduces(dtype, kind);
+}
+
+bool CudaBackend::nccl_reduces(DataType dtype, ReduceKind kind) {
+  // NCCL has no PREMUL_SUM or bitwise ops (the cuda backend delegates through the nccl backend).
+  const bool op = kind == ReduceKind::kSum || kind == ReduceKind::kProduct ||
+                  kind == ReduceKind::kMin || kind == ReduceKind::kMax ||
+                  (kind == ReduceKind::kAvg && dtype_is_floating(dtype));
+  return op && dtype != DataType::kBool;
 }
 
 AllReduceAlgo CudaBackend::allreduce_algo(uint64_t bytes, const Hints& hints) const {

@@ -30,7 +30,8 @@ class CudaBackend : public DeviceBackend {
   ~CudaBackend() override;
   std::string name() const override { return "cuda"; }
   void init(const BackendContext& ctx) override;
-  bool supports(OpType type, DataType dtype, ReduceKind kind) const override;
+  bool supports(Collective c, DataType dtype, ReduceKind kind) const override;
+  bool supports_uneven(Collective c, DataType dtype, ReduceKind kind) const override;
   void abort() override;
   void finalize() override;
 
@@ -55,6 +56,8 @@ class CudaBackend : public DeviceBackend {
   Backend& nccl(const OpDesc* op);
   std::exception_ptr device_error(const std::string& where) const;
   PeerSet peers(const OpDesc& op) const;
+  // Whether the NCCL delegate can reduce `dtype` with `kind`.
+  static bool nccl_reduces(DataType dtype, ReduceKind kind);
 
   Tuning tuning_;
   // Measured algorithm winners for GPU links (COMMX_TUNING_FILE, else commx_tuning_cuda.txt

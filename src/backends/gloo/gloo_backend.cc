@@ -105,14 +105,9 @@ void GlooBackend::init(const BackendContext& ctx) {
   }
 }
 
-bool GlooBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
-  switch (type) {
-    case OpType::kAllToAllVDynamic:
-      return false;  // device-resident counts: GPU backends only
-    default:
-      break;
-  }
-  if (!is_reduction(type)) return true;  // data movement works on bytes of any dtype
+bool GlooBackend::supports(Collective c, DataType dtype, ReduceKind kind) const {
+  if (c == Collective::kAllToAllVDynamic) return false;  // device-resident counts: GPU backends only
+  if (!is_reduction(c)) return true;  // data movement works on bytes of any dtype
   if (kind == ReduceKind::kAvg || kind == ReduceKind::kPremulSum) {
     // Sum, then scale in the element type: defined for floating types only.
     return dtype_is_floating(dtype);

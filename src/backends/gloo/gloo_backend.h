@@ -19,7 +19,7 @@ class GlooBackend : public HostBackend {
   ~GlooBackend() override;
   std::string name() const override { return "gloo"; }
   void init(const BackendContext& ctx) override;
-  bool supports(OpType type, DataType dtype, ReduceKind kind) const override;
+  bool supports(Collective c, DataType dtype, ReduceKind kind) const override;
   void abort() override;
   void finalize() override;
 

@@ -106,9 +106,9 @@ void MpiBackend::init(const BackendContext& ctx) {
   watchdog_.set_context([this](const OpDesc& op) { return op_context(ctx_, op) + "mpi: "; });
 }
 
-bool MpiBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
-  if (type == OpType::kAllToAllVDynamic) return false;
-  if (!is_reduction(type)) return true;
+bool MpiBackend::supports(Collective c, DataType dtype, ReduceKind kind) const {
+  if (c == Collective::kAllToAllVDynamic) return false;
+  if (!is_reduction(c)) return true;
   return reduce_op(kind, dtype) != MPI_OP_NULL;
 }
 

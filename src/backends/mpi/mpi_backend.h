@@ -51,7 +51,7 @@ class MpiBackend : public HostBackend {
   ~MpiBackend() override;
   std::string name() const override { return "mpi"; }
   void init(const BackendContext& ctx) override;
-  bool supports(OpType type, DataType dtype, ReduceKind kind) const override;
+  bool supports(Collective c, DataType dtype, ReduceKind kind) const override;
   void abort() override;
   void finalize() override;
 

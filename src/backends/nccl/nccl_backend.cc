@@ -101,10 +101,10 @@ void NcclBackend::init(const BackendContext& ctx) {
   COMMX_CUDA_CHECK_CTX(cudaMemset(scratch_, 0, sizeof(float)), where);
 }
 
-bool NcclBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
-  if (type == OpType::kAllToAllVDynamic) return false;
+bool NcclBackend::supports(Collective c, DataType dtype, ReduceKind kind) const {
+  if (c == Collective::kAllToAllVDynamic) return false;
   ncclDataType_t dt;
-  if (!is_reduction(type)) return true;
+  if (!is_reduction(c)) return true;
   if (!data_type_of(dtype, &dt) || dtype == DataType::kBool) return false;
   ncclRedOp_t ro;
   if (!red_op_of(kind, &ro)) return false;
@@ -131,7 +131,7 @@ std::optional<Work> NcclBackend::enqueue(const OpDesc& op, cudaStream_t s,
   const int me = ctx_.rank;
   ncclDataType_t dt = ncclUint8;
   ncclRedOp_t ro = ncclSum;
-  if (is_reduction(op.type)) {
+  if (is_reduction(op.collective)) {
     const DataType t = op.dtype();
     // Never let an unsupported type or reduction fall through as a plain sum (PREMUL_SUM would
     // silently lose its factor): the cuda backend delegates ops here without asking supports().

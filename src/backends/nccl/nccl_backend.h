@@ -22,7 +22,7 @@ class NcclBackend : public cuda::DeviceBackend {
   ~NcclBackend() override;
   std::string name() const override { return "nccl"; }
   void init(const BackendContext& ctx) override;
-  bool supports(OpType type, DataType dtype, ReduceKind kind) const override;
+  bool supports(Collective c, DataType dtype, ReduceKind kind) const override;
   void abort() override;
   void finalize() override;
 
