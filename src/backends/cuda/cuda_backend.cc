@@ -308,7 +308,9 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s, const std::st
       return true;
     }
     case Collective::kReduceScatter: {
-      if (!native_reduce_supported(op.output.dtype, op.op.kind)) return false;
+      const ReduceScatterAlgorithm& algo =
+          select_reduce_scatter(tuning_, op, topology_, &table_, where);
+      if (!algo.run.enqueue) return false;  // the "nccl" row
       const int64_t n = op.output.count;
       bool al = aligned16(op.output.data);
       for (int q = 0; q < world; ++q) {
@@ -319,8 +321,9 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s, const std::st
         launch_barrier(peers(op), s);
         return true;
       }
-      enqueue_reduce_scatter(peers(op), tuning_, src, op.output.data, n,
-                             make_reduce_spec(op.output.dtype, op.op, world, al), s);
+      const ReduceScatterShape shape{src, op.output.data, n,
+                                     make_reduce_spec(op.output.dtype, op.op, world, al), world};
+      enqueue_reduce_scatter(peers(op), tuning_, shape, s, &algo);
       COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
       return true;
     }

@@ -1,6 +1,5 @@
-// The nccl backend: every collective NCCL has, the list/v variants as grouped NCCL calls, gather,
-// scatter and all-to-all as grouped send/recv, barrier as a 1-element all-reduce.
-// Layer: backends (nccl).
+// The nccl backend: NCCL's setup, supports(), and running a row of its table
+// (nccl_algorithms.cc) on the op's stream. Layer: backends (nccl).
 #include "nccl/nccl_backend.h"
 
 #include <cstring>
@@ -10,6 +9,7 @@
 #include "commx/error.h"
 #include "cuda_common/cuda_util.h"
 #include "cuda_common/event_work.h"
+#include "nccl/nccl_algorithms.h"
 
 namespace commx::nccl {
 namespace {
@@ -42,19 +42,6 @@ bool red_op_of(ReduceKind k, ncclRedOp_t* out) {
     case ReduceKind::kAvg: *out = ncclAvg; return true;
     default: return false;
   }
-}
-
-// Data movement needs no dtype: move bytes.
-size_t nbytes(const Tensor& t) { return t.nbytes(); }
-
-// Whether any view of `a` shares a byte with any view of `b`.
-bool views_overlap(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-  for (const Tensor& x : a)
-    for (const Tensor& y : b) {
-      auto xs = static_cast<const char*>(x.data), ys = static_cast<const char*>(y.data);
-      if (x.nbytes() && y.nbytes() && xs < ys + y.nbytes() && ys < xs + x.nbytes()) return true;
-    }
-  return false;
 }
 
 }  // namespace
@@ -115,20 +102,8 @@ bool NcclBackend::supports(Collective c, DataType dtype, ReduceKind kind) const 
   return true;
 }
 
-void NcclBackend::check(ncclResult_t r, const char* what, const OpDesc& op) const {
-  if (r == ncclSuccess || r == ncclInProgress) return;
-  std::string detail = api_->GetErrorString(r);
-  if (api_->GetLastError) {
-    const char* last = api_->GetLastError(comm_);
-    if (last && *last) detail += std::string(": ") + last;
-  }
-  throw Error(ErrorCode::kNccl, op_context(ctx_, op) + what + " failed: " + detail);
-}
-
 std::optional<Work> NcclBackend::enqueue(const OpDesc& op, cudaStream_t s,
                                          const std::string& where) {
-  const int n = ctx_.size;
-  const int me = ctx_.rank;
   ncclDataType_t dt = ncclUint8;
   ncclRedOp_t ro = ncclSum;
   if (is_reduction(op.collective)) {
@@ -136,142 +111,12 @@ std::optional<Work> NcclBackend::enqueue(const OpDesc& op, cudaStream_t s,
     // Never let an unsupported type or reduction fall through as a plain sum (PREMUL_SUM would
     // silently lose its factor): the cuda backend delegates ops here without asking supports().
     if (!data_type_of(t, &dt) || !red_op_of(op.op.kind, &ro))
-      throw Error(ErrorCode::kUnsupported, op_context(ctx_, op) + "NCCL cannot reduce " +
-                                               dtype_name(t) + " with " +
-                                               reduce_kind_name(op.op.kind));
+      throw Error(ErrorCode::kUnsupported, where + "NCCL cannot reduce " + dtype_name(t) +
+                                               " with " + reduce_kind_name(op.op.kind));
   }
-  auto group = [&](auto&& body) {
-    check(api_->GroupStart(), "ncclGroupStart", op);
-    try {
-      body();
-    } catch (...) {
-      api_->GroupEnd();
-      throw;
-    }
-    check(api_->GroupEnd(), "ncclGroupEnd", op);
-  };
-  auto send = [&](const void* p, size_t bytes, int peer) {
-    check(api_->Send(p, bytes, ncclUint8, peer, comm_, s), "ncclSend", op);
-  };
-  auto recv = [&](void* p, size_t bytes, int peer) {
-    check(api_->Recv(p, bytes, ncclUint8, peer, comm_, s), "ncclRecv", op);
-  };
-  auto copy = [&](void* dst, const void* src, size_t bytes) {
-    if (bytes && dst != src)
-      COMMX_CUDA_CHECK_CTX(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s), where);
-  };
-  switch (op.collective) {
-    case Collective::kAllReduce:
-      check(api_->AllReduce(op.input.data, op.output.data, op.input.count, dt, ro, comm_, s),
-            "ncclAllReduce", op);
-      break;
-    case Collective::kReduce:
-      check(api_->Reduce(op.input.data, op.output.data, op.input.count, dt, ro, op.root, comm_, s),
-            "ncclReduce", op);
-      break;
-    case Collective::kBroadcast:
-      check(api_->Broadcast(op.input.data, op.output.data, nbytes(op.input), ncclUint8, op.root,
-                            comm_, s),
-            "ncclBroadcast", op);
-      break;
-    case Collective::kAllGather:
-      if (op.outputs_one_buffer()) {
-        check(api_->AllGather(op.input.data, op.outputs[0].data, nbytes(op.input), ncclUint8,
-                              comm_, s),
-              "ncclAllGather", op);
-        break;
-      }
-      // One broadcast per root: outputs need not be contiguous nor equal in size.
-      group([&] {
-        for (int q = 0; q < n; ++q) {
-          const void* src = q == me ? op.input.data : op.outputs[q].data;
-          check(api_->Broadcast(src, op.outputs[q].data, nbytes(op.outputs[q]), ncclUint8, q,
-                                comm_, s),
-                "ncclBroadcast", op);
-        }
-      });
-      break;
-    case Collective::kReduceScatter:
-      if (op.inputs_one_buffer()) {
-        check(api_->ReduceScatter(op.inputs[0].data, op.output.data, op.output.count, dt, ro,
-                                  comm_, s),
-              "ncclReduceScatter", op);
-        break;
-      }
-      // One reduce per root; the receive buffer is used on the root only.
-      group([&] {
-        for (int q = 0; q < n; ++q)
-          check(api_->Reduce(op.inputs[q].data, op.output.data, op.inputs[q].count, dt, ro, q,
-                             comm_, s),
-                "ncclReduce", op);
-      });
-      break;
-    case Collective::kAllToAll: {
-      // In place (input and output views share memory) a receive may land before the send that
-      // reads the same bytes: send from a copy then.
-      std::vector<const void*> from(n);
-      char* staged = nullptr;
-      if (views_overlap(op.inputs, op.outputs)) {
-        size_t total = 0;
-        for (const Tensor& t : op.inputs) total += nbytes(t);
-        COMMX_CUDA_CHECK_CTX(cudaMallocAsync(reinterpret_cast<void**>(&staged), total, s), where);
-        size_t off = 0;
-        for (int q = 0; q < n; ++q) {
-          copy(staged + off, op.inputs[q].data, nbytes(op.inputs[q]));
-          from[q] = staged + off;
-          off += nbytes(op.inputs[q]);
-        }
-      } else {
-        for (int q = 0; q < n; ++q) from[q] = op.inputs[q].data;
-      }
-      group([&] {
-        for (int q = 0; q < n; ++q) {
-          send(from[q], nbytes(op.inputs[q]), q);
-          recv(op.outputs[q].data, nbytes(op.outputs[q]), q);
-        }
-      });
-      if (staged) COMMX_CUDA_CHECK_CTX(cudaFreeAsync(staged, s), where);
-      break;
-    }
-    case Collective::kGather:
-      group([&] {
-        if (me == op.root) {
-          for (int q = 0; q < n; ++q)
-            if (q != me) recv(op.outputs[q].data, nbytes(op.outputs[q]), q);
-        } else {
-          send(op.input.data, nbytes(op.input), op.root);
-        }
-      });
-      if (me == op.root) copy(op.outputs[me].data, op.input.data, nbytes(op.input));
-      break;
-    case Collective::kScatter:
-      group([&] {
-        if (me == op.root) {
-          for (int q = 0; q < n; ++q)
-            if (q != me) send(op.inputs[q].data, nbytes(op.inputs[q]), q);
-        } else {
-          recv(op.output.data, nbytes(op.output), op.root);
-        }
-      });
-      if (me == op.root) copy(op.output.data, op.inputs[me].data, nbytes(op.output));
-      break;
-    case Collective::kBarrier:
-      check(api_->AllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, s),
-            "ncclAllReduce (barrier)", op);
-      break;
-    case Collective::kP2P:
-      group([&] {
-        for (const auto& p : op.p2p) {
-          if (p.is_send)
-            send(p.tensor.data, nbytes(p.tensor), p.peer);
-          else
-            recv(p.tensor.data, nbytes(p.tensor), p.peer);
-        }
-      });
-      break;
-    case Collective::kAllToAllVDynamic:
-      throw Error(ErrorCode::kUnsupported, where + "not supported by nccl");
-  }
+  const NcclAlgorithm* row = select_library_row(nccl_algorithms(), op);
+  if (!row) throw Error(ErrorCode::kUnsupported, where + "not supported by nccl");
+  row->run(NcclCall{*api_, comm_, op, s, where, ctx_.rank, ctx_.size, dt, ro, scratch_});
   return std::nullopt;
 }
 

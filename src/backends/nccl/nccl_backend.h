@@ -29,7 +29,6 @@ class NcclBackend : public cuda::DeviceBackend {
  private:
   std::optional<Work> enqueue(const OpDesc& op, cudaStream_t s, const std::string& where) override;
   cuda::EventWorkHooks work_hooks(const std::string& where) override;
-  void check(ncclResult_t r, const char* what, const OpDesc& op) const;
   void abort_comm();  // idempotent ncclCommAbort
 
   const Api* api_ = nullptr;
