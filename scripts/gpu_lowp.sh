@@ -20,14 +20,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/gpu_env.sh
-OUT=${OUT:-$(results_dir)}
-mkdir -p "$OUT"
-LOGS=$(mktemp -d)
-{
-  date -u; hostname; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
-  nvidia-smi topo -m; nvcc --version | tail -1
-  echo "COMMX_NCCL_LIBRARY=${COMMX_NCCL_LIBRARY:-}"
-} > "$OUT/machine.txt" 2>&1
+start_results
 BUILD=${BUILD_DIR:-build-gpu}
 # The benchmark binary of a tree: commx-bench, or commx-gpu-bench in trees from before the port.
 bench_bin() { if [ -f "$1/tools/gpu_bench/gpu_bench.cc" ]; then echo commx-gpu-bench; else echo commx-bench; fi; }
