@@ -1,5 +1,6 @@
 // The nccl backend: every collective NCCL has, the list/v variants as grouped NCCL calls, gather,
-// scatter and all-to-all as grouped send/recv, barrier as a 1-element all-reduce.
+// scatter and all-to-all as grouped send/recv, barrier as a 1-element all-reduce,
+// all_to_all_v_dynamic with counts on the device (all_to_all_v_dynamic.h).
 // Layer: backends (nccl).
 #include "nccl/nccl_backend.h"
 
@@ -9,6 +10,7 @@
 
 #include "commx/error.h"
 #include "cuda_common/cuda_util.h"
+#include "cuda_common/dynamic_counts_report.h"
 #include "cuda_common/event_work.h"
 
 namespace commx::nccl {
@@ -102,7 +104,8 @@ void NcclBackend::init(const BackendContext& ctx) {
 }
 
 bool NcclBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
-  if (type == OpType::kAllToAllVDynamic) return false;
+  // The device-count op needs the backend's own kernels (built where nvcc is).
+  if (type == OpType::kAllToAllVDynamic) return COMMX_NCCL_DYNAMIC != 0;
   ncclDataType_t dt;
   if (!is_reduction(type)) return true;
   if (!data_type_of(dtype, &dt) || dtype == DataType::kBool) return false;
@@ -270,23 +273,42 @@ std::optional<Work> NcclBackend::enqueue(const OpDesc& op, cudaStream_t s,
       });
       break;
     case Collective::kAllToAllVDynamic:
-      throw Error(ErrorCode::kUnsupported, where + "not supported by nccl");
+#if COMMX_NCCL_DYNAMIC
+      enqueue_all_to_all_v_dynamic(op, s, where);
+      break;
+#else
+      throw Error(ErrorCode::kUnsupported,
+                  where + "this nccl backend was built without its kernels (no nvcc)");
+#endif
   }
   return std::nullopt;
 }
 
-cuda::EventWorkHooks NcclBackend::work_hooks(const std::string& where) {
+cuda::EventWorkHooks NcclBackend::work_hooks(const OpDesc& op, const std::string& where) {
   cuda::EventWorkHooks hooks;
-  hooks.poll_error = [this, where]() -> std::exception_ptr {
+  hooks.poll_error = [this, where, seq = op.seq]() -> std::exception_ptr {
+    (void)seq;
     ncclResult_t ae = ncclSuccess;
-    std::lock_guard<std::mutex> lk(abort_mu_);
-    if (comm_gone_ || !comm_)  // aborted: a kernel that was stopped mid-op fired its event
-      return aborted_ ? aborted_error(where) : nullptr;
-    if (api_->CommGetAsyncError(comm_, &ae) == ncclSuccess && ae != ncclSuccess &&
-        ae != ncclInProgress)
-      return std::make_exception_ptr(
-          Error(ErrorCode::kNccl, where + "NCCL reported: " + api_->GetErrorString(ae)));
+    {
+      std::lock_guard<std::mutex> lk(abort_mu_);
+      if (comm_gone_ || !comm_)  // aborted: a kernel that was stopped mid-op fired its event
+        return aborted_ ? aborted_error(where) : nullptr;
+      if (api_->CommGetAsyncError(comm_, &ae) == ncclSuccess && ae != ncclSuccess &&
+          ae != ncclInProgress)
+        return std::make_exception_ptr(
+            Error(ErrorCode::kNccl, where + "NCCL reported: " + api_->GetErrorString(ae)));
+    }
+#if COMMX_NCCL_DYNAMIC
+    // A failed agreed check of all_to_all_v_dynamic: this Work's op, or an earlier one.
+    DynamicCountsReport* report = nullptr;
+    {
+      std::lock_guard<std::mutex> lk(dyn_mu_);
+      report = dyn_.report_host;
+    }
+    return cuda::take_dynamic_counts_error(report, seq, report_mu_, where);
+#else
     return nullptr;
+#endif
   };
   hooks.on_timeout = [this] { abort_comm(); };
   return hooks;
@@ -320,6 +342,12 @@ void NcclBackend::finalize() {
   comm_gone_ = true;
   comm_ = nullptr;
   ops_.release();
+#if COMMX_NCCL_DYNAMIC
+  {
+    std::lock_guard<std::mutex> dl(dyn_mu_);
+    dyn_.release();
+  }
+#endif
   if (scratch_) cudaFree(scratch_);
   scratch_ = nullptr;
 }
