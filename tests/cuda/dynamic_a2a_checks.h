@@ -74,8 +74,10 @@ inline void check_every_form(Comm& c, RankCtx& ctx) {
 }
 
 // Dispatch then combine, captured once and replayed with new counts and data each time: the host
-// never sees the counts.
-inline void check_graph_replays(Comm& c, RankCtx& ctx) {
+// never sees the counts. `warm_up`: one eager op first, as a graph's users run one (NCCL sets up
+// its connections at a comm's first operations).
+inline void check_graph_replays(Comm& c, RankCtx& ctx, bool warm_up = false) {
+  if (warm_up) check_one(c, ctx, Form::kDispatch, 2, Pattern::kRandom, 64, DataType::kBFloat16, 49);
   const int n = ctx.world, me = ctx.rank, L = 2;
   const int64_t row = 64, max_rows = 6 * n * L, cap = n * max_rows * row;
   const Device dev = Device::cuda(ctx.device);
@@ -88,11 +90,10 @@ inline void check_graph_replays(Comm& c, RankCtx& ctx) {
   };
   cudaGraph_t graph;
   CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  c.dispatch(t(dmid, cap, DataType::kBFloat16),
-              t(din, max_rows * row, DataType::kBFloat16),
-              t(dmc, n * L, DataType::kInt64), t(dic, n * L, DataType::kInt64), row);
+  c.dispatch(t(dmid, cap, DataType::kBFloat16), t(din, max_rows * row, DataType::kBFloat16),
+             t(dmc, n * L, DataType::kInt64), t(dic, n * L, DataType::kInt64), row);
   c.combine(t(dback, cap, DataType::kBFloat16), t(dmid, cap, DataType::kBFloat16),
-             t(dbc, n * L, DataType::kInt64), t(dmc, n * L, DataType::kInt64), row);
+            t(dbc, n * L, DataType::kInt64), t(dmc, n * L, DataType::kInt64), row);
   CU(cudaStreamEndCapture(s, &graph));
   cudaGraphExec_t exec;
   CU(cudaGraphInstantiate(&exec, graph, 0));

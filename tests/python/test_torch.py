@@ -200,16 +200,21 @@ def _pg_dynamic(rank, size, port, device="cpu"):
     _init_pg(rank, size, port, device=device)
     dev = torch.device(device, rank) if device == "cuda" else torch.device("cpu")
     n, width = size, 3
-    c = torch.tensor([[(3 * k + 2 * j) % 4 for j in range(n)] for k in range(n)])  # k sends c[k, j] to j
+    # References on the CPU (a CUDA rank's default device is its GPU).
+    cpu = torch.device("cpu")
+    # Rank k sends c[k, j] rows to rank j.
+    c = torch.tensor([[(3 * k + 2 * j) % 4 for j in range(n)] for k in range(n)], device=cpu)
 
     def rows_of(k):
-        return torch.arange(int(c[k].sum()) * width, dtype=torch.float32).reshape(-1, width) + 100 * k
+        rows = torch.arange(int(c[k].sum()) * width, dtype=torch.float32, device=cpu)
+        return rows.reshape(-1, width) + 100 * k
 
     inp = rows_of(rank).to(dev)
     out = torch.full((int(c[:, rank].sum()) + 2, width), -1.0, device=dev)
     got = torch.full((n,), -1, dtype=torch.int64, device=dev)
     ct.all_to_all_v_dynamic(out, inp, got, c[rank].to(dev))
-    want = torch.cat([rows_of(k)[int(c[k, :rank].sum()):int(c[k, :rank + 1].sum())] for k in range(n)])
+    want = torch.cat([rows_of(k)[int(c[k, :rank].sum()):int(c[k, :rank + 1].sum())]
+                      for k in range(n)])
     assert got.cpu().tolist() == c[:, rank].tolist()
     torch.testing.assert_close(out[:want.shape[0]].cpu(), want)
     assert (out[want.shape[0]:] == -1).all()
@@ -219,8 +224,9 @@ def _pg_dynamic(rank, size, port, device="cpu"):
     torch.testing.assert_close(out2[:want.shape[0]].cpu(), want)
     # MoE: 2 experts per rank, dispatch then combine brings every row back.
     L = 2
-    experts = torch.tensor([(rank + e) % 3 for e in range(n * L)], dtype=torch.int64)
-    tokens = torch.arange(int(experts.sum()) * width, dtype=torch.float32).reshape(-1, width) + rank
+    experts = torch.tensor([(rank + e) % 3 for e in range(n * L)], dtype=torch.int64, device=cpu)
+    tokens = torch.arange(int(experts.sum()) * width, dtype=torch.float32, device=cpu)
+    tokens = tokens.reshape(-1, width) + rank
     at = torch.zeros(3 * n * L * 2, width, device=dev)
     at_counts = torch.zeros(n * L, dtype=torch.int64, device=dev)
     ct.dispatch(at, tokens.to(dev), at_counts, experts.to(dev))

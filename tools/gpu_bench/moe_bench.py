@@ -230,15 +230,16 @@ def worker(rank, a, port):
                     f"{k} {v:9.1f}" for k, v in res.items() if k.endswith("_us")) + f" err {err:.1e}", flush=True)
             ex = None  # its buffers go before the next provider allocates
             torch.cuda.empty_cache()
-    if rank == 0:
-        info = dict(device=torch.cuda.get_device_name(dev), ranks=a.ranks, torch=torch.__version__,
-                    nccl=".".join(map(str, torch.cuda.nccl.version())), experts=a.experts, top_k=2,
-                    hidden=a.hidden, ffn=a.ffn, grouped_mm=hasattr(torch, "_grouped_mm"),
-                    command="python3 tools/gpu_bench/moe_bench.py " + " ".join(sys.argv[1:]), rows=rows_out)
-        with open(a.json, "w") as f:
-            json.dump(info, f, indent=1)
-        if a.md:
-            write_md(info, a.md)
+        if rank == 0:  # after every token count: a run cut short keeps what it measured
+            info = dict(device=torch.cuda.get_device_name(dev), ranks=a.ranks, torch=torch.__version__,
+                        nccl=".".join(map(str, torch.cuda.nccl.version())), experts=a.experts, top_k=2,
+                        hidden=a.hidden, ffn=a.ffn, grouped_mm=hasattr(torch, "_grouped_mm"),
+                        command="python3 tools/gpu_bench/moe_bench.py " + " ".join(sys.argv[1:]),
+                        rows=rows_out)
+            with open(a.json, "w") as f:
+                json.dump(info, f, indent=1)
+            if a.md:
+                write_md(info, a.md)
     dist.barrier()
     comm.finalize()
     if nccl_comm is not None:

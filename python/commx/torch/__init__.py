@@ -487,7 +487,8 @@ class CommxProcessGroup(_base_class()):
 
 def _commx_group(group, device):
     group = group or dist.group.WORLD
-    backend = group._get_backend(device)
+    # On torch whose Backend cannot be subclassed from Python the group is ours itself.
+    backend = group if isinstance(group, CommxProcessGroup) else group._get_backend(device)
     if not isinstance(backend, CommxProcessGroup):
         raise _error(commx.InvalidArgumentError,
                      f"InvalidArgument: all_to_all_v_dynamic needs a process group of the 'commx' "

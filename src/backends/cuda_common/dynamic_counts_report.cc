@@ -20,7 +20,8 @@ std::exception_ptr take_dynamic_counts_error(volatile DynamicCountsReport* r, ui
   p.a = r->problem[2];
   p.b = r->problem[3];
   p.c = r->problem[4];
-  const int experts = static_cast<int>(std::max<long long>(r->problem[5], 1));
+  const long long per_rank = r->problem[5];
+  const int experts = static_cast<int>(std::max<long long>(per_rank, 1));
   const std::string op = op_type_name(static_cast<OpType>(r->op));
   const std::string which = r->seq == work_seq ? op + " #" + std::to_string(r->seq) + ": "
                                                : "an earlier " + op + " (#" +

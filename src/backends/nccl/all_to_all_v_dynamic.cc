@@ -109,12 +109,12 @@ void NcclBackend::enqueue_all_to_all_v_dynamic(const OpDesc& op, cudaStream_t s,
     std::vector<std::string> keys;
     for (int p = 0; p < n; ++p)
       if (p != me) keys.push_back(base + std::to_string(p));
+    std::vector<Bytes> got;
     try {
-      ctx_.store->wait(keys, op.timeout);
+      got = ctx_.store->multi_get(keys);  // waits for them
     } catch (const Error& e) {
-      throw Error(e.code(), where + "a peer did not publish its buffer sizes in time: " + e.what());
+      throw Error(e.code(), where + "the peers' buffer sizes did not arrive: " + e.what());
     }
-    std::vector<Bytes> got = ctx_.store->multi_get(keys);
     for (int p = 0, i = 0; p < n; ++p) {
       if (p == me) continue;
       const Bytes& b = got[i++];
