@@ -13,6 +13,11 @@
 #include "commx/backend.h"
 #include "cuda_common/device_backend.h"
 #include "nccl/nccl_api.h"
+
+// Set by the build where nvcc compiled the backend's kernels (all_to_all_v_dynamic).
+#ifndef COMMX_NCCL_DYNAMIC
+#define COMMX_NCCL_DYNAMIC 0
+#endif
 #if COMMX_NCCL_DYNAMIC
 #include "nccl/all_to_all_v_dynamic.h"
 #endif
