@@ -57,7 +57,7 @@ void DynamicA2AState::allocate(int world, uint64_t staging_bytes, const std::str
   try {
     const int peers = std::max(world - 1, 1);
     slot = std::max<uint64_t>((staging_bytes / peers) & ~uint64_t(255), 256);
-    const size_t staging = static_cast<size_t>(slot) * world;  // slot p of rank p; own slot unused
+    const size_t staging = static_cast<size_t>(slot) * peers;  // one slot per peer
     COMMX_CUDA_CHECK_CTX(cudaMalloc(reinterpret_cast<void**>(&rows),
                                     sizeof(long long) * (world + 1) * kDynamicRowWords),
                          where);
@@ -167,10 +167,12 @@ void NcclBackend::enqueue_all_to_all_v_dynamic(const OpDesc& op, cudaStream_t s,
         const uint64_t out_b = window_bytes(pair_bytes(in, cap, me, p), slot, r);
         const uint64_t in_b = window_bytes(pair_bytes(in, cap, p, me), slot, r);
         if (out_b)
-          check(api_->Send(dyn_.send_staging + p * slot, out_b, ncclUint8, p, comm_, s),
+          check(api_->Send(dyn_.send_staging + peer_slot(p, me) * slot, out_b, ncclUint8, p, comm_,
+                           s),
                 "ncclSend", op);
         if (in_b)
-          check(api_->Recv(dyn_.recv_staging + p * slot, in_b, ncclUint8, p, comm_, s),
+          check(api_->Recv(dyn_.recv_staging + peer_slot(p, me) * slot, in_b, ncclUint8, p, comm_,
+                           s),
                 "ncclRecv", op);
       }
     } catch (...) {

@@ -10,8 +10,8 @@
 //  3. in rounds of one staging slot per peer, a kernel packs each pair's stream into the send
 //     staging, grouped ncclSend/ncclRecv move the max-sized windows, a kernel unpacks them.
 // Nothing on the host depends on a count, so the op is capturable and replays with new counts.
-// State per comm (allocated at the first such op): the rows, the plan, the mapped report and two
-// staging buffers of dynamic_staging_bytes (default 16 MiB) each. Layer: backends (nccl).
+// State per comm (allocated at the first such op): the rows ((world + 1) x 2 KiB), the plan
+// (12 KiB), the mapped report and two staging buffers of dynamic_staging_bytes (default 16 MiB). Layer: backends (nccl).
 #pragma once
 
 #include <cstdint>
@@ -30,7 +30,7 @@ struct DynamicA2AState {
   DynamicDevicePlan* plan = nullptr;
   DynamicCountsReport* report_host = nullptr;  // host-mapped
   DynamicCountsReport* report_dev = nullptr;
-  unsigned char* send_staging = nullptr;  // [world][slot]
+  unsigned char* send_staging = nullptr;  // [world - 1][slot], by peer_slot()
   unsigned char* recv_staging = nullptr;
   uint64_t slot = 0;           // staging bytes per peer and round
   uint64_t previous_seq = 0;   // the last op whose sizes this rank published in the store

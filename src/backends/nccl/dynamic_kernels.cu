@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kThreads)
   Byte* out = static_cast<Byte*>(a.out);
   for (int p = 0; p < a.layout.world; ++p) {
     if (p == me) continue;
-    Byte* window = staging + p * slot;
+    Byte* window = staging + peer_slot(p, me) * slot;
     for (int l = 0; l < L; ++l) {
       const int c = a.layout.canonical(p, l);
       if (pack)

@@ -20,6 +20,9 @@ using cuda::DynamicCountsReport;
 // kTailWords; fixed, so that the all-gather has the same count on every rank.
 inline constexpr int kDynamicRowWords = static_cast<int>(kMaxDynamicSegments) + kTailWords;
 
+// Where rank `me`'s staging keeps peer p's slot: peers in rank order, this rank skipped.
+COMMX_HOST_DEVICE inline int peer_slot(int p, int me) { return p < me ? p : p - 1; }
+
 // The plan kernel's result: ok = 0 when the agreed check failed (then nothing moves).
 struct DynamicDevicePlan {
   int ok;
@@ -49,8 +52,8 @@ void launch_dynamic_plan(const DynamicOpArgs& a, const long long* rows, DynamicD
                          DynamicCountsReport* report, int op, unsigned long long seq,
                          cudaStream_t s);
 // Round `window / slot` of the pair streams: pack copies window [window, window + slot) of the
-// stream to every peer p from the input into staging + p * slot; unpack copies the same window
-// of every stream received into staging + p * slot into the output, and with `own` this rank's
+// stream to every peer p from the input into slot peer_slot(p) of the staging; unpack copies the
+// same window of every stream received into that slot into the output, and with `own` this rank's
 // own segments from input to output. Both do nothing when the plan is not ok.
 void launch_dynamic_pack(const DynamicOpArgs& a, const DynamicDevicePlan* plan, unsigned char* staging,
                          unsigned long long slot, unsigned long long window, cudaStream_t s);
