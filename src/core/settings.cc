@@ -143,7 +143,7 @@ const std::vector<SettingSpec>& table() {
        "cuda all_reduce: largest one-shot message", "cuda.md", 0, kTiB},
       {"COMMX_DDA_TREE_MAX_BYTES", T::kBytes, "measured",
        "cuda all_reduce: largest two-shot message", "cuda.md", 0, kTiB},
-      {"COMMX_CUDA_BUFFER_BYTES", T::kBytes, "256M", "cuda backend: peer buffer per rank",
+      {"COMMX_CUDA_BUFFER_BYTES", T::kBytes, "31M", "cuda backend: peer buffer per rank",
        "cuda.md", 64 * kKiB, kTiB},
       {"COMMX_CUDA_MAX_BLOCKS", T::kInt, "the SM count", "cuda backend: grid size of small ops",
        "cuda.md", 1, 65535},
@@ -172,6 +172,10 @@ const std::vector<SettingSpec>& table() {
        "cuda.md", 0, 0, "auto|generic"},
       {"COMMX_NCCL_LIBRARY", T::kPath, "libnccl.so.2", "NCCL library the nccl backend loads",
        "cuda.md"},
+      {"COMMX_NCCL_DYNAMIC_STAGING_BYTES", T::kBytes, "16M",
+       "nccl backend all_to_all_v_dynamic: staging per direction (comm hint dynamic_staging_bytes "
+       "first)",
+       "cuda.md", 64 * kKiB, kTiB},
       // ---- low precision ----
       {"COMMX_LOW_PRECISION_ENABLE", T::kChoice, "off", "FP8 collectives with FP32 accumulation",
        "low_precision.md", 0, 0, "off|0|false|none|on|1|true|fp8|fp8e4m3|e4m3|fp8e5m2|e5m2",

@@ -18,6 +18,7 @@
 #include "cuda/peer_set.h"
 #include "cuda/reduce_scatter.h"
 #include "cuda_common/cuda_util.h"
+#include "cuda_common/dynamic_counts_report.h"
 #include "cuda_common/event_work.h"
 
 namespace commx::cuda {
@@ -129,7 +130,9 @@ Backend& CudaBackend::nccl(const OpDesc* op) {
 }
 
 bool CudaBackend::supports(Collective c, DataType dtype, ReduceKind kind) const {
-  if (c == Collective::kAllToAllVDynamic) return native_ || ctx_.size == 1;
+  // Natively over peer memory; else (several hosts, peer memory unusable) through the nccl
+  // backend's device-count fallback.
+  if (c == Collective::kAllToAllVDynamic) return native_ || ctx_.size == 1 || nccl_problem_.empty();
   if (!is_reduction(c)) return true;
   // The hierarchical path reduces natively in all_reduce and reduce_scatter only.
   const bool hier_native = c == Collective::kAllReduce || c == Collective::kReduceScatter;
@@ -177,11 +180,6 @@ std::exception_ptr CudaBackend::device_error(const std::string& where) const {
            " (block " + std::to_string(c->error_block) +
            "): that rank never joined the op within its timeout; the comm is unusable, abort it";
     return std::make_exception_ptr(Error(ErrorCode::kTimeout, msg));
-  }
-  if (code == kDevCounts) {
-    msg += ": " + describe_dynamic_counts_error(*ctl_host_) +
-           " (reported by the GPU; the comm is unusable, abort it)";
-    return std::make_exception_ptr(Error(ErrorCode::kInvalidArgument, msg));
   }
   msg += " was aborted while waiting for rank " + std::to_string(peer);
   return std::make_exception_ptr(Error(ErrorCode::kAborted, msg));
@@ -351,10 +349,11 @@ void CudaBackend::check_runnable(const std::string& where) {
   if (std::exception_ptr e = device_error(where + "an earlier op failed: ")) std::rethrow_exception(e);
 }
 
-EventWorkHooks CudaBackend::work_hooks(const std::string& where) {
+EventWorkHooks CudaBackend::work_hooks(const OpDesc& op, const std::string& where) {
   EventWorkHooks hooks;
-  hooks.poll_error = [this, where] {
+  hooks.poll_error = [this, where, seq = op.seq] {
     std::exception_ptr e = device_error(where);
+    if (!e && ctl_host_) e = take_dynamic_counts_error(&ctl_host_->counts, seq, counts_mu_, where);
     return e || !hier_ ? e : hier_->inter_error();
   };
   hooks.on_timeout = [this] { abort(); };

@@ -46,7 +46,7 @@ class CudaBackend : public DeviceBackend {
   // peer memory) or through the NCCL delegate; the device-side bound fires before the host's.
   void check_runnable(const std::string& where) override;
   std::optional<Work> enqueue(const OpDesc& op, cudaStream_t s, const std::string& where) override;
-  EventWorkHooks work_hooks(const std::string& where) override;
+  EventWorkHooks work_hooks(const OpDesc& op, const std::string& where) override;
   Timeout host_bound(const OpDesc& op) const override;
   // Enqueues `op` on `s` through the peer-memory kernels; false when the op is not covered.
   bool enqueue_native(const OpDesc& op, cudaStream_t s, const std::string& where);
@@ -72,6 +72,7 @@ class CudaBackend : public DeviceBackend {
   HostCtl* ctl_host_ = nullptr;
   HostCtl* ctl_dev_ = nullptr;
   DevState* state_ = nullptr;
+  std::mutex counts_mu_;  // one Work takes HostCtl::counts
   std::unique_ptr<Backend> nccl_;
   bool nccl_ready_ = false;
   std::string nccl_problem_;  // why no NCCL delegate can exist (e.g. ranks sharing a GPU)

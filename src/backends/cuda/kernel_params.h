@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "cuda_common/dynamic_counts_report.h"
+
 namespace commx::cuda {
 
 inline constexpr int kMaxRanks = 8;
@@ -17,9 +19,9 @@ inline constexpr int kLL128Payload = 120;
 inline constexpr uint64_t kSignalBytes = 64 * 1024;
 static_assert(kMaxBlocks * kMaxRanks * 8 <= kSignalBytes, "signal pad too small");
 
-// Error codes a kernel writes into HostCtl::error_code (first error wins). kDevCounts: the counts
-// of an all_to_all_v_dynamic failed the agreed check (error_values says how).
-enum DeviceError : int { kDevOk = 0, kDevTimeout = 1, kDevAborted = 2, kDevCounts = 3 };
+// Error codes a kernel writes into HostCtl::error_code (first error wins): each leaves the comm
+// unusable. (A failed agreed check of all_to_all_v_dynamic is no such error: HostCtl::counts.)
+enum DeviceError : int { kDevOk = 0, kDevTimeout = 1, kDevAborted = 2 };
 
 // Pinned, host-mapped: the host sets `abort`, kernels report errors here.
 struct HostCtl {
@@ -29,7 +31,8 @@ struct HostCtl {
   int error_block;
   int error_op;     // commx::OpType of the failing op
   unsigned long long error_seq;
-  long long error_values[5];  // kDevCounts: DynamicCountsProblem kind, a, b, c, experts per rank
+  // all_to_all_v_dynamic counts that failed the agreed check: one Work fails, the comm goes on.
+  DynamicCountsReport counts;
 };
 
 // Device-local state of one rank of one comm: the op counter that orders flags and picks the

@@ -1,5 +1,6 @@
-// The nccl backend: NCCL's setup, supports(), and running a row of its table
-// (nccl_algorithms.cc) on the op's stream. Layer: backends (nccl).
+// The nccl backend: NCCL's setup, supports(), running a row of its table (nccl_algorithms.cc) on
+// the op's stream, and all_to_all_v_dynamic with counts on the device (all_to_all_v_dynamic.h).
+// Layer: backends (nccl).
 #include "nccl/nccl_backend.h"
 
 #include <cstring>
@@ -8,6 +9,7 @@
 
 #include "commx/error.h"
 #include "cuda_common/cuda_util.h"
+#include "cuda_common/dynamic_counts_report.h"
 #include "cuda_common/event_work.h"
 #include "nccl/nccl_algorithms.h"
 
@@ -89,7 +91,8 @@ void NcclBackend::init(const BackendContext& ctx) {
 }
 
 bool NcclBackend::supports(Collective c, DataType dtype, ReduceKind kind) const {
-  if (c == Collective::kAllToAllVDynamic) return false;
+  // The device-count op needs the backend's own kernels (built where nvcc is).
+  if (c == Collective::kAllToAllVDynamic) return COMMX_NCCL_DYNAMIC != 0;
   ncclDataType_t dt;
   if (!is_reduction(c)) return true;
   if (!data_type_of(dtype, &dt) || dtype == DataType::kBool) return false;
@@ -100,6 +103,10 @@ bool NcclBackend::supports(Collective c, DataType dtype, ReduceKind kind) const 
       api_->version < 22403)
     return false;
   return true;
+}
+
+void NcclBackend::check(ncclResult_t r, const char* what, const OpDesc& op) const {
+  check_nccl(*api_, comm_, r, what, op_context(ctx_, op));
 }
 
 std::optional<Work> NcclBackend::enqueue(const OpDesc& op, cudaStream_t s,
@@ -114,24 +121,46 @@ std::optional<Work> NcclBackend::enqueue(const OpDesc& op, cudaStream_t s,
       throw Error(ErrorCode::kUnsupported, where + "NCCL cannot reduce " + dtype_name(t) +
                                                " with " + reduce_kind_name(op.op.kind));
   }
+  if (op.collective == Collective::kAllToAllVDynamic) {
+#if COMMX_NCCL_DYNAMIC
+    enqueue_all_to_all_v_dynamic(op, s, where);
+    return std::nullopt;
+#else
+    throw Error(ErrorCode::kUnsupported,
+                where + "this nccl backend was built without its kernels (no nvcc)");
+#endif
+  }
   const NcclAlgorithm* row = select_library_row(nccl_algorithms(), op);
   if (!row) throw Error(ErrorCode::kUnsupported, where + "not supported by nccl");
   row->run(NcclCall{*api_, comm_, op, s, where, ctx_.rank, ctx_.size, dt, ro, scratch_});
   return std::nullopt;
 }
 
-cuda::EventWorkHooks NcclBackend::work_hooks(const std::string& where) {
+cuda::EventWorkHooks NcclBackend::work_hooks(const OpDesc& op, const std::string& where) {
   cuda::EventWorkHooks hooks;
-  hooks.poll_error = [this, where]() -> std::exception_ptr {
+  hooks.poll_error = [this, where, seq = op.seq]() -> std::exception_ptr {
+    (void)seq;
     ncclResult_t ae = ncclSuccess;
-    std::lock_guard<std::mutex> lk(abort_mu_);
-    if (comm_gone_ || !comm_)  // aborted: a kernel that was stopped mid-op fired its event
-      return aborted_ ? aborted_error(where) : nullptr;
-    if (api_->CommGetAsyncError(comm_, &ae) == ncclSuccess && ae != ncclSuccess &&
-        ae != ncclInProgress)
-      return std::make_exception_ptr(
-          Error(ErrorCode::kNccl, where + "NCCL reported: " + api_->GetErrorString(ae)));
+    {
+      std::lock_guard<std::mutex> lk(abort_mu_);
+      if (comm_gone_ || !comm_)  // aborted: a kernel that was stopped mid-op fired its event
+        return aborted_ ? aborted_error(where) : nullptr;
+      if (api_->CommGetAsyncError(comm_, &ae) == ncclSuccess && ae != ncclSuccess &&
+          ae != ncclInProgress)
+        return std::make_exception_ptr(
+            Error(ErrorCode::kNccl, where + "NCCL reported: " + api_->GetErrorString(ae)));
+    }
+#if COMMX_NCCL_DYNAMIC
+    // A failed agreed check of all_to_all_v_dynamic: this Work's op, or an earlier one.
+    DynamicCountsReport* report = nullptr;
+    {
+      std::lock_guard<std::mutex> lk(dyn_mu_);
+      report = dyn_.report_host;
+    }
+    return cuda::take_dynamic_counts_error(report, seq, report_mu_, where);
+#else
     return nullptr;
+#endif
   };
   hooks.on_timeout = [this] { abort_comm(); };
   return hooks;
@@ -165,6 +194,12 @@ void NcclBackend::finalize() {
   comm_gone_ = true;
   comm_ = nullptr;
   ops_.release();
+#if COMMX_NCCL_DYNAMIC
+  {
+    std::lock_guard<std::mutex> dl(dyn_mu_);
+    dyn_.release();
+  }
+#endif
   if (scratch_) cudaFree(scratch_);
   scratch_ = nullptr;
 }
