@@ -45,11 +45,15 @@ struct Rounds {
   uint64_t cap = 0;   // bytes per slot
   int64_t chunk = 0;  // elements per slot and round
 
-  // Cuts each rank's data area into `slots` slots holding `terms` encoded chunks each.
+  // Cuts each rank's data area into `slots` slots holding `terms` encoded chunks each. An encoded
+  // chunk in a slot has its scales and its codes each padded to 16 bytes (lowp_round.cuh), hence
+  // the 32 bytes kept back per term.
   void layout(int slots, int terms) {
     cap = (2 * ps.half_bytes / slots) & ~uint64_t(255);
     const int64_t b = plan.codec.block;
-    chunk = static_cast<int64_t>(cap / terms / static_cast<uint64_t>(b + 4)) * b;
+    const uint64_t per_term = cap / terms;
+    chunk = per_term > 32 ? static_cast<int64_t>((per_term - 32) / static_cast<uint64_t>(b + 4)) * b
+                          : 0;
     if (chunk <= 0)
       throw Error(ErrorCode::kInvalidArgument,
                   where + "the registered buffer is too small for low-precision chunks "
