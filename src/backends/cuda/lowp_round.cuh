@@ -234,8 +234,8 @@ __device__ __forceinline__ void reduce_encode_pairs(const g::ReduceSrc& rs, int6
 // full pairs go to the peers only (see reduce_encode_pairs).
 template <typename T, bool kE5, bool kSR, int kW>
 __device__ __forceinline__ void reduce_encode_units(const PeerSet& ps, const LowpRound& r,
-                                                    const g::ReduceSrc& rs, int64_t block,
-                                                    g::StatAcc* st) {
+                                                    uint64_t base, const g::ReduceSrc& rs,
+                                                    int64_t block, g::StatAcc* st) {
   constexpr int kN = kW ? kW : kMaxRanks;
   const int world = kW ? kW : ps.world;
   const int64_t nb = blocks_of(rs.n, block);
@@ -244,11 +244,11 @@ __device__ __forceinline__ void reduce_encode_units(const PeerSet& ps, const Low
 #pragma unroll (kW ? kW : 1)
   for (int q = 0; q < kN; ++q) {
     if (q >= world) break;
-    all.p[q] = slot(ps, q, r.gather_off, r.cap, ps.rank);
+    all.p[q] = slot(ps, q, base + r.gather_off, r.cap, ps.rank);
     all2.p[q] = all.p[q] + q1;
     // peers: every rank but this one, the next first (no rank's links take every write at once).
     if (q == 0) continue;
-    peers.p[q - 1] = slot(ps, (ps.rank + q) % world, r.gather_off, r.cap, ps.rank);
+    peers.p[q - 1] = slot(ps, (ps.rank + q) % world, base + r.gather_off, r.cap, ps.rank);
     peers2.p[q - 1] = peers.p[q - 1] + q1;
   }
   all.count = all2.count = world;
@@ -385,23 +385,30 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int me = ps.rank, world = kW ? kW : ps.world;
   g::StatAcc acc;
   g::StatAcc* st = r.stats ? &acc : nullptr;
+  // Slots in one buffer half per kernel (r.halves, by op counter, as the two-shot all_reduce):
+  // this kernel writes into a peer's half only after its own previous kernel ended, which passed
+  // a barrier with that peer's previous kernel, which started only after the peer's kernel
+  // before it (the last user of this half) had ended. No barrier at the op's ends is then needed.
+  // Slots over both halves (twice the chunk) need them.
+  const uint64_t base = r.halves ? (epoch & 1ull) * ps.half_bytes : 0;
   // The first round's barrier: every peer's previous kernels have ended (a block can only arrive
   // once its rank's whole previous kernel completed), so their buffers are free.
-  if (r.leading && !block_barrier(ps, flag_value(epoch, 0))) return finish_op(ps, epoch);
+  if (!r.halves && r.leading && !block_barrier(ps, flag_value(epoch, 0)))
+    return finish_op(ps, epoch);
 
   // P1: the next rank first (no rank's links take every write at once).
   if (r.mode == LowpMode::kAllGather) {
     g::EncDstsN<kN> d{};
 #pragma unroll (kW ? kW : 1)
     for (int q = 0; q < kN; ++q)
-      if (q < world) d.p[q] = slot(ps, (me + q) % world, r.recv_off, r.cap, me);
+      if (q < world) d.p[q] = slot(ps, (me + q) % world, base + r.recv_off, r.cap, me);
     d.count = world;
     encode_units<T, kE5>(r.in[0], r.n_in[0], block, d, r, sr, st);
   } else {
     for (int k = 1; k < world; ++k) {
       const int q = (me + k) % world;
       g::EncDstsN<1> d{};
-      d.p[0] = slot(ps, q, r.recv_off, r.cap, me);
+      d.p[0] = slot(ps, q, base + r.recv_off, r.cap, me);
       d.count = 1;
       encode_units<T, kE5>(r.in[q], r.n_in[q], block, d, r, sr, st);
     }
@@ -413,7 +420,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     rs.own = r.own;
 #pragma unroll (kW ? kW : 1)
     for (int p = 0; p < kN; ++p)
-      if (p < world) rs.recv[p] = slot(ps, me, r.recv_off, r.cap, p);
+      if (p < world) rs.recv[p] = slot(ps, me, base + r.recv_off, r.cap, p);
     rs.rank = me;
     rs.world = world;
     rs.n = r.n_own;
@@ -422,16 +429,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     if (r.mode == LowpMode::kReduceScatter) {
       reduce_store_units<T, kE5, kW>(rs, block, reinterpret_cast<T*>(r.out[me]));
     } else if (sr) {
-      reduce_encode_units<T, kE5, true, kW>(ps, r, rs, block, st);
+      reduce_encode_units<T, kE5, true, kW>(ps, r, base, rs, block, st);
     } else {
-      reduce_encode_units<T, kE5, false, kW>(ps, r, rs, block, st);
+      reduce_encode_units<T, kE5, false, kW>(ps, r, base, rs, block, st);
     }
     if (!block_barrier(ps, flag_value(epoch, 2))) return finish_op(ps, epoch);
   }
 
   if (r.mode != LowpMode::kReduceScatter) {
     const bool all_reduce = r.mode == LowpMode::kAllReduce;
-    const uint64_t area = all_reduce ? r.gather_off : r.recv_off;
+    const uint64_t area = base + (all_reduce ? r.gather_off : r.recv_off);
     for (int k = 0; k < world; ++k) {
       const int q = (me + k) % world;
       if (q == me && r.mode == LowpMode::kAllToAll) continue;  // copied by the host side
@@ -441,11 +448,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
     // Peers may write these slots again in the next round: all_reduce's next writes follow a
     // barrier that needs this block's arrival; the others need one here.
-    if (!all_reduce && !block_barrier(ps, flag_value(epoch, 2))) return finish_op(ps, epoch);
+    if (!r.halves && !all_reduce && !block_barrier(ps, flag_value(epoch, 2)))
+      return finish_op(ps, epoch);
   }
   // all_reduce's last round: peers may still decode their gather slots, which the next op's
   // kernels (buffer halves by op counter) may overwrite.
-  if (r.trailing && r.mode == LowpMode::kAllReduce) block_barrier(ps, flag_value(epoch, 3));
+  if (!r.halves && r.trailing && r.mode == LowpMode::kAllReduce)
+    block_barrier(ps, flag_value(epoch, 3));
   finish_round(ps, r, epoch, acc);
 }
 
@@ -470,38 +479,29 @@ void launch_one(const PeerSet& ps, const LowpRound& r, const lowp::CodecConfig& 
   launch_kernel(kernel, std::min(blocks, fit), kThreads, s, ps, r, cfg.block, cfg.stochastic);
 }
 
-template <typename T, int kW, int kMinBlocks>
-void launch_shape(const PeerSet& ps, const LowpRound& r, const lowp::CodecConfig& cfg, int blocks,
-                  cudaStream_t s) {
-  if (cfg.format == lowp::Fp8Format::kE5M2)
-    launch_one<T, true, kW, kMinBlocks>(ps, r, cfg, blocks, s);
-  else
-    launch_one<T, false, kW, kMinBlocks>(ps, r, cfg, blocks, s);
-}
-
 // The kernel for the comm's world size: 2 and 4 ranks have their own (COMMX_CUDA_LOWP_KERNEL=
 // generic runs the one for any size, for comparisons). COMMX_CUDA_LOWP_BLOCKS_PER_SM=2 picks the
 // build with 64 registers per thread and two blocks of threads per SM (default 1: up to 128
 // registers, one block).
-template <typename T>
+template <typename T, bool kE5>
 cudaError_t launch_typed(const PeerSet& ps, const LowpRound& r, const lowp::CodecConfig& cfg,
                          int blocks, cudaStream_t s) {
   static const bool one = env_int("COMMX_CUDA_LOWP_BLOCKS_PER_SM", 1) == 1;
   static const bool generic = env_str("COMMX_CUDA_LOWP_KERNEL").value_or("auto") == "generic";
   if (!generic && ps.world == 2) {
     if (one)
-      launch_shape<T, 2, 1>(ps, r, cfg, blocks, s);
+      launch_one<T, kE5, 2, 1>(ps, r, cfg, blocks, s);
     else
-      launch_shape<T, 2, 2>(ps, r, cfg, blocks, s);
+      launch_one<T, kE5, 2, 2>(ps, r, cfg, blocks, s);
   } else if (!generic && ps.world == 4) {
     if (one)
-      launch_shape<T, 4, 1>(ps, r, cfg, blocks, s);
+      launch_one<T, kE5, 4, 1>(ps, r, cfg, blocks, s);
     else
-      launch_shape<T, 4, 2>(ps, r, cfg, blocks, s);
+      launch_one<T, kE5, 4, 2>(ps, r, cfg, blocks, s);
   } else if (one) {
-    launch_shape<T, 0, 1>(ps, r, cfg, blocks, s);
+    launch_one<T, kE5, 0, 1>(ps, r, cfg, blocks, s);
   } else {
-    launch_shape<T, 0, 2>(ps, r, cfg, blocks, s);
+    launch_one<T, kE5, 0, 2>(ps, r, cfg, blocks, s);
   }
   return cudaGetLastError();
 }
