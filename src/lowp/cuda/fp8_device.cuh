@@ -689,7 +689,8 @@ __device__ __forceinline__ void decode16(const uint4& w, uint32_t sb, float o[16
   for (int j = 0; j < 16; ++j) o[j] = decode_one<kE5>(code_of(c[j / 4], j % 4), sb);
 }
 
-// Sixteen elements of T as floats from `n16` raw 16-byte words (16 * sizeof(T) bytes).
+// Sixteen elements of T as floats from sizeof(T) raw 16-byte words; Raw16 holds them,
+// fetch16 and store16 move them with 16-byte accesses (p 16-byte aligned).
 template <typename T>
 __device__ __forceinline__ void unpack16(const uint4* raw, float v[16]) {
   const T* h = reinterpret_cast<const T*>(raw);
