@@ -48,7 +48,8 @@ __device__ __forceinline__ uint8_t* slot(const PeerSet& ps, int r, uint64_t off,
   return reinterpret_cast<uint8_t*>(ps.data[r]) + off + static_cast<uint64_t>(p) * cap;
 }
 
-// Units (pairs of codec blocks) of this warp among nu: j = (blockIdx.x + t * gridDim.x) * kWarps + warp.
+// Units (pairs of codec blocks) of this warp among nu:
+// j = (blockIdx.x + t * gridDim.x) * kWarps + warp.
 #define FOR_UNITS(j, nb)                                                                      \
   for (int64_t j = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); j < (nb); \
        j += static_cast<int64_t>(gridDim.x) * kWarps)

@@ -622,8 +622,8 @@ __device__ __forceinline__ uint4 encode16(const float v[16], const PairCode& pc,
   }
   if (st) {
     // Underflow: a non-zero finite value whose code is +-0. Most lanes rule it out at once: the
-    // smallest non-zero |x| scaled stays at or above the smallest FP8 step (a value rounds to 0 only
-    // below half of it).
+    // smallest non-zero |x| scaled stays at or above the smallest FP8 step (a value rounds to 0
+    // only at or below half of it).
     uint32_t amin = 0xffffffffu;
 #pragma unroll
     for (int j = 0; j < 16; ++j) amin = min(amin, (f2u(v[j]) & kAbsMask) - 1u);  // 0 -> max
@@ -677,8 +677,9 @@ __device__ __forceinline__ void decode16(const uint4& w, uint32_t sb, float o[16
     const float s = __uint_as_float(sb);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
-          static_cast<__nv_fp8x2_storage_t>(c[k / 2] >> (16 * (k % 2))), kE5 ? __NV_E5M2 : __NV_E4M3);
+      const __half2_raw h =
+          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(c[k / 2] >> (16 * (k % 2))),
+                                     kE5 ? __NV_E5M2 : __NV_E4M3);
       const float2 f = __half22float2(__half2(h));
       o[2 * k] = __fmul_rn(f.x, s);
       o[2 * k + 1] = __fmul_rn(f.y, s);
