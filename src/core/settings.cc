@@ -164,8 +164,14 @@ const std::vector<SettingSpec>& table() {
        "cuda.md", 0, 0, "ipc|vmm"},
       {"COMMX_CUDA_RANKS_PER_HOST", T::kInt, "unset",
        "cuda backend: forced host boundary (hierarchical path tests)", "cuda.md", 1, kMaxCount},
-      {"COMMX_CUDA_LOWP_BLOCKS_PER_SM", T::kInt, "2",
-       "cuda backend: FP8 kernel occupancy (the kernel for any world size)", "cuda.md", 1, 32},
+      {"COMMX_CUDA_LOWP_BLOCKS_PER_SM", T::kInt, "1",
+       "cuda backend: FP8 kernel occupancy: 1 block of threads per SM with up to 128 registers "
+       "per thread, or 2 with 64 (they spill)",
+       "cuda.md", 1, 2},
+      {"COMMX_CUDA_LOWP_HALVES", T::kBool, "1",
+       "cuda backend: FP8 kernel slots in one buffer half per kernel, alternating (1), or over "
+       "both halves with a barrier at each end of an op (0)",
+       "cuda.md"},
       {"COMMX_CUDA_LOWP_KERNEL", T::kChoice, "auto",
        "cuda backend: FP8 kernel specialised for 2 and 4 ranks (auto) or the one for any world "
        "size (generic, for comparisons)",
