@@ -97,7 +97,8 @@ class TensorWindow:
 
     def tensor_register(self, tensor, owning=True):
         """Collective: `tensor` becomes this rank's buffer of the window (see the module's
-        docstring). Every rank registers the same element count and dtype. owning=False keeps
+        docstring). Every rank registers the same element count and dtype; on return every
+        rank's buffer holds its tensor's values. owning=False keeps
         only a weak reference to the tensor object (the buffer lives while the window does)."""
         torch = _torch()
         comm = self._comm
@@ -120,6 +121,8 @@ class TensorWindow:
         _point_at(tensor, local)
         self._native, self._shape, self._dtype = native, tuple(tensor.shape), tensor.dtype
         self._tensor = tensor if owning else weakref.ref(tensor)
+        # Every rank's values are in its buffer before any rank may put into it or read it.
+        comm.barrier(False)
 
     def tensor_deregister(self):
         """Releases the buffer: the registered tensor (if still alive) gets private memory with

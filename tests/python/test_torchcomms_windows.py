@@ -34,8 +34,12 @@ def _ring(rank, size, store, dtype, with_tensor):
     assert win.get_tensor() is buf and win.dtype == dtype and win.shape == [count * size]
     assert win.get_size() == count * size * buf.element_size()
     assert win.device == torch.device("cpu")
-    torch.testing.assert_close(buf, torch.ones(count * size, dtype=dtype))  # values kept
-    comm.barrier(False)  # every rank checked its values before the first put
+    # values kept; registration returns once every rank's values are in its buffer, so puts
+    # may start at once
+    torch.testing.assert_close(buf, torch.ones(count * size, dtype=dtype))
+    torch.testing.assert_close(win.map_remote_tensor((rank + 1) % size),
+                               torch.ones(count * size, dtype=dtype))
+    comm.barrier(False)  # every rank checked the values before the first put
     dst, src = (rank + 1) % size, (rank - 1) % size
     for it in range(4):
         data = (torch.arange(count) + 100 * rank + it).to(dtype)

@@ -233,14 +233,15 @@ def _check_options(c, name):
     opts.hints = {"surface": "1"}
     assert opts.timeout == T and opts.hints == {"surface": "1"}, opts
     _opt_ops(c)[name](opts)
-    wrong = commx.BarrierOptions() if name != "BarrierOptions" else commx.SendOptions()
-    try:
-        c.comm.barrier(False, options=wrong) if name != "BarrierOptions" else \
-            c.comm.all_reduce(v(c.rank), commx.ReduceOp.SUM, False, options=wrong)
+    try:  # the class given to another op
+        if name == "BarrierOptions":
+            c.comm.all_reduce(v(c.rank), commx.ReduceOp.SUM, False, options=opts)
+        else:
+            c.comm.barrier(False, options=opts)
     except commx.InvalidArgumentError:
         pass
     else:
-        raise AssertionError(f"an op took {type(wrong).__name__}")
+        raise AssertionError(f"another op took {name}")
 
 
 for _name in ("SendOptions", "RecvOptions", "BroadcastOptions", "AllReduceOptions",
@@ -833,7 +834,7 @@ def _(c):
 
     compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
     loss = compiled(x)
-    assert float(loss) == float(((v(0) + v(1)) * 2 * (c.rank + 1)).sum()), loss
+    assert float(loss.detach()) == float(((v(0) + v(1)) * 2 * (c.rank + 1)).sum()), loss
     loss.backward()
     # d/dx of sum((2 x_0 + 2 x_1) * (r + 1)) summed over ranks: 2 * (1 + 2) on every rank
     eq(x.grad, torch.full((4,), 6.0), "gradient through all_reduce")
@@ -864,8 +865,12 @@ def _rank(rank, size, port, queue):
             ctx.fresh()  # a failed collective may leave the comm failed
         results.append((area, name, outcome, why))
         _together(store, f"surface/row/{i}", size)  # the ranks start each row together
-    _together(store, "surface/done", size)  # rank 0 hosts the store: it leaves last
     queue.put((rank, results))
+    # Rank 0 hosts the store: it leaves only once every other rank is done with it.
+    if rank == 0:
+        store.wait([f"surface/bye/{r}" for r in range(1, size)], timedelta(seconds=60))
+    else:
+        store.set(f"surface/bye/{rank}", "1")
 
 
 def main():
