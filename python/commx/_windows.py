@@ -178,9 +178,9 @@ def new_window(native_new_window):
     """comm.new_window(tensor=None) in torchcomms' form; comm.new_window(count, dtype) stays
     commx's own (a window that owns its zeroed buffer)."""
 
-    def call(self, tensor=None, dtype=None):
-        if isinstance(tensor, int) and dtype is not None:
-            return native_new_window(self, tensor, dtype)
+    def call(self, tensor=None, dtype=None, *, count=None):
+        if dtype is not None or count is not None:  # commx's (count, dtype) form
+            return native_new_window(self, tensor if count is None else count, dtype)
         win = TensorWindow(self)
         if tensor is not None:
             win.tensor_register(tensor)
