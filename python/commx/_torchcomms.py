@@ -157,7 +157,13 @@ def _wrap_ops_with_defaults(comm):
     for name in _OPS:
         method = getattr(type(comm), name)
 
-        def op(*args, _method=method, **kwargs):
+        def op(*args, _method=method, _name=name, **kwargs):
+            # precedence: the call's own timeout/hints, then its options=, then these defaults
+            options = kwargs.pop("options", None)
+            if options is not None:
+                kwargs["timeout"], kwargs["hints"] = merge(comm, _name, options,
+                                                           kwargs.get("timeout"),
+                                                           kwargs.get("hints"))
             if kwargs.get("timeout") is None and comm._default_timeout is not None:
                 kwargs["timeout"] = comm._default_timeout
             if comm._default_hints:

@@ -124,6 +124,7 @@ def test_every_op_takes_its_option_class():
 def _timeouts(rank, size, store):
     comm = commx.new_comm("cpu", "cpu", "opts_timeout", store=store, rank=rank, size=size,
                           timeout=T)
+    comm.set_timeout(T)  # a per-comm default: the options' timeout still wins over it
     if rank == 0:
         # Nobody sends: the options' timeout (0.3 s) bounds the receive, not the comm's 20 s.
         opts = commx.RecvOptions()
