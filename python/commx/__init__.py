@@ -67,13 +67,8 @@ from ._torchcomms import (  # noqa: F401
 
 from ._options import *  # noqa: F401,F403 - SendOptions ... ReconfigureOptions
 from ._options import __all__ as _option_names
-from ._windows import (  # noqa: F401
-    HostMemAllocator,
-    TensorWindow,
-    TorchCommWinAccessType,
-    TorchCommWindowAttr,
-    get_mem_allocator,
-)
+from ._memory import HostMemAllocator, get_mem_allocator  # noqa: F401
+from ._windows import TensorWindow, TorchCommWinAccessType, TorchCommWindowAttr  # noqa: F401
 
 _torchcomms.install()
 

@@ -7,7 +7,7 @@ import enum
 from datetime import timedelta
 
 from . import _C
-from . import _windows
+from . import _memory, _windows
 from ._options import OPTIONS_BY_OP, BatchP2POptions, merge, with_options
 
 __all__ = [
@@ -330,10 +330,10 @@ def install():
         if name in OPTIONS_BY_OP:
             setattr(C, name, with_options(name, getattr(C, name)))
     C.new_window = _windows.new_window(C.new_window)
-    C.tensor_register = _windows.tensor_register
-    C.tensor_deregister = _windows.tensor_deregister
-    C.get_mem_allocator = _windows.comm_get_mem_allocator
-    C.mem_allocator = property(_windows.comm_get_mem_allocator)
+    C.tensor_register = _memory.tensor_register
+    C.tensor_deregister = _memory.tensor_deregister
+    C.get_mem_allocator = _memory.comm_get_mem_allocator
+    C.mem_allocator = property(_memory.comm_get_mem_allocator)
     C.get_init_handle = _not_reconfigurable
     C.reconfigure = _not_reconfigurable
     _C.BatchSendRecv.ops = property(_batch_ops)

@@ -4,7 +4,6 @@ in Python), _BackendWrapper (a c10d backend over a comm), commx.device_mesh.init
 commx.functional (collectives that autograd differentiates and torch.compile traces, fullgraph).
 2-4 ranks, every value checked against a reference. Layer: tests (Python)."""
 
-import time
 from datetime import timedelta
 
 import pytest
