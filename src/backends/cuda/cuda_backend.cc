@@ -133,16 +133,18 @@ bool CudaBackend::supports(Collective c, DataType dtype, ReduceKind kind) const 
   // Natively over peer memory; else (several hosts, peer memory unusable) through the nccl
   // backend's device-count fallback.
   if (c == Collective::kAllToAllVDynamic) return native_ || ctx_.size == 1 || nccl_problem_.empty();
+  // Point-to-point goes to NCCL, which cannot span ranks that share a GPU.
+  if (c == Collective::kP2P) return nccl_problem_.empty();
   if (!is_reduction(c)) return true;
   // The hierarchical path reduces natively in all_reduce and reduce_scatter only.
   const bool hier_native = c == Collective::kAllReduce || c == Collective::kReduceScatter;
   return (native_reduce_supported(dtype, kind) && (hier_ ? hier_native : native_)) ||
-         nccl_reduces(dtype, kind);
+         (nccl_problem_.empty() && nccl_reduces(dtype, kind));
 }
 
 bool CudaBackend::supports_uneven(Collective c, DataType dtype, ReduceKind kind) const {
-  // Pieces of per-rank counts go to NCCL: its reductions only.
-  return !is_reduction(c) || nccl_reduces(dtype, kind);
+  // Pieces of per-rank counts go to NCCL: its reductions only, and only where NCCL can run.
+  return nccl_problem_.empty() && (!is_reduction(c) || nccl_reduces(dtype, kind));
 }
 
 bool CudaBackend::nccl_reduces(DataType dtype, ReduceKind kind) {

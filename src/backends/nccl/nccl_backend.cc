@@ -121,6 +121,10 @@ std::optional<Work> NcclBackend::enqueue(const OpDesc& op, cudaStream_t s,
       throw Error(ErrorCode::kUnsupported, where + "NCCL cannot reduce " + dtype_name(t) +
                                                " with " + reduce_kind_name(op.op.kind));
   }
+  // The average over one rank is its input: sent as a sum, which NCCL takes for every dtype
+  // (NCCL 2.28 answered "invalid argument" to a one-rank op of the conformance sweep, at an
+  // average of FP8 data by the sweep's order).
+  if (ctx_.size == 1 && ro == ncclAvg) ro = ncclSum;
   if (op.collective == Collective::kAllToAllVDynamic) {
 #if COMMX_NCCL_DYNAMIC
     enqueue_all_to_all_v_dynamic(op, s, where);
