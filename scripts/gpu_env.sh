@@ -27,6 +27,19 @@ results_dir() {
   fi
   echo "$PWD/bench/results/${m}_$(date -u +%F)"
 }
+# start_results: the run's results folder OUT (default results_dir) with machine.txt (date, host,
+# GPUs and their links, nvcc, the NCCL library, torch and its NCCL where importable), and LOGS, a
+# scratch folder for the logs.
+start_results() {
+  OUT=${OUT:-$(results_dir)}
+  mkdir -p "$OUT"
+  LOGS=$(mktemp -d)
+  {
+    date -u; hostname; nvidia-smi; nvidia-smi topo -m; nvcc --version | tail -1
+    echo "COMMX_NCCL_LIBRARY=${COMMX_NCCL_LIBRARY:-}"
+    "${PY:-python3}" -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' 2>/dev/null
+  } > "$OUT/machine.txt" 2>&1
+}
 # gpu_build DIR LOG TARGET...: configures DIR (Release, CUDA on, the carried GoogleTest) and builds
 # the targets with every core; output to LOG, its tail printed on failure.
 gpu_build() {

@@ -9,6 +9,8 @@
 #   lowp_coll.*         reduce_scatter, all_gather, all_to_all of bf16: NCCL, commx, commx FP8
 #   lowp_generic.json   commx FP8 with COMMX_CUDA_LOWP_KERNEL=generic (the kernel for any world
 #                       size) beside the specialised one, same binary and run
+#   lowp_occupancy.json commx FP8 with the other COMMX_CUDA_LOWP_BLOCKS_PER_SM (1 block of threads
+#                       per SM with up to 128 registers, or 2 with 64), same binary and run
 #   fp8_training.*      loss curves of a 2-layer MLP trained with bf16 / FP8 / fp8x2 gradient
 #                       all-reduce (LOWP_TRAIN=1; tools/gpu_bench/fp8_training.py)
 #   logs.tar.gz         build and benchmark logs
@@ -20,14 +22,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/gpu_env.sh
-OUT=${OUT:-$(results_dir)}
-mkdir -p "$OUT"
-LOGS=$(mktemp -d)
-{
-  date -u; hostname; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
-  nvidia-smi topo -m; nvcc --version | tail -1
-  echo "COMMX_NCCL_LIBRARY=${COMMX_NCCL_LIBRARY:-}"
-} > "$OUT/machine.txt" 2>&1
+start_results
 BUILD=${BUILD_DIR:-build-gpu}
 # The benchmark binary of a tree: commx-bench, or commx-gpu-bench in trees from before the port.
 bench_bin() { if [ -f "$1/tools/gpu_bench/gpu_bench.cc" ]; then echo commx-gpu-bench; else echo commx-bench; fi; }
@@ -75,6 +70,11 @@ if [ "${LOWP_BENCH:-1}" = 1 ]; then
   COMMX_CUDA_LOWP_KERNEL=generic bench lowp_generic "$BUILD" commx-bench --backend cuda+fp8,cuda+fp8x2 \
     --dtypes bf16 --ops all_reduce --modes eager --min "$MIN" --max "$MAX" --factor 4 --reps "$REPS" \
     --json "$OUT/lowp_generic.json" --md /dev/null
+  other_bpsm=1
+  [ "${COMMX_CUDA_LOWP_BLOCKS_PER_SM:-1}" = 1 ] && other_bpsm=2
+  COMMX_CUDA_LOWP_BLOCKS_PER_SM=$other_bpsm bench lowp_occupancy "$BUILD" commx-bench --backend cuda+fp8,cuda+fp8x2 \
+    --dtypes bf16 --ops all_reduce --modes eager --min "$MIN" --max "$MAX" --factor 4 --reps "$REPS" \
+    --json "$OUT/lowp_occupancy.json" --md /dev/null
   if [ -n "$BASE" ]; then
     bench lowp_base "$BASE/build-gpu" "$(bench_bin "$BASE")" --backend cuda+fp8,cuda+fp8x2 --dtypes bf16 --ops all_reduce \
       --modes eager --min "$MIN" --max "$MAX" --factor 4 --reps "$REPS" \

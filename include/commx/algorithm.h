@@ -90,4 +90,18 @@ const Algorithm<Run>& select_algorithm(std::span<const Algorithm<Run>> table, Co
   return *row;
 }
 
+// The row of a backend that wraps a library (gloo, mpi, nccl: a library call or two per
+// collective): the op's hint where it names a row of the op's collective, else the collective's
+// first row, following fallbacks. A hint naming none of its rows is left to the other backends
+// of the job (a benchmark passes one hint to every comm); null when no row runs the collective.
+template <class Run>
+const Algorithm<Run>* select_library_row(std::span<const Algorithm<Run>> table, const OpDesc& op) {
+  // Every hint is accepted and the default exists: nothing here can fail, so no error prefix.
+  for (const auto& row : table)
+    if (row.collective == op.collective)
+      return &select_algorithm(table, op.collective, op, Topology{op.comm_size}, nullptr, row.name,
+                               "", [](std::string_view) { return true; });
+  return nullptr;
+}
+
 }  // namespace commx

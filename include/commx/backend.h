@@ -32,7 +32,7 @@ enum class OpType : uint8_t {
   kReduceScatterV,  // inputs: list whose counts may differ per rank
   kAllToAll,        // inputs/outputs: lists of size() tensors
   kAllToAllSingle,
-  kAllToAllVSingle,  // input_splits/output_splits in elements
+  kAllToAllVSingle,  // the caller's split sizes become the per-rank views inputs/outputs
   kGather,           // outputs (root only): list of size() tensors
   kGatherSingle,
   kScatter,  // inputs (root only): list of size() tensors
@@ -45,11 +45,8 @@ enum class OpType : uint8_t {
 inline constexpr int kNumOpTypes = 20;
 const char* op_type_name(OpType t);
 Collective collective_of(OpType t);
-// Whether ops of this type combine values with a ReduceOp (and so must check it and the dtype).
-inline bool is_reduction(OpType t) {
-  return t == OpType::kAllReduce || t == OpType::kReduce || t == OpType::kReduceScatter ||
-         t == OpType::kReduceScatterSingle || t == OpType::kReduceScatterV;
-}
+// Whether the form's per-rank pieces may differ in count (the v forms, the list all_to_all).
+bool has_uneven_pieces(OpType t);
 
 // What a backend implements for a one-sided window (commx/window.h checks every argument first,
 // so a backend sees only ranks in range and byte ranges inside the target's buffer).
@@ -107,8 +104,8 @@ struct P2POp {
 // (lower_op). Unused fields stay empty.
 //
 // After lowering, the per-rank pieces of an op are one Tensor view per rank, whatever form the
-// user called: a single-tensor form becomes views into its one buffer, a split list becomes views
-// at the split offsets.
+// user called: a single-tensor form becomes views into its one buffer, and all_to_all_v_single's
+// split sizes become views at the split offsets (Comm builds those, split_views).
 //   all_reduce, reduce, broadcast  input, output (output equals input: in place)
 //   all_gather                     input; outputs[r] receives rank r's input
 //   reduce_scatter                 inputs[r] is reduced into rank r's output
@@ -127,8 +124,6 @@ struct OpDesc {
   Tensor output{};  // equals input for in-place single-tensor ops (all_reduce, broadcast, reduce)
   std::vector<Tensor> inputs{};
   std::vector<Tensor> outputs{};
-  std::vector<int64_t> input_splits{};
-  std::vector<int64_t> output_splits{};
   ReduceOp op{};
   int root = -1;  // also the peer of send/recv
   std::vector<P2POp> p2p{};
@@ -158,6 +153,9 @@ struct OpDesc {
 
 // Whether the views lie back to back in memory (false for an empty list).
 bool back_to_back(const std::vector<Tensor>& views);
+// Views of `t` of `splits[r]` elements each, back to back from its start: how the split sizes of
+// all_to_all_v_single become its per-rank views (validate_op then checks them against `t`).
+std::vector<Tensor> split_views(const Tensor& t, const std::vector<int64_t>& splits);
 
 // Lowers a validated op of rank `rank` in a comm of `size` ranks into its canonical collective:
 // sets `collective` and `comm_size` and fills the per-rank views (see OpDesc). The core does it
@@ -185,9 +183,16 @@ class Backend {
   // Executes or enqueues `op`. With async_op=false a host backend completes before returning and
   // a device backend enqueues on the caller's stream; both return a Work for uniformity.
   virtual Work run(const OpDesc& op, bool async_op) = 0;
-  // Whether this backend can run `type` on `dtype` with reduction `kind`; the core turns a false
-  // into a clear Unsupported error before the op reaches run().
-  virtual bool supports(OpType type, DataType dtype, ReduceKind kind) const = 0;
+  // Whether this backend can run collective `c` on `dtype` (with reduction `kind` where `c`
+  // reduces); the core turns a false into a clear Unsupported error before the op reaches run().
+  virtual bool supports(Collective c, DataType dtype, ReduceKind kind) const = 0;
+  // The same question for the forms whose per-rank pieces may differ in count (all_gather_v,
+  // reduce_scatter_v, the list all_to_all, all_to_all_v_single: OpDesc::equal_split() is false).
+  // A backend that runs them another way than the equal forms (a device backend hands them to a
+  // library) overrides it.
+  virtual bool supports_uneven(Collective c, DataType dtype, ReduceKind kind) const {
+    return supports(c, dtype, kind);
+  }
   // Non-blocking: fail every pending op with Aborted and make later ops fail fast.
   virtual void abort() = 0;
   // Releases resources; after finalize no op may be issued.
@@ -199,6 +204,10 @@ class Backend {
   // which throws Unsupported.
   virtual std::shared_ptr<WindowImpl> new_window(int64_t count, DataType dtype, const std::string& where);
 };
+
+// Whether `b` runs an op of form `type` on `dtype` with `kind`: the question the core asks before
+// run() (Backend::supports, or supports_uneven for the forms with per-rank counts).
+bool backend_runs(const Backend& b, OpType type, DataType dtype, ReduceKind kind);
 
 // "[comm 'name' rank r/n] " -- errors about the comm itself (init, finalize) start so.
 inline std::string comm_context(const std::string& comm_name, int rank, int size) {
@@ -226,8 +235,9 @@ std::unique_ptr<Backend> create_backend(const std::string& name);
 // Plugin ABI: a backend library exports these two C symbols.
 //   uint32_t commx_plugin_abi_version();        returns kBackendAbiVersion it was built with
 //   void commx_plugin_register();                calls register_backend(...)
-inline constexpr uint32_t kBackendAbiVersion = 4;  // 2: Backend::new_window, 3: OpDesc::dynamic,
-                                                   // 4: canonical OpDesc
+inline constexpr uint32_t kBackendAbiVersion = 5;  // 2: Backend::new_window, 3: OpDesc::dynamic,
+                                                   // 4: canonical OpDesc, 5: supports() by
+                                                   // Collective, no split vectors in OpDesc
 
 }  // namespace commx
 

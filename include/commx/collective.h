@@ -24,4 +24,9 @@ inline constexpr int kNumCollectives = 11;
 
 const char* collective_name(Collective c);
 
+// Whether the collective combines values with a ReduceOp (and so depends on it and the dtype).
+inline constexpr bool is_reduction(Collective c) {
+  return c == Collective::kAllReduce || c == Collective::kReduce || c == Collective::kReduceScatter;
+}
+
 }  // namespace commx

@@ -165,6 +165,10 @@ class Comm : public std::enable_shared_from_this<Comm> {
  private:
   Comm() = default;
   Work issue(OpDesc op, bool async_op, const OpOptions& o);
+  // all_to_all_v_dynamic and its MoE forms (dispatch, combine): one op, told apart by `form`.
+  Work issue_dynamic(DynamicA2AForm form, const Tensor& output, const Tensor& input,
+                     const Tensor& output_counts, const Tensor& input_counts, int64_t row_size,
+                     bool async_op, const OpOptions& o);
   std::unique_ptr<CommImpl> impl_;
   friend class CommImpl;
 };

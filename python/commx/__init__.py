@@ -40,7 +40,13 @@ from ._C import (  # noqa: F401
     WorkStatus,
     launcher_store,
 )
-from ._backends import BackendHandle, load_backend, register_backend, registered_backends
+from ._backends import (  # noqa: F401
+    BackendHandle,
+    TorchCommBackend,
+    load_backend,
+    register_backend,
+    registered_backends,
+)
 from ._comm import new_comm
 from ._reconfigure import ReconfigurableComm
 from ._stores import as_commx_store
@@ -59,12 +65,26 @@ from ._torchcomms import (  # noqa: F401
     is_backend_built,
 )
 
+from ._options import *  # noqa: F401,F403 - SendOptions ... ReconfigureOptions
+from ._options import __all__ as _option_names
+from ._memory import HostMemAllocator, get_mem_allocator  # noqa: F401
+from ._windows import TensorWindow, TorchCommWinAccessType, TorchCommWindowAttr  # noqa: F401
+
 _torchcomms.install()
 
 # torchcomms' type names, so code written against torchcomms reads the same.
 TorchComm = Comm
 TorchWork = Work
-TorchCommWindow = Window
+TorchCommWindow = TensorWindow  # comm.new_window() / new_window(tensor); Window: commx's own
+
+
+def __getattr__(name):
+    # torch-dependent names load on first use, so `import commx` works without torch.
+    if name == "_BackendWrapper":
+        from .torch._wrapper import BackendWrapper
+        return BackendWrapper
+    raise AttributeError(f"module 'commx' has no attribute {name!r}")
+
 
 __version__ = "0.1.0"
 
@@ -77,7 +97,10 @@ __all__ = [
     "Window", "Work", "WorkStatus", "as_commx_store", "load_backend", "new_comm", "register_backend",
     "registered_backends", "AllGatherPHandle", "BatchP2POptions", "CommOptions", "HookArgs",
     "OpName", "P2POpType", "RedOpType", "RemovableHandle", "available_backends",
-    "is_backend_built", "launcher_store", "ReconfigurableComm",
+    "is_backend_built", "launcher_store", "ReconfigurableComm", "TorchCommBackend",
+    "HostMemAllocator", "TensorWindow", "TorchCommWinAccessType", "TorchCommWindowAttr",
+    "get_mem_allocator", *_option_names,
 ]
-# commx.objcol (object collectives, needs torch) is imported as `from commx import objcol`.
+# Needing torch, imported by name: commx.objcol (object collectives), commx.device_mesh
+# (init_device_mesh over comms), commx.functional (compile/autograd-aware collectives).
 

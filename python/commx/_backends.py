@@ -15,7 +15,7 @@ def register_backend(name, backend_class):
 
     `backend_class()` must return an object with `init(ctx)` (ctx: commx.BackendContext) and
     `run(op, async_op)` (op: commx.OpDesc; its TensorViews convert with numpy.from_dlpack or
-    torch.from_dlpack), and optionally `supports(op_type, dtype_name, reduce_kind_name)`,
+    torch.from_dlpack), and optionally `supports(collective_name, dtype_name, reduce_kind_name)`,
     `abort()`, `finalize()` and `accepts_device(device_str)`. Errors raised in Python reach the
     caller as commx errors (a commx.Error keeps its code).
     """
@@ -75,3 +75,31 @@ class BackendHandle:
 
     def __repr__(self):
         return f"<commx backend {self.name!r} at {self.address:#x}>"
+
+
+class TorchCommBackend:
+    """The base of a backend written in Python (torchcomms' name): subclass it, override `run`
+    for the ops the backend has (and `supports` to decline the others, so the comm reports them
+    Unsupported before calling), and pass the class to register_backend. init keeps the
+    BackendContext as `self.ctx` (rank, size, store, timeout, device); abort and finalize do
+    nothing unless overridden; the device is the CPU unless accepts_device says otherwise."""
+
+    def init(self, ctx):
+        self.ctx = ctx
+
+    def run(self, op, async_op):
+        raise _C.UnsupportedError(
+            f"Unsupported: backend {type(self).__name__} (rank {self.ctx.rank}) has no "
+            f"implementation of {op.name}")
+
+    def supports(self, op_type, dtype_name, reduce_kind_name):
+        return True
+
+    def accepts_device(self, device):
+        return device == "cpu"
+
+    def abort(self):
+        pass
+
+    def finalize(self):
+        pass

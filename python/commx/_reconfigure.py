@@ -10,6 +10,7 @@ import uuid as _uuid
 from datetime import timedelta
 
 from . import _C
+from ._options import ReconfigureOptions
 
 __all__ = ["ReconfigurableComm"]
 
@@ -74,11 +75,21 @@ class ReconfigurableComm:
         if self._comm is not None:
             self._comm.finalize()
 
-    def reconfigure(self, uuid, init_handles, timeout=None, hints=None):
+    def reconfigure(self, uuid, init_handles=None, timeout=None, hints=None):
         """Collective among the processes whose handles are in `init_handles` (each calls it with
         the same uuid and handles): a list gives the ranks in its order, a set in sorted order.
         Returns a Work that completes once every member has joined. The comm in use before (if
-        any) is aborted: its pending ops fail."""
+        any) is aborted: its pending ops fail. reconfigure(ReconfigureOptions(...)) gives all four
+        in one object."""
+        if isinstance(uuid, ReconfigureOptions):
+            opts = uuid
+            uuid, init_handles = opts.uuid, opts.init_handles
+            timeout = opts.timeout if timeout is None else timeout
+            hints = {**opts.hints, **(hints or {})}
+        if init_handles is None:
+            raise _C.InvalidArgumentError(
+                f"InvalidArgument: [comm '{self._name}'] reconfigure(uuid={uuid}): no init_handles "
+                "given")
         handles = sorted(init_handles) if isinstance(init_handles, (set, frozenset)) else list(
             init_handles)
         where = f"[comm '{self._name}'] reconfigure(uuid={uuid})"

@@ -7,6 +7,8 @@ import enum
 from datetime import timedelta
 
 from . import _C
+from . import _memory, _windows
+from ._options import OPTIONS_BY_OP, BatchP2POptions, merge, with_options
 
 __all__ = [
     "AllGatherPHandle", "BatchP2POptions", "CommOptions", "HookArgs", "OpName", "P2POpType",
@@ -79,14 +81,6 @@ class CommOptions:
         return (f"CommOptions(abort_process_on_timeout_or_error="
                 f"{self.abort_process_on_timeout_or_error}, timeout={self.timeout!r}, "
                 f"enable_reconfigure={self.enable_reconfigure}, hints={self.hints})")
-
-
-class BatchP2POptions:
-    """Options of BatchSendRecv.issue (`options=`): timeout and hints."""
-
-    def __init__(self, timeout=None, hints=None):
-        self.timeout = timeout
-        self.hints = dict(hints or {})
 
 
 class HookArgs:
@@ -163,7 +157,13 @@ def _wrap_ops_with_defaults(comm):
     for name in _OPS:
         method = getattr(type(comm), name)
 
-        def op(*args, _method=method, **kwargs):
+        def op(*args, _method=method, _name=name, **kwargs):
+            # precedence: the call's own timeout/hints, then its options=, then these defaults
+            options = kwargs.pop("options", None)
+            if options is not None:
+                kwargs["timeout"], kwargs["hints"] = merge(comm, _name, options,
+                                                           kwargs.get("timeout"),
+                                                           kwargs.get("hints"))
             if kwargs.get("timeout") is None and comm._default_timeout is not None:
                 kwargs["timeout"] = comm._default_timeout
             if comm._default_hints:
@@ -256,13 +256,18 @@ def _get_backend_version(self):
     return f"commx {__version__} ({self.get_backend()})"
 
 
-def _all_gather_p_init(self, output, hints=None, timeout=None):
+def _all_gather_p_init(self, output, hints=None, timeout=None, options=None):
     """Persistent all-gather: `output` (size x the input) is fixed once; each
     all_gather_p_exec(handle, input) gathers into it."""
+    if options is not None:
+        timeout, hints = merge(self, "all_gather_p_init", options, timeout, hints)
     return AllGatherPHandle(self, output, hints, timeout)
 
 
-def _all_gather_p_exec(self, handle, input, async_op=False, hints=None, timeout=None):
+def _all_gather_p_exec(self, handle, input, async_op=False, hints=None, timeout=None,
+                       options=None):
+    if options is not None:
+        timeout, hints = merge(self, "all_gather_p_exec", options, timeout, hints)
     if handle.comm is not self:
         raise _C.InvalidArgumentError(
             f"InvalidArgument: [comm '{self.get_name()}'] all_gather_p_exec: the handle belongs "
@@ -293,8 +298,12 @@ _native_issue = _C.BatchSendRecv.issue
 
 def _batch_issue(self, async_op=False, options=None, hints=None, timeout=None):
     if options is not None:
-        hints = options.hints if hints is None else hints
+        if not isinstance(options, BatchP2POptions):
+            raise _C.InvalidArgumentError(
+                f"InvalidArgument: BatchSendRecv.issue: options is a {type(options).__name__}; "
+                "issue takes BatchP2POptions")
         timeout = options.timeout if timeout is None else timeout
+        hints = {**options.hints, **(hints or {})} if options.hints else hints
     return _native_issue(self, async_op, hints=hints, timeout=timeout)
 
 
@@ -317,6 +326,14 @@ def install():
     C.all_gather_p_init = _all_gather_p_init
     C.all_gather_p_exec = _all_gather_p_exec
     C.all_gather_p_free = _all_gather_p_free
+    for name in _OPS:
+        if name in OPTIONS_BY_OP:
+            setattr(C, name, with_options(name, getattr(C, name)))
+    C.new_window = _windows.new_window(C.new_window)
+    C.tensor_register = _memory.tensor_register
+    C.tensor_deregister = _memory.tensor_deregister
+    C.get_mem_allocator = _memory.comm_get_mem_allocator
+    C.mem_allocator = property(_memory.comm_get_mem_allocator)
     C.get_init_handle = _not_reconfigurable
     C.reconfigure = _not_reconfigurable
     _C.BatchSendRecv.ops = property(_batch_ops)

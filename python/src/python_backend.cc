@@ -92,11 +92,12 @@ class PythonBackend : public commx::Backend {
     call([&] { impl_.attr("run")(op, async_op); });
     return commx::Work(std::make_shared<DoneWork>());
   }
-  bool supports(commx::OpType type, commx::DataType dtype, commx::ReduceKind kind) const override {
+  bool supports(commx::Collective c, commx::DataType dtype, commx::ReduceKind kind) const override {
     bool ok = true;
     call([&] {
       if (py::hasattr(impl_, "supports"))
-        ok = impl_.attr("supports")(type, commx::dtype_name(dtype), commx::reduce_kind_name(kind))
+        ok = impl_.attr("supports")(commx::collective_name(c), commx::dtype_name(dtype),
+                                    commx::reduce_kind_name(kind))
                  .cast<bool>();
     });
     return ok;
@@ -179,8 +180,6 @@ void bind_python_backends(py::module_& m) {
       .def_readonly("output", &commx::OpDesc::output)
       .def_readonly("inputs", &commx::OpDesc::inputs)
       .def_readonly("outputs", &commx::OpDesc::outputs)
-      .def_readonly("input_splits", &commx::OpDesc::input_splits)
-      .def_readonly("output_splits", &commx::OpDesc::output_splits)
       .def_readonly("op", &commx::OpDesc::op)
       .def_readonly("root", &commx::OpDesc::root)
       .def_readonly("p2p", &commx::OpDesc::p2p)

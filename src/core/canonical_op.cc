@@ -15,17 +15,6 @@ std::vector<Tensor> equal_views(const Tensor& t, int n, int64_t each) {
   return v;
 }
 
-std::vector<Tensor> split_views(const Tensor& t, const std::vector<int64_t>& splits) {
-  std::vector<Tensor> v;
-  v.reserve(splits.size());
-  int64_t off = 0;
-  for (int64_t s : splits) {
-    v.push_back(t.slice(off, s));
-    off += s;
-  }
-  return v;
-}
-
 int64_t count_of(const std::vector<Tensor>& ts) {
   int64_t s = 0;
   for (const Tensor& t : ts) s += t.count;
@@ -104,10 +93,6 @@ void lower_op(OpDesc& op, int rank, int size) {
       op.inputs = equal_views(op.input, size, op.input.count / size);
       op.outputs = equal_views(op.output, size, op.output.count / size);
       break;
-    case OpType::kAllToAllVSingle:
-      op.inputs = split_views(op.input, op.input_splits);
-      op.outputs = split_views(op.output, op.output_splits);
-      break;
     case OpType::kGather:
       if (!root) op.outputs.clear();
       break;
@@ -127,6 +112,17 @@ void lower_op(OpDesc& op, int rank, int size) {
     default:
       break;
   }
+}
+
+std::vector<Tensor> split_views(const Tensor& t, const std::vector<int64_t>& splits) {
+  std::vector<Tensor> v;
+  v.reserve(splits.size());
+  int64_t off = 0;
+  for (int64_t s : splits) {
+    v.push_back(t.slice(off, s));
+    off += s;
+  }
+  return v;
 }
 
 bool back_to_back(const std::vector<Tensor>& views) {
@@ -151,18 +147,20 @@ DataType OpDesc::dtype() const {
   }
 }
 
-bool OpDesc::equal_split() const {
-  switch (type) {
+bool has_uneven_pieces(OpType t) {
+  switch (t) {
     case OpType::kAllGatherV:
     case OpType::kReduceScatterV:
     case OpType::kAllToAll:
     case OpType::kAllToAllVSingle:
     case OpType::kAllToAllVDynamic:
-      return false;
-    default:
       return true;
+    default:
+      return false;
   }
 }
+
+bool OpDesc::equal_split() const { return !has_uneven_pieces(type); }
 
 int64_t OpDesc::agreed_count() const {
   switch (collective) {

@@ -280,36 +280,35 @@ Work Comm::all_to_all_v_single(const Tensor& output, const Tensor& input,
   return issue({.type = OpType::kAllToAllVSingle,
                 .input = input,
                 .output = output,
-                .input_splits = input_splits,
-                .output_splits = output_splits},
+                .inputs = split_views(input, input_splits),
+                .outputs = split_views(output, output_splits)},
                async_op, o);
 }
 
-namespace {
-OpDesc dynamic_op(const Tensor& output, const Tensor& input, const Tensor& output_counts,
-                  const Tensor& input_counts, int64_t row_size, int experts_per_rank,
-                  DynamicA2AForm form) {
-  return {.type = OpType::kAllToAllVDynamic,
-          .input = input,
-          .output = output,
-          .dynamic = {.input_counts = input_counts,
-                      .output_counts = output_counts,
-                      .row_elems = row_size,
-                      .experts_per_rank = experts_per_rank,
-                      .form = form}};
+Work Comm::issue_dynamic(DynamicA2AForm form, const Tensor& output, const Tensor& input,
+                         const Tensor& output_counts, const Tensor& input_counts,
+                         int64_t row_size, bool async_op, const OpOptions& o) {
+  // A dispatch/combine has one segment per expert: counts.count / size experts per rank
+  // (validate_op rejects a count not divisible by size).
+  const int experts = form == DynamicA2AForm::kPlain
+                          ? 1
+                          : static_cast<int>(std::max<int64_t>(input_counts.count / size(), 1));
+  return issue({.type = OpType::kAllToAllVDynamic,
+                .input = input,
+                .output = output,
+                .dynamic = {.input_counts = input_counts,
+                            .output_counts = output_counts,
+                            .row_elems = row_size,
+                            .experts_per_rank = experts,
+                            .form = form}},
+               async_op, o);
 }
-// Experts per rank of a dispatch/combine (validate_op rejects a count not divisible by size).
-int experts_per_rank(const Tensor& counts, int size) {
-  return static_cast<int>(std::max<int64_t>(counts.count / size, 1));
-}
-}  // namespace
 
 Work Comm::all_to_all_v_dynamic(const Tensor& output, const Tensor& input,
                                 const Tensor& output_split_sizes, const Tensor& input_split_sizes,
                                 int64_t row_size, bool async_op, const OpOptions& o) {
-  return issue(dynamic_op(output, input, output_split_sizes, input_split_sizes, row_size, 1,
-                          DynamicA2AForm::kPlain),
-               async_op, o);
+  return issue_dynamic(DynamicA2AForm::kPlain, output, input, output_split_sizes,
+                       input_split_sizes, row_size, async_op, o);
 }
 
 Work Comm::device_alltoallv_single(const Tensor& output, const Tensor& input,
@@ -322,17 +321,15 @@ Work Comm::device_alltoallv_single(const Tensor& output, const Tensor& input,
 Work Comm::dispatch(const Tensor& output, const Tensor& input, const Tensor& output_split_sizes,
                     const Tensor& expert_counts, int64_t row_size, bool async_op,
                     const OpOptions& o) {
-  return issue(dynamic_op(output, input, output_split_sizes, expert_counts, row_size,
-                          experts_per_rank(expert_counts, size()), DynamicA2AForm::kDispatch),
-               async_op, o);
+  return issue_dynamic(DynamicA2AForm::kDispatch, output, input, output_split_sizes,
+                       expert_counts, row_size, async_op, o);
 }
 
 Work Comm::combine(const Tensor& output, const Tensor& input, const Tensor& output_split_sizes,
                    const Tensor& input_split_sizes, int64_t row_size, bool async_op,
                    const OpOptions& o) {
-  return issue(dynamic_op(output, input, output_split_sizes, input_split_sizes, row_size,
-                          experts_per_rank(input_split_sizes, size()), DynamicA2AForm::kCombine),
-               async_op, o);
+  return issue_dynamic(DynamicA2AForm::kCombine, output, input, output_split_sizes,
+                       input_split_sizes, row_size, async_op, o);
 }
 
 Work Comm::gather(const std::vector<Tensor>& outputs, const Tensor& input, int root, bool async_op,

@@ -56,7 +56,7 @@ OpFingerprint fingerprint_of(const OpDesc& op, uint32_t ordinal) {
   f.count = op.agreed_count();
   f.sizes = agreed_sizes(op);
   if (is_rooted(op.collective)) f.root = op.root;
-  if (is_reduction(op.type)) {
+  if (is_reduction(op.collective)) {
     f.reduce = static_cast<uint8_t>(op.op.kind);
     if (op.op.kind == ReduceKind::kPremulSum) f.flags |= OpFingerprint::kPremulFactor;
   }

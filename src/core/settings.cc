@@ -143,7 +143,7 @@ const std::vector<SettingSpec>& table() {
        "cuda all_reduce: largest one-shot message", "cuda.md", 0, kTiB},
       {"COMMX_DDA_TREE_MAX_BYTES", T::kBytes, "measured",
        "cuda all_reduce: largest two-shot message", "cuda.md", 0, kTiB},
-      {"COMMX_CUDA_BUFFER_BYTES", T::kBytes, "256M", "cuda backend: peer buffer per rank",
+      {"COMMX_CUDA_BUFFER_BYTES", T::kBytes, "31M", "cuda backend: peer buffer per rank",
        "cuda.md", 64 * kKiB, kTiB},
       {"COMMX_CUDA_MAX_BLOCKS", T::kInt, "the SM count", "cuda backend: grid size of small ops",
        "cuda.md", 1, 65535},
@@ -164,14 +164,24 @@ const std::vector<SettingSpec>& table() {
        "cuda.md", 0, 0, "ipc|vmm"},
       {"COMMX_CUDA_RANKS_PER_HOST", T::kInt, "unset",
        "cuda backend: forced host boundary (hierarchical path tests)", "cuda.md", 1, kMaxCount},
-      {"COMMX_CUDA_LOWP_BLOCKS_PER_SM", T::kInt, "2",
-       "cuda backend: FP8 kernel occupancy (the kernel for any world size)", "cuda.md", 1, 32},
+      {"COMMX_CUDA_LOWP_BLOCKS_PER_SM", T::kInt, "1",
+       "cuda backend: FP8 kernel occupancy: 1 block of threads per SM with up to 128 registers "
+       "per thread, or 2 with 64 (they spill)",
+       "cuda.md", 1, 2},
+      {"COMMX_CUDA_LOWP_HALVES", T::kBool, "1",
+       "cuda backend: FP8 kernel slots in one buffer half per kernel, alternating (1), or over "
+       "both halves with a barrier at each end of an op (0)",
+       "cuda.md"},
       {"COMMX_CUDA_LOWP_KERNEL", T::kChoice, "auto",
        "cuda backend: FP8 kernel specialised for 2 and 4 ranks (auto) or the one for any world "
        "size (generic, for comparisons)",
        "cuda.md", 0, 0, "auto|generic"},
       {"COMMX_NCCL_LIBRARY", T::kPath, "libnccl.so.2", "NCCL library the nccl backend loads",
        "cuda.md"},
+      {"COMMX_NCCL_DYNAMIC_STAGING_BYTES", T::kBytes, "16M",
+       "nccl backend all_to_all_v_dynamic: staging per direction (comm hint dynamic_staging_bytes "
+       "first)",
+       "cuda.md", 64 * kKiB, kTiB},
       // ---- low precision ----
       {"COMMX_LOW_PRECISION_ENABLE", T::kChoice, "off", "FP8 collectives with FP32 accumulation",
        "low_precision.md", 0, 0, "off|0|false|none|on|1|true|fp8|fp8e4m3|e4m3|fp8e5m2|e5m2",

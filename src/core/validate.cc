@@ -64,14 +64,16 @@ struct Checker {
       fail(ErrorCode::kInvalidArgument, std::string(role) + " " + std::to_string(r) +
                                             " is out of range [0, " + std::to_string(c.size) + ")");
   }
-  void splits(const std::vector<int64_t>& s, const Tensor& t, std::string_view role) const {
-    if (static_cast<int>(s.size()) != c.size)
-      fail(ErrorCode::kInvalidArgument, std::string(role) + " has " + std::to_string(s.size()) +
+  // The views all_to_all_v_single's split sizes became (split_views): one per rank, inside `t`.
+  void splits(const std::vector<Tensor>& views, const Tensor& t, std::string_view role) const {
+    if (static_cast<int>(views.size()) != c.size)
+      fail(ErrorCode::kInvalidArgument, std::string(role) + " has " + std::to_string(views.size()) +
                                             " entries, expected " + std::to_string(c.size));
     int64_t sum = 0;
-    for (int64_t v : s) {
-      if (v < 0) fail(ErrorCode::kInvalidArgument, std::string(role) + " has a negative split " + std::to_string(v));
-      sum += v;
+    for (const Tensor& v : views) {
+      if (v.count < 0)
+        fail(ErrorCode::kInvalidArgument, std::string(role) + " has a negative split " + std::to_string(v.count));
+      sum += v.count;
     }
     if (sum > t.count)
       fail(ErrorCode::kInvalidArgument, std::string(role) + " add up to " + std::to_string(sum) +
@@ -185,8 +187,8 @@ void validate_op(const CommImpl& c, const OpDesc& op) {
       k.tensor(in, "input");
       k.tensor(out, "output");
       k.same_dtype(in, out, "output");
-      k.splits(op.input_splits, in, "input splits");
-      k.splits(op.output_splits, out, "output splits");
+      k.splits(op.inputs, in, "input splits");
+      k.splits(op.outputs, out, "output splits");
       break;
     case OpType::kGather:
       k.tensor(in, "input");
@@ -231,13 +233,19 @@ void validate_op(const CommImpl& c, const OpDesc& op) {
   }
 }
 
+bool backend_runs(const Backend& b, OpType type, DataType dtype, ReduceKind kind) {
+  const Collective c = collective_of(type);
+  return has_uneven_pieces(type) ? b.supports_uneven(c, dtype, kind) : b.supports(c, dtype, kind);
+}
+
 void check_supported(const CommImpl& c, const OpDesc& op) {
   Checker k{c, op};
   const DataType dt = op.dtype();
-  if (is_reduction(op.type)) k.reduction(dt);
-  if (!c.backend->supports(op.type, dt, op.op.kind)) {
+  const bool reduces = is_reduction(op.collective);
+  if (reduces) k.reduction(dt);
+  if (!backend_runs(*c.backend, op.type, dt, op.op.kind)) {
     std::string what = std::string(op.name()) + " on " + dtype_name(dt);
-    if (is_reduction(op.type)) what += std::string(" with ") + reduce_kind_name(op.op.kind);
+    if (reduces) what += std::string(" with ") + reduce_kind_name(op.op.kind);
     k.fail(ErrorCode::kUnsupported, "backend '" + c.backend_name + "' does not support " + what);
   }
 }

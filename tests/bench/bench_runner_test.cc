@@ -27,7 +27,7 @@ class OneRankBackend : public Backend {
   explicit OneRankBackend(Fault f) : fault_(f) {}
   std::string name() const override { return "one_rank"; }
   void init(const BackendContext&) override {}
-  bool supports(OpType, DataType, ReduceKind) const override { return true; }
+  bool supports(Collective, DataType, ReduceKind) const override { return true; }
   void abort() override {}
   bool accepts_device(const Device& d) const override { return d.is_cpu(); }
   Work run(const OpDesc& op, bool) override {

@@ -17,10 +17,10 @@ namespace {
 TEST(GlooBackend, ClaimsWhatItComputes) {
   run_thread_ranks(1, "gloo", [](Comm& c) {
     Backend& b = c.unsafe_get_backend();
-    EXPECT_TRUE(b.supports(OpType::kAllReduce, DataType::kBFloat16, ReduceKind::kSum));
-    EXPECT_TRUE(b.supports(OpType::kAllReduce, DataType::kFloat32, ReduceKind::kAvg));
-    EXPECT_FALSE(b.supports(OpType::kAllReduce, DataType::kInt32, ReduceKind::kAvg));
-    EXPECT_FALSE(b.supports(OpType::kAllToAllVDynamic, DataType::kFloat32, ReduceKind::kSum));
+    EXPECT_TRUE(b.supports(Collective::kAllReduce, DataType::kBFloat16, ReduceKind::kSum));
+    EXPECT_TRUE(b.supports(Collective::kAllReduce, DataType::kFloat32, ReduceKind::kAvg));
+    EXPECT_FALSE(b.supports(Collective::kAllReduce, DataType::kInt32, ReduceKind::kAvg));
+    EXPECT_FALSE(b.supports(Collective::kAllToAllVDynamic, DataType::kFloat32, ReduceKind::kSum));
   });
 }
 

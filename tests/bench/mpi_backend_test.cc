@@ -29,11 +29,11 @@ TEST(MpiBackend, Claims) {
   auto c = make_comm();
   Backend& b = c->unsafe_get_backend();
   // Open MPI's vectorised SUM saturates 8-bit integers: not claimed (docs/api.md).
-  EXPECT_FALSE(b.supports(OpType::kAllReduce, DataType::kInt8, ReduceKind::kSum));
-  EXPECT_TRUE(b.supports(OpType::kAllReduce, DataType::kInt8, ReduceKind::kMax));
-  EXPECT_FALSE(b.supports(OpType::kAllReduce, DataType::kBFloat16, ReduceKind::kSum));
-  EXPECT_FALSE(b.supports(OpType::kAllReduce, DataType::kFloat32, ReduceKind::kPremulSum));
-  EXPECT_TRUE(b.supports(OpType::kAllGatherSingle, DataType::kBFloat16, ReduceKind::kSum));
+  EXPECT_FALSE(b.supports(Collective::kAllReduce, DataType::kInt8, ReduceKind::kSum));
+  EXPECT_TRUE(b.supports(Collective::kAllReduce, DataType::kInt8, ReduceKind::kMax));
+  EXPECT_FALSE(b.supports(Collective::kAllReduce, DataType::kBFloat16, ReduceKind::kSum));
+  EXPECT_FALSE(b.supports(Collective::kAllReduce, DataType::kFloat32, ReduceKind::kPremulSum));
+  EXPECT_TRUE(b.supports(Collective::kAllGather, DataType::kBFloat16, ReduceKind::kSum));
   c->finalize();
 }
 

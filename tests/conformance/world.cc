@@ -177,7 +177,7 @@ bool Rank::sweeps_less() const {
 }
 
 bool Rank::claims(OpType type, DataType dtype, ReduceKind kind) {
-  return comm_->unsafe_get_backend().supports(type, dtype, kind);
+  return backend_runs(comm_->unsafe_get_backend(), type, dtype, kind);
 }
 
 void Rank::expect_unsupported(const std::function<void()>& fn, const std::string& what) {

@@ -82,7 +82,7 @@ class Rank {
   // size and kind, and one op of each family (arithmetic, ordering, averaging, bitwise).
   const std::vector<DataType>& dtypes() const;
   const std::vector<ReduceOp>& reduce_ops() const;
-  // Whether the backend claims `type` on `dtype` with `kind` (Backend::supports).
+  // Whether the backend claims the form `type` on `dtype` with `kind` (backend_runs).
   bool claims(OpType type, DataType dtype, ReduceKind kind = ReduceKind::kSum);
   // `fn` must fail with Unsupported (an op the backend does not claim), naming the op.
   void expect_unsupported(const std::function<void()>& fn, const std::string& what);

@@ -105,3 +105,36 @@ TEST(TuningTableLinks, RowsMatchTheirLinkOrAny) {
   EXPECT_EQ(back.to_text(), t.to_text());
   EXPECT_THROW(TuningTable::parse("all_reduce 2 shm 0 10 ring extra\n"), Error);
 }
+
+// The library backends (gloo, mpi, nccl): the collective's first row unless a hint names one of
+// its rows; a hint naming none is no error; a row that cannot run hands over to its fallback.
+TEST(AlgorithmSelect, LibraryRowsTakeTheFirstRowOrANamedOne) {
+  bool (*one_buffer)(const OpDesc&, const Topology&) = [](const OpDesc& op, const Topology&) {
+    return op.outputs_one_buffer();
+  };
+  const Row rows[] = {
+      {"allreduce", Collective::kAllReduce, nullptr, 1},
+      {"ring", Collective::kAllReduce, nullptr, 2},
+      {"allgather", Collective::kAllGather, one_buffer, 3, "broadcasts"},
+      {"broadcasts", Collective::kAllGather, nullptr, 4},
+  };
+  const std::span<const Row> table(rows);
+  std::vector<float> v(8);
+  EXPECT_EQ(select_library_row(table, all_reduce(v))->run, 1);
+  EXPECT_EQ(select_library_row(table, all_reduce(v, {{"algorithm", "ring"}}))->run, 2);
+  EXPECT_EQ(select_library_row(table, all_reduce(v, {{"algorithm", "no_such"}}))->run, 1);
+
+  std::vector<float> in(2), out(4), a(2), b(2);
+  OpDesc single{.type = OpType::kAllGatherSingle, .input = make_tensor(in.data(), 2),
+                .output = make_tensor(out.data(), 4)};
+  lower_op(single, 0, 2);
+  EXPECT_EQ(select_library_row(table, single)->run, 3);
+  OpDesc list{.type = OpType::kAllGather, .input = make_tensor(in.data(), 2),
+              .outputs = {make_tensor(b.data(), 2), make_tensor(a.data(), 2)}};
+  lower_op(list, 0, 2);
+  EXPECT_EQ(select_library_row(table, list)->run, 4);  // not one buffer: the fallback
+
+  OpDesc barrier{.type = OpType::kBarrier};
+  lower_op(barrier, 0, 2);
+  EXPECT_EQ(select_library_row(table, barrier), nullptr);  // no row: the backend says Unsupported
+}

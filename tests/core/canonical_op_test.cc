@@ -89,8 +89,8 @@ TEST(CanonicalOp, SplitsBecomeViewsAtTheirOffsets) {
   OpDesc op{.type = OpType::kAllToAllVSingle,
             .input = make_tensor(in.data(), 10),
             .output = make_tensor(out.data(), 10),
-            .input_splits = {1, 0, 4, 2},
-            .output_splits = {3, 3, 0, 1}};
+            .inputs = split_views(make_tensor(in.data(), 10), {1, 0, 4, 2}),
+            .outputs = split_views(make_tensor(out.data(), 10), {3, 3, 0, 1})};
   lower_op(op, 3, kSize);
   EXPECT_EQ(op.collective, Collective::kAllToAll);
   EXPECT_EQ(layout(op.inputs, in.data()), (Layout{{0, 1}, {1, 0}, {1, 4}, {5, 2}}));

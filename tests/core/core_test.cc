@@ -74,6 +74,11 @@ TEST(Validation, MessagesNameCommRankOpAndProblem) {
   msg = error_of([&] { c->all_reduce(make_tensor(ints.data(), 8), ReduceOp::SUM); }, ErrorCode::kUnsupported);
   EXPECT_NE(msg.find("backend 'echo' does not support all_reduce on int32"), std::string::npos) << msg;
 
+  // The collective is claimed, its form with per-rank counts is not (Backend::supports_uneven).
+  msg = error_of([&] { c->all_gather_v({t}, t); }, ErrorCode::kUnsupported);
+  EXPECT_NE(msg.find("backend 'echo' does not support all_gather_v on float"), std::string::npos)
+      << msg;
+
   msg = error_of([&] { c->all_reduce(t, ReduceOp::BXOR); }, ErrorCode::kUnsupported);
   EXPECT_NE(msg.find("bxor is not defined for float"), std::string::npos) << msg;
 

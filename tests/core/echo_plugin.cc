@@ -1,5 +1,5 @@
-// A test plugin: backend "echo" for one-rank comms (all_reduce, broadcast, barrier on f32 only),
-// loaded through the plugin path like any out-of-tree backend.
+// A test plugin: backend "echo" for one-rank comms (all_reduce, broadcast, barrier, all_gather
+// with equal pieces, on f32 only), loaded through the plugin path like any out-of-tree backend.
 #include <memory>
 
 #include "commx/backend.h"
@@ -24,10 +24,14 @@ class EchoBackend : public commx::Backend {
         },
         async_op);
   }
-  bool supports(commx::OpType t, commx::DataType d, commx::ReduceKind) const override {
+  bool supports(commx::Collective c, commx::DataType d, commx::ReduceKind) const override {
     return d == commx::DataType::kFloat32 &&
-           (t == commx::OpType::kAllReduce || t == commx::OpType::kBroadcast ||
-            t == commx::OpType::kBarrier || t == commx::OpType::kAllGatherSingle);
+           (c == commx::Collective::kAllReduce || c == commx::Collective::kBroadcast ||
+            c == commx::Collective::kBarrier || c == commx::Collective::kAllGather);
+  }
+  // The forms with per-rank counts are not claimed: core_test checks that the core asks.
+  bool supports_uneven(commx::Collective, commx::DataType, commx::ReduceKind) const override {
+    return false;
   }
   void abort() override { exec_.fail_pending(std::make_exception_ptr(commx::Error(commx::ErrorCode::kAborted, "aborted"))); }
   bool accepts_device(const commx::Device& d) const override { return d.is_cpu(); }

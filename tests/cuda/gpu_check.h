@@ -22,6 +22,20 @@ namespace commx::testing {
     RANK_CHECK(e_ == cudaSuccess, std::string(#EXPR) + ": " + cudaGetErrorString(e_));        \
   } while (0)
 
+// A comm of `backend` for this rank on its GPU.
+inline std::shared_ptr<Comm> make_comm(RankCtx& ctx, const std::string& backend,
+                                       const std::string& name, Hints hints = {},
+                                       Timeout timeout = std::chrono::seconds(60)) {
+  CU(cudaSetDevice(ctx.device));
+  CommOptions o;
+  o.store = ctx.store;
+  o.rank = ctx.rank;
+  o.size = ctx.world;
+  o.timeout = timeout;
+  o.hints = std::move(hints);
+  return Comm::create(backend, Device::cuda(ctx.device), name, o);
+}
+
 struct DevBuf {
   void* p = nullptr;
   explicit DevBuf(size_t bytes) { CU(cudaMalloc(&p, bytes < 256 ? 256 : bytes)); }

@@ -49,7 +49,7 @@ class StoreBackend:
         self.store = ctx.store
         self.rank, self.size = ctx.rank, ctx.size
 
-    def supports(self, op_type, dtype, kind):
+    def supports(self, collective, dtype, kind):
         return dtype in NP_DTYPES
 
     def accepts_device(self, device):
@@ -144,12 +144,8 @@ class StoreBackend:
         self._exchange(k, [a[r * n:(r + 1) * n] for r in range(self.size)],
                        [out[r * n:(r + 1) * n] for r in range(self.size)], a.dtype)
 
-    def _all_to_all_v_single(self, op, k):
-        a, out = self._arr(op.input), self._arr(op.output)
-        io, oo = np.concatenate([[0], np.cumsum(op.input_splits)]), np.concatenate(
-            [[0], np.cumsum(op.output_splits)])
-        self._exchange(k, [a[io[r]:io[r + 1]] for r in range(self.size)],
-                       [out[oo[r]:oo[r + 1]] for r in range(self.size)], a.dtype)
+    # The split sizes arrive as per-rank views, as for the list form.
+    _all_to_all_v_single = _all_to_all
 
     def _gather(self, op, k):
         a = self._arr(op.input)

@@ -193,6 +193,70 @@ def _pg_collectives(rank, size, port, device="cpu"):
     return True
 
 
+def _pg_dynamic(rank, size, port, device="cpu"):
+    """commx.torch's all_to_all_v_dynamic / dispatch / combine on the group's comm, against a
+    reference; a capacity error on every rank, then the group goes on."""
+    import commx.torch as ct
+    _init_pg(rank, size, port, device=device)
+    dev = torch.device(device, rank) if device == "cuda" else torch.device("cpu")
+    n, width = size, 3
+    # References on the CPU (a CUDA rank's default device is its GPU).
+    cpu = torch.device("cpu")
+    # Rank k sends c[k, j] rows to rank j.
+    c = torch.tensor([[(3 * k + 2 * j) % 4 for j in range(n)] for k in range(n)], device=cpu)
+
+    def rows_of(k):
+        rows = torch.arange(int(c[k].sum()) * width, dtype=torch.float32, device=cpu)
+        return rows.reshape(-1, width) + 100 * k
+
+    inp = rows_of(rank).to(dev)
+    out = torch.full((int(c[:, rank].sum()) + 2, width), -1.0, device=dev)
+    got = torch.full((n,), -1, dtype=torch.int64, device=dev)
+    ct.all_to_all_v_dynamic(out, inp, got, c[rank].to(dev))
+    want = torch.cat([rows_of(k)[int(c[k, :rank].sum()):int(c[k, :rank + 1].sum())]
+                      for k in range(n)])
+    assert got.cpu().tolist() == c[:, rank].tolist()
+    torch.testing.assert_close(out[:want.shape[0]].cpu(), want)
+    assert (out[want.shape[0]:] == -1).all()
+    # NCCLX's name, async: the Work completes the op.
+    out2 = torch.zeros_like(out)
+    ct.device_alltoallv_single(out2, inp, got, c[rank].to(dev), async_op=True).wait()
+    torch.testing.assert_close(out2[:want.shape[0]].cpu(), want)
+    # MoE: 2 experts per rank, dispatch then combine brings every row back.
+    L = 2
+    experts = torch.tensor([(rank + e) % 3 for e in range(n * L)], dtype=torch.int64, device=cpu)
+    tokens = torch.arange(int(experts.sum()) * width, dtype=torch.float32, device=cpu)
+    tokens = tokens.reshape(-1, width) + rank
+    at = torch.zeros(3 * n * L * 2, width, device=dev)
+    at_counts = torch.zeros(n * L, dtype=torch.int64, device=dev)
+    ct.dispatch(at, tokens.to(dev), at_counts, experts.to(dev))
+    back = torch.zeros_like(tokens, device=dev)
+    back_counts = torch.zeros(n * L, dtype=torch.int64, device=dev)
+    ct.combine(back, at, back_counts, at_counts)
+    torch.testing.assert_close(back.cpu(), tokens)
+    assert back_counts.cpu().tolist() == experts.tolist()
+    # Rank 0's output holds one row too few: every rank fails alike, then the group goes on.
+    small = torch.zeros(max(int(c[:, rank].sum()) - (1 if rank == 0 else 0), 0), width, device=dev)
+    if int(c[:, 0].sum()) > 0:
+        with pytest.raises(commx.InvalidArgumentError, match="capacity exceeded: rank 0"):
+            ct.all_to_all_v_dynamic(small if rank == 0 else out, inp, got, c[rank].to(dev),
+                                    async_op=True).wait()
+    t = torch.ones(2, device=dev)
+    dist.all_reduce(t)
+    assert t.cpu().tolist() == [float(n)] * 2
+    dist.destroy_process_group()
+    return True
+
+
+def test_process_group_all_to_all_v_dynamic():
+    run_ranks(2, _pg_dynamic, with_store=False)
+
+
+@needs_2_gpus
+def test_process_group_all_to_all_v_dynamic_cuda():
+    run_ranks(2, _pg_dynamic, "cuda", **CUDA_RANKS)
+
+
 @pytest.mark.parametrize("size", [1, 2])  # 3 ranks: covered by test_collectives.py
 def test_process_group_collectives(size):
     run_ranks(size, _pg_collectives, with_store=False)

@@ -84,30 +84,21 @@ Layout layout_of(Coll c, const Shape& s, bool ip, int rank, int size, int root, 
   return l;
 }
 
-std::vector<OpType> op_types(Coll c) {
+// The canonical collective a benchmark row runs (every form it calls has equal pieces).
+Collective canonical(Coll c) {
   switch (c) {
-    case Coll::kAllReduce:
-      return {OpType::kAllReduce};
-    case Coll::kAllGather:
-      return {OpType::kAllGatherSingle};
-    case Coll::kReduceScatter:
-      return {OpType::kReduceScatterSingle};
-    case Coll::kAllToAll:
-      return {OpType::kAllToAllSingle};
-    case Coll::kBroadcast:
-      return {OpType::kBroadcast};
-    case Coll::kReduce:
-      return {OpType::kReduce};
-    case Coll::kGather:
-      return {OpType::kGatherSingle};
-    case Coll::kScatter:
-      return {OpType::kScatter};
-    case Coll::kSendRecv:
-      return {OpType::kSend, OpType::kRecv};
-    case Coll::kBarrier:
-      return {OpType::kBarrier};
+    case Coll::kAllReduce: return Collective::kAllReduce;
+    case Coll::kAllGather: return Collective::kAllGather;
+    case Coll::kReduceScatter: return Collective::kReduceScatter;
+    case Coll::kAllToAll: return Collective::kAllToAll;
+    case Coll::kBroadcast: return Collective::kBroadcast;
+    case Coll::kReduce: return Collective::kReduce;
+    case Coll::kGather: return Collective::kGather;
+    case Coll::kScatter: return Collective::kScatter;
+    case Coll::kSendRecv: return Collective::kP2P;
+    case Coll::kBarrier: return Collective::kBarrier;
   }
-  return {};
+  return Collective::kBarrier;
 }
 
 }  // namespace
@@ -134,9 +125,7 @@ Runner::~Runner() {
 
 bool Runner::supported(const BenchComm& bc, Coll c, DataType dt, ReduceOp op) {
   if (coll_reduces(c) && !reduce_supported_on_host(op.kind, dt)) return false;
-  for (OpType t : op_types(c))
-    if (!bc.comm->unsafe_get_backend().supports(t, dt, op.kind)) return false;
-  return true;
+  return bc.comm->unsafe_get_backend().supports(canonical(c), dt, op.kind);
 }
 
 void Runner::fill_inputs(const Point& p, bool ip) {

@@ -11,7 +11,10 @@ the router weights. Providers:
   nccl        torch's all_to_all_single: the per-expert counts are exchanged on the device, then
               read with .tolist() (a host sync), as PyTorch MoE code does; not capturable
   commx_host  the same with commx's all_to_all_v_single (host splits); not capturable
-  commx       commx's dispatch/combine: the counts never leave the device; eager and graph
+  commx       commx's dispatch/combine on the cuda backend (native kernels): the counts never
+              leave the device; eager and graph
+  commx_nccl  the same op on commx's nccl backend (its fallback: counts all-gathered and checked
+              on the device, max-sized windows through grouped ncclSend/ncclRecv); eager and graph
 "comm" times only the exchange (the count exchange, the host read where there is one, dispatch
 and combine) on the step's tensors. Every provider's layer output is checked against NCCL's.
 
@@ -170,10 +173,12 @@ def worker(rank, a, port):
     torch.cuda.set_device(dev)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=a.ranks)
     import commx
-    comm = commx.new_comm("cuda", dev, name="moe", store=dist.distributed_c10d._get_default_store(),
-                          rank=rank, size=a.ranks)
-    layer = Layer(a, rank, a.ranks, dev)
+    store = dist.distributed_c10d._get_default_store()
     names = a.providers.split(",")
+    comm = commx.new_comm("cuda", dev, name="moe", store=store, rank=rank, size=a.ranks)
+    nccl_comm = (commx.new_comm("nccl", dev, name="moe_nccl", store=store, rank=rank, size=a.ranks)
+                 if "commx_nccl" in names else None)
+    layer = Layer(a, rank, a.ranks, dev)
     rows_out = []
 
     def nccl_v(out, inp, recv, send):
@@ -199,6 +204,8 @@ def worker(rank, a, port):
                 ex = HostSplitExchange(layer, commx_v, commx_counts)
             elif name == "commx":
                 ex = DeviceCountExchange(layer, comm, tokens)
+            elif name == "commx_nccl":
+                ex = DeviceCountExchange(layer, nccl_comm, tokens)
             else:
                 raise ValueError(name)
             out = step(layer, ex, x).float()
@@ -214,7 +221,7 @@ def worker(rank, a, port):
             res = dict(provider=name, ranks=a.ranks, tokens=tokens, rel_err_vs_first=err,
                        step_eager_us=time_eager(lambda: step(layer, ex, x), a.iters, a.reps),
                        comm_eager_us=time_eager(exchange_once, a.iters, a.reps))
-            if name == "commx":
+            if name in ("commx", "commx_nccl"):
                 res["step_graph_us"] = time_graph(lambda: step(layer, ex, x), a.iters, a.reps)
                 res["comm_graph_us"] = time_graph(exchange_once, a.iters, a.reps)
             rows_out.append(res)
@@ -223,46 +230,55 @@ def worker(rank, a, port):
                     f"{k} {v:9.1f}" for k, v in res.items() if k.endswith("_us")) + f" err {err:.1e}", flush=True)
             ex = None  # its buffers go before the next provider allocates
             torch.cuda.empty_cache()
-    if rank == 0:
-        info = dict(device=torch.cuda.get_device_name(dev), ranks=a.ranks, torch=torch.__version__,
-                    nccl=".".join(map(str, torch.cuda.nccl.version())), experts=a.experts, top_k=2,
-                    hidden=a.hidden, ffn=a.ffn, grouped_mm=hasattr(torch, "_grouped_mm"),
-                    command="python3 tools/gpu_bench/moe_bench.py " + " ".join(sys.argv[1:]), rows=rows_out)
-        with open(a.json, "w") as f:
-            json.dump(info, f, indent=1)
-        if a.md:
-            write_md(info, a.md)
+        if rank == 0:  # after every token count: a run cut short keeps what it measured
+            info = dict(device=torch.cuda.get_device_name(dev), ranks=a.ranks, torch=torch.__version__,
+                        nccl=".".join(map(str, torch.cuda.nccl.version())), experts=a.experts, top_k=2,
+                        hidden=a.hidden, ffn=a.ffn, grouped_mm=hasattr(torch, "_grouped_mm"),
+                        command="python3 tools/gpu_bench/moe_bench.py " + " ".join(sys.argv[1:]),
+                        rows=rows_out)
+            with open(a.json, "w") as f:
+                json.dump(info, f, indent=1)
+            if a.md:
+                write_md(info, a.md)
     dist.barrier()
     comm.finalize()
+    if nccl_comm is not None:
+        nccl_comm.finalize()
     dist.destroy_process_group()
 
 
 def write_md(info, path):
     by = {(r["provider"], r["tokens"]): r for r in info["rows"]}
     toks = sorted({r["tokens"] for r in info["rows"]})
+    provs = [p for p in ("nccl", "commx_host", "commx", "commx_nccl") if any(q == p for q, _ in by)]
+    device = [p for p in provs if p in ("commx", "commx_nccl")]
     lines = [f"MoE layer step on {info['ranks']}x {info['device']}: {info['experts']} experts, top-2, "
              f"hidden {info['hidden']}, ffn {info['ffn']}, bf16, torch {info['torch']}, NCCL {info['nccl']}. "
              f"us per step (median); nccl and commx_host read the counts on the host (not capturable), "
-             f"commx keeps them on the device. Command: `{info['command']}`", "",
-             "| tokens/rank | nccl eager | commx_host eager | commx eager | commx graph | graph vs nccl | "
-             "comm: nccl | comm: commx_host | comm: commx eager | comm: commx graph | comm graph vs nccl |",
-             "|" + "---:|" * 11]
+             f"commx (cuda backend) and commx_nccl (nccl backend) keep them on the device; "
+             f"\"vs nccl\": nccl eager / that graph. Command: `{info['command']}`", ""]
+    cols = [f"{p} eager" for p in provs] + [f"{p} graph" for p in device] + \
+        [f"{p} graph vs nccl" for p in device] + [f"comm: {p} eager" for p in provs] + \
+        [f"comm: {p} graph" for p in device] + [f"comm: {p} graph vs nccl" for p in device]
+    lines += ["| tokens/rank | " + " | ".join(cols) + " |", "|" + "---:|" * (len(cols) + 1)]
 
     def cell(p, t, k):
         r = by.get((p, t))
         return f"{r[k]:.1f}" if r and k in r else "-"
 
-    def ratio(t, k_fast, k_slow):
-        f, s = by.get(("commx", t)), by.get(("nccl", t))
+    def ratio(p, t, k_fast, k_slow):
+        f, s = by.get((p, t)), by.get(("nccl", t))
         return f"{s[k_slow] / f[k_fast]:.2f}x" if f and s and k_fast in f else "-"
     for t in toks:
-        lines.append(f"| {t} | {cell('nccl', t, 'step_eager_us')} | {cell('commx_host', t, 'step_eager_us')} | "
-                     f"{cell('commx', t, 'step_eager_us')} | {cell('commx', t, 'step_graph_us')} | "
-                     f"{ratio(t, 'step_graph_us', 'step_eager_us')} | {cell('nccl', t, 'comm_eager_us')} | "
-                     f"{cell('commx_host', t, 'comm_eager_us')} | {cell('commx', t, 'comm_eager_us')} | "
-                     f"{cell('commx', t, 'comm_graph_us')} | {ratio(t, 'comm_graph_us', 'comm_eager_us')} |")
+        cells = [cell(p, t, "step_eager_us") for p in provs] + \
+            [cell(p, t, "step_graph_us") for p in device] + \
+            [ratio(p, t, "step_graph_us", "step_eager_us") for p in device] + \
+            [cell(p, t, "comm_eager_us") for p in provs] + \
+            [cell(p, t, "comm_graph_us") for p in device] + \
+            [ratio(p, t, "comm_graph_us", "comm_eager_us") for p in device]
+        lines.append(f"| {t} | " + " | ".join(cells) + " |")
     errs = max((r["rel_err_vs_first"] for r in info["rows"]), default=0.0)
-    lines += ["", f"Largest relative difference of a provider's layer output from NCCL's: {errs:.1e}."]
+    lines += ["", f"Largest relative difference of a provider's layer output from the first provider's: {errs:.1e}."]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -270,7 +286,7 @@ def write_md(info, path):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--ranks", type=int, default=2, help="expert-parallel ranks (one GPU each)")
-    p.add_argument("--providers", default="nccl,commx_host,commx")
+    p.add_argument("--providers", default="nccl,commx_host,commx,commx_nccl")
     p.add_argument("--tokens", default="1,8,32,128,512,4096", help="tokens per rank")
     p.add_argument("--experts", type=int, default=8)
     p.add_argument("--hidden", type=int, default=4096)

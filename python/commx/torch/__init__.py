@@ -480,6 +480,70 @@ class CommxProcessGroup(_base_class()):
         raise _error(commx.UnsupportedError, "Unsupported: commx has no receive from any source")
 
 
+# -- all_to_all_v_dynamic on a process group ----------------------------------------------------
+# torch.distributed has no collective whose split sizes stay on the device, so a backend cannot
+# plug one in: these functions take the process group (default: the world) and run commx's op on
+# the group's commx comm for the tensors' device, ordered with the group's other ops.
+
+def _commx_group(group, device):
+    group = group or dist.group.WORLD
+    # On torch whose Backend cannot be subclassed from Python the group is ours itself.
+    backend = group if isinstance(group, CommxProcessGroup) else group._get_backend(device)
+    if not isinstance(backend, CommxProcessGroup):
+        raise _error(commx.InvalidArgumentError,
+                     f"InvalidArgument: all_to_all_v_dynamic needs a process group of the 'commx' "
+                     f"backend, not '{dist.get_backend(group)}'")
+    return backend
+
+
+def _dynamic(method, output, input, output_split_sizes, input_split_sizes, group, async_op,
+             row_size):
+    pg = _commx_group(group, input.device)
+
+    def go(c, f):
+        # Counts are written in place on the device: they must be contiguous int64 already.
+        getattr(c, method)(f(output, True), f(input), output_split_sizes, input_split_sizes,
+                           row_size=row_size)
+    work = pg._run([output], go)
+    if async_op:
+        return work
+    work.wait()
+    return None
+
+
+def all_to_all_v_dynamic(output, input, output_split_sizes, input_split_sizes, group=None,
+                         async_op=False, row_size=None):
+    """commx's all_to_all_v_dynamic over a 'commx' process group: `input_split_sizes[j]` rows go to
+    group rank j and `output_split_sizes[k]` receives the rows that came from rank k, both int64
+    tensors on the input's device that the host never reads (a row: dim 0 of the input, or
+    `row_size` elements). `output` is the capacity; a receive larger than it fails the op on every
+    rank alike (commx.InvalidArgumentError) and nothing is written. Returns a Work if async_op."""
+    return _dynamic("all_to_all_v_dynamic", output, input, output_split_sizes, input_split_sizes,
+                    group, async_op, row_size)
+
+
+def device_alltoallv_single(output, input, output_split_sizes, input_split_sizes, group=None,
+                            async_op=False):
+    """NCCLX's name for all_to_all_v_dynamic (splits in rows of dim 0)."""
+    return all_to_all_v_dynamic(output, input, output_split_sizes, input_split_sizes, group,
+                                async_op)
+
+
+def dispatch(output, input, output_split_sizes, expert_counts, group=None, async_op=False,
+             row_size=None):
+    """MoE dispatch over a 'commx' process group (commx.Comm.dispatch): token rows sorted by
+    global expert, `expert_counts` a router's per-expert histogram on the device."""
+    return _dynamic("dispatch", output, input, output_split_sizes, expert_counts, group, async_op,
+                    row_size)
+
+
+def combine(output, input, output_split_sizes, input_split_sizes, group=None, async_op=False,
+            row_size=None):
+    """MoE combine over a 'commx' process group (commx.Comm.combine): the reverse of dispatch."""
+    return _dynamic("combine", output, input, output_split_sizes, input_split_sizes, group,
+                    async_op, row_size)
+
+
 def _check_device_backends():
     """The commx backends chosen for torch's device types must exist: said at
     init_process_group/new_group, not at the first collective. The cuda one is checked where it

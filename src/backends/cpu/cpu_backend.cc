@@ -104,8 +104,8 @@ std::string CpuBackend::transport_name() const {
   return transport_ ? transport_->name() : std::string("none");
 }
 
-bool CpuBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
-  if (is_reduction(type)) return reduce_supported_on_host(kind, dtype);
+bool CpuBackend::supports(Collective c, DataType dtype, ReduceKind kind) const {
+  if (is_reduction(c)) return reduce_supported_on_host(kind, dtype);
   return true;
 }
 

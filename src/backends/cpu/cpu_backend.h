@@ -34,7 +34,7 @@ class CpuBackend : public HostBackend {
   ~CpuBackend() override;
   std::string name() const override { return "cpu"; }
   void init(const BackendContext& ctx) override;
-  bool supports(OpType type, DataType dtype, ReduceKind kind) const override;
+  bool supports(Collective c, DataType dtype, ReduceKind kind) const override;
   // One-sided windows: over shared memory when every rank is on one host (cpu_window.h), else
   // over TCP links (tcp_window.h).
   std::shared_ptr<WindowImpl> new_window(int64_t count, DataType dtype, const std::string& where) override;

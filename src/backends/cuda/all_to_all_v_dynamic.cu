@@ -4,7 +4,8 @@
 //  1. every rank writes its row (counts in canonical order, capacity, input size, row size) into
 //     slot [E & 1][rank] of every peer's signal pad; block barrier on flag_value(E, 0);
 //  2. every block reads all rows and runs the agreed check: on a problem, every rank reports the
-//     same kDevCounts error and moves nothing;
+//     same problem in HostCtl::counts, moves nothing and ends the op as usual (the op counters
+//     stay in step, so the comm goes on);
 //  3. each pair's segments form one byte stream, sent in rounds of R bytes: round i pushes into
 //     half (E + 1 + i) of the receivers' buffers, region `sender`, then block barrier on
 //     flag_value(E + 1 + i, 0), then each receiver copies its regions out. The op uses the op
@@ -16,6 +17,7 @@
 #include "cuda/launch.cuh"
 #include "cuda/reduce_device.cuh"
 #include "cuda/sync_device.cuh"
+#include "cuda_common/dynamic_counts_report_device.cuh"
 
 namespace commx::cuda {
 namespace {
@@ -40,24 +42,6 @@ struct DynamicArgs {
 __device__ __forceinline__ long long* row_slot(unsigned long long* pad, int p, int sender) {
   return reinterpret_cast<long long*>(reinterpret_cast<Byte*>(pad) + kDynamicRowsOffset) +
          (p * kMaxRanks + sender) * kDynamicRowWords;
-}
-
-// `p`: kind, rank, a, b, c of a DynamicCountsProblem.
-__device__ void report_counts(const PeerSet& ps, const long long* p, int L) {
-  if (atomicCAS(&ps.state->error_claimed, 0, 1) != 0) return;
-  volatile HostCtl* c = ps.ctl;
-  c->error_peer = static_cast<int>(p[1]);
-  c->error_block = blockIdx.x;
-  c->error_op = ps.op;
-  c->error_seq = ps.seq;
-  c->error_values[0] = p[0];
-  c->error_values[1] = p[2];
-  c->error_values[2] = p[3];
-  c->error_values[3] = p[4];
-  c->error_values[4] = L;
-  __threadfence_system();
-  c->error_code = kDevCounts;
-  __threadfence_system();
 }
 
 // Copies the part of [seg_at, seg_at + len) (stream bytes) inside [win, win + win_len):
@@ -162,7 +146,8 @@ __global__ void __launch_bounds__(kThreads) all_to_all_v_dynamic_kernel(PeerSet 
   }
   __syncthreads();
   if (problem[0] != DynamicCountsProblem::kNone) {
-    if (blockIdx.x == 0 && threadIdx.x == 0) report_counts(ps, problem, L);
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+      report_dynamic_counts(&ps.ctl->counts, ps.op, ps.seq, problem, L);
     return finish_op(ps, epoch);
   }
   if (blockIdx.x == 0)

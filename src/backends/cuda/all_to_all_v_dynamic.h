@@ -1,6 +1,7 @@
 // all_to_all_v_dynamic (and its MoE dispatch/combine forms) on the native cuda path: one kernel
 // that reads the counts on the device, exchanges them through the peers' signal pads, runs the
-// agreed check (dynamic_a2a_check.h), then pushes every segment straight into the receivers'
+// agreed check (dynamic_a2a_check.h; a failure is reported in HostCtl::counts and leaves the comm
+// usable), then pushes every segment straight into the receivers'
 // registered buffers and copies what it received into the output. The host never reads a count,
 // so the op is capturable in a CUDA graph and replays with whatever counts the device holds.
 // State: none of its own (the count rows use 33 KiB of the signal pad the backend maps anyway;
@@ -22,8 +23,6 @@ namespace commx::cuda {
 void enqueue_all_to_all_v_dynamic(const PeerSet& ps, const OpDesc& op, int blocks, cudaStream_t s);
 // The grid every rank of a comm uses for it (the kernel pairs block b of every rank).
 int all_to_all_v_dynamic_blocks(const Tuning& t);
-// The message for a kDevCounts report in `ctl` (without the op's prefix).
-std::string describe_dynamic_counts_error(const HostCtl& ctl);
 
 void preload_all_to_all_v_dynamic_kernels();
 

@@ -18,6 +18,7 @@
 #include "cuda/peer_set.h"
 #include "cuda/reduce_scatter.h"
 #include "cuda_common/cuda_util.h"
+#include "cuda_common/dynamic_counts_report.h"
 #include "cuda_common/event_work.h"
 
 namespace commx::cuda {
@@ -128,21 +129,30 @@ Backend& CudaBackend::nccl(const OpDesc* op) {
   return *nccl_;
 }
 
-bool CudaBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
-  if (type == OpType::kAllToAllVDynamic) return native_ || ctx_.size == 1;
-  if (!is_reduction(type)) return true;
-  // The hierarchical path reduces natively in all_reduce and reduce_scatter(_single) only.
-  bool hier_native = type == OpType::kAllReduce || type == OpType::kReduceScatter ||
-                     type == OpType::kReduceScatterSingle;
-  // Other reductions are delegated to NCCL (one rank, no peer memory, the v form), which has no
-  // PREMUL_SUM or bitwise ops: claim those only where the op reduces here.
-  bool reduces_here = hier_ ? hier_native : native_ && type != OpType::kReduceScatterV;
-  if (native_reduce_supported(dtype, kind) && reduces_here) return true;
-  // Reductions NCCL has (taken through the nccl backend when it loads).
-  bool nccl_op = kind == ReduceKind::kSum || kind == ReduceKind::kProduct ||
-                 kind == ReduceKind::kMin || kind == ReduceKind::kMax ||
-                 (kind == ReduceKind::kAvg && dtype_is_floating(dtype));
-  return nccl_op && dtype != DataType::kBool;
+bool CudaBackend::supports(Collective c, DataType dtype, ReduceKind kind) const {
+  // Natively over peer memory; else (several hosts, peer memory unusable) through the nccl
+  // backend's device-count fallback.
+  if (c == Collective::kAllToAllVDynamic) return native_ || ctx_.size == 1 || nccl_problem_.empty();
+  // Point-to-point goes to NCCL, which cannot span ranks that share a GPU.
+  if (c == Collective::kP2P) return nccl_problem_.empty();
+  if (!is_reduction(c)) return true;
+  // The hierarchical path reduces natively in all_reduce and reduce_scatter only.
+  const bool hier_native = c == Collective::kAllReduce || c == Collective::kReduceScatter;
+  return (native_reduce_supported(dtype, kind) && (hier_ ? hier_native : native_)) ||
+         (nccl_problem_.empty() && nccl_reduces(dtype, kind));
+}
+
+bool CudaBackend::supports_uneven(Collective c, DataType dtype, ReduceKind kind) const {
+  // Pieces of per-rank counts go to NCCL: its reductions only, and only where NCCL can run.
+  return nccl_problem_.empty() && (!is_reduction(c) || nccl_reduces(dtype, kind));
+}
+
+bool CudaBackend::nccl_reduces(DataType dtype, ReduceKind kind) {
+  // NCCL has no PREMUL_SUM or bitwise ops (the cuda backend delegates through the nccl backend).
+  const bool op = kind == ReduceKind::kSum || kind == ReduceKind::kProduct ||
+                  kind == ReduceKind::kMin || kind == ReduceKind::kMax ||
+                  (kind == ReduceKind::kAvg && dtype_is_floating(dtype));
+  return op && dtype != DataType::kBool;
 }
 
 AllReduceAlgo CudaBackend::allreduce_algo(uint64_t bytes, const Hints& hints) const {
@@ -188,11 +198,6 @@ std::exception_ptr CudaBackend::device_error(const std::string& where) const {
               where + call_mismatch_message(m, ctx_.rank, peer, recent_calls_) +
                   " (seen on the GPU before any data was combined; the comm is unusable, abort "
                   "it)"));
-  }
-  if (code == kDevCounts) {
-    msg += ": " + describe_dynamic_counts_error(*ctl_host_) +
-           " (reported by the GPU; the comm is unusable, abort it)";
-    return std::make_exception_ptr(Error(ErrorCode::kInvalidArgument, msg));
   }
   msg += " was aborted while waiting for rank " + std::to_string(peer);
   return std::make_exception_ptr(Error(ErrorCode::kAborted, msg));
@@ -319,7 +324,9 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s, const std::st
       return true;
     }
     case Collective::kReduceScatter: {
-      if (!native_reduce_supported(op.output.dtype, op.op.kind)) return false;
+      const ReduceScatterAlgorithm& algo =
+          select_reduce_scatter(tuning_, op, topology_, &table_, where);
+      if (!algo.run.enqueue) return false;  // the "nccl" row
       const int64_t n = op.output.count;
       bool al = aligned16(op.output.data);
       for (int q = 0; q < world; ++q) {
@@ -330,8 +337,9 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s, const std::st
         launch_barrier(peers(op), s);
         return true;
       }
-      enqueue_reduce_scatter(peers(op), tuning_, src, op.output.data, n,
-                             make_reduce_spec(op.output.dtype, op.op, world, al), s);
+      const ReduceScatterShape shape{src, op.output.data, n,
+                                     make_reduce_spec(op.output.dtype, op.op, world, al), world};
+      enqueue_reduce_scatter(peers(op), tuning_, shape, s, &algo);
       COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
       return true;
     }
@@ -359,10 +367,11 @@ void CudaBackend::check_runnable(const std::string& where) {
   if (std::exception_ptr e = device_error(where + "an earlier op failed: ")) std::rethrow_exception(e);
 }
 
-EventWorkHooks CudaBackend::work_hooks(const std::string& where) {
+EventWorkHooks CudaBackend::work_hooks(const OpDesc& op, const std::string& where) {
   EventWorkHooks hooks;
-  hooks.poll_error = [this, where] {
+  hooks.poll_error = [this, where, seq = op.seq] {
     std::exception_ptr e = device_error(where);
+    if (!e && ctl_host_) e = take_dynamic_counts_error(&ctl_host_->counts, seq, counts_mu_, where);
     return e || !hier_ ? e : hier_->inter_error();
   };
   hooks.on_timeout = [this] { abort(); };

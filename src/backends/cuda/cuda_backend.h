@@ -31,7 +31,8 @@ class CudaBackend : public DeviceBackend {
   ~CudaBackend() override;
   std::string name() const override { return "cuda"; }
   void init(const BackendContext& ctx) override;
-  bool supports(OpType type, DataType dtype, ReduceKind kind) const override;
+  bool supports(Collective c, DataType dtype, ReduceKind kind) const override;
+  bool supports_uneven(Collective c, DataType dtype, ReduceKind kind) const override;
   void abort() override;
   void finalize() override;
 
@@ -46,7 +47,7 @@ class CudaBackend : public DeviceBackend {
   // peer memory) or through the NCCL delegate; the device-side bound fires before the host's.
   void check_runnable(const std::string& where) override;
   std::optional<Work> enqueue(const OpDesc& op, cudaStream_t s, const std::string& where) override;
-  EventWorkHooks work_hooks(const std::string& where) override;
+  EventWorkHooks work_hooks(const OpDesc& op, const std::string& where) override;
   Timeout host_bound(const OpDesc& op) const override;
   // Enqueues `op` on `s` through the peer-memory kernels; false when the op is not covered.
   bool enqueue_native(const OpDesc& op, cudaStream_t s, const std::string& where);
@@ -56,6 +57,8 @@ class CudaBackend : public DeviceBackend {
   Backend& nccl(const OpDesc* op);
   std::exception_ptr device_error(const std::string& where) const;
   PeerSet peers(const OpDesc& op) const;
+  // Whether the NCCL delegate can reduce `dtype` with `kind`.
+  static bool nccl_reduces(DataType dtype, ReduceKind kind);
 
   Tuning tuning_;
   // Measured algorithm winners for GPU links (COMMX_TUNING_FILE, else commx_tuning_cuda.txt
@@ -76,6 +79,7 @@ class CudaBackend : public DeviceBackend {
   HostCtl* ctl_host_ = nullptr;
   HostCtl* ctl_dev_ = nullptr;
   DevState* state_ = nullptr;
+  std::mutex counts_mu_;  // one Work takes HostCtl::counts
   std::unique_ptr<Backend> nccl_;
   bool nccl_ready_ = false;
   std::string nccl_problem_;  // why no NCCL delegate can exist (e.g. ranks sharing a GPU)

@@ -193,7 +193,8 @@ void Hierarchy::local_exchange(const OpDesc& op, const PtrList& src, const PtrLi
 void Hierarchy::local_reduce_scatter(const OpDesc& op, const ReduceSpec& rs, const PtrList& ins,
                                      char* dst, int64_t len, cudaStream_t s,
                                      const std::string& where) {
-  cuda::enqueue_reduce_scatter(peers(op), tuning_, ins, dst, len, rs, s);
+  const PeerSet ps = peers(op);
+  cuda::enqueue_reduce_scatter(ps, tuning_, ReduceScatterShape{ins, dst, len, rs, ps.world}, s);
   COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
 }
 

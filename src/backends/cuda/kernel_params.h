@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "cuda_common/dynamic_counts_report.h"
+
 namespace commx::cuda {
 
 inline constexpr int kMaxRanks = 8;
@@ -58,15 +60,15 @@ inline constexpr uint64_t kCallEntriesOffset = kCallWordsOffset + 2 * kMaxBlocks
 static_assert(kCallEntriesOffset + 2 * kCallEntryWords * 8 <= kSignalBytes,
               "signal pad too small for the call entries");
 
-// Error codes a kernel writes into HostCtl::error_code (first error wins). kDevCounts: the counts
-// of an all_to_all_v_dynamic failed the agreed check (error_values says how). kDevMismatch: a
-// peer issued another call at the same point (error_calls and error_hashes say which).
+// Error codes a kernel writes into HostCtl::error_code (first error wins): each leaves the comm
+// unusable. kDevMismatch: a peer issued another call at the same point (error_calls and
+// error_hashes say which). (A failed agreed check of all_to_all_v_dynamic is no such error:
+// HostCtl::counts.)
 enum DeviceError : int {
   kDevOk = 0,
   kDevTimeout = 1,
   kDevAborted = 2,
-  kDevCounts = 3,
-  kDevMismatch = 4
+  kDevMismatch = 3
 };
 
 // Pinned, host-mapped: the host sets `abort`, kernels report errors here.
@@ -77,7 +79,8 @@ struct HostCtl {
   int error_block;
   int error_op;     // commx::OpType of the failing op
   unsigned long long error_seq;
-  long long error_values[5];  // kDevCounts: DynamicCountsProblem kind, a, b, c, experts per rank
+  // all_to_all_v_dynamic counts that failed the agreed check: one Work fails, the comm goes on.
+  DynamicCountsReport counts;
   // kDevMismatch: this rank's call and the peer's (its words when error_peer_call_known, else
   // only its hash, which the host looks up among the calls it issued itself).
   unsigned long long error_calls[2][5];

@@ -38,6 +38,7 @@ struct LowpRound {
   uint64_t recv_off, gather_off, cap;
   bool avg, two_term;
   bool leading, trailing;  // barrier before P1 (first round) / after the last phase (last round)
+  bool halves;  // slots in the op counter's buffer half (no leading/trailing barriers needed)
   // Stochastic rounding: seed, streams of P1 and P2 (and P2's residual), offsets of element 0.
   uint64_t seed, sr1, sr2, sr2b;
   int64_t sr_off1, sr_off2;
@@ -55,5 +56,12 @@ cudaError_t launch_lowp_round_bf16(const PeerSet& ps, const LowpRound& r,
                                    const lowp::CodecConfig& cfg, int blocks, cudaStream_t s);
 cudaError_t launch_lowp_round_f16(const PeerSet& ps, const LowpRound& r,
                                   const lowp::CodecConfig& cfg, int blocks, cudaStream_t s);
+// Their E5M2 builds (lowp_kernels_<type>_e5m2.cu), called by the above.
+cudaError_t launch_lowp_round_f32_e5m2(const PeerSet& ps, const LowpRound& r,
+                                       const lowp::CodecConfig& cfg, int blocks, cudaStream_t s);
+cudaError_t launch_lowp_round_bf16_e5m2(const PeerSet& ps, const LowpRound& r,
+                                        const lowp::CodecConfig& cfg, int blocks, cudaStream_t s);
+cudaError_t launch_lowp_round_f16_e5m2(const PeerSet& ps, const LowpRound& r,
+                                       const lowp::CodecConfig& cfg, int blocks, cudaStream_t s);
 
 }  // namespace commx::cuda

@@ -1,12 +1,18 @@
 // The fused low-precision round kernel (see lowp_kernels.h), included by one translation unit per
 // element type (lowp_kernels_<type>.cu) so that the three compile in parallel. Work unit: one warp
-// encodes, reduces or decodes one codec block; block b of threads owns units b*kWarps ..
-// b*kWarps+kWarps-1, then every gridDim-th group after that, identically on every rank and in
-// every phase, so a per-block barrier orders exactly the units it needs. Instantiated per world
-// size 2 and 4 and once for any size. Built with --fmad=false: every float step rounds like the
-// host path.
+// encodes, reduces or decodes a pair of adjacent codec blocks (blocks 2u and 2u+1); block b of
+// threads owns units b*kWarps .. b*kWarps+kWarps-1, then every gridDim-th group after that,
+// identically on every rank and in every phase, so a per-block barrier orders exactly the units it
+// needs. A pair of full 256-value blocks takes the fast path (16 values per lane, 16-byte code
+// stores, the next unit's loads in flight: fp8_device.cuh "Pairs"); other blocks go one at a time
+// through encode_block_warp. Slot layout of one encoded chunk of n values in nb blocks: nb scale
+// words, codes from code_off(nb) (4 * nb rounded up to 16, so that code stores are 16-byte
+// aligned), a second term (two-term gather) from enc_bytes(n). Instantiated per world size 2 and 4
+// and once for any size. Built with --fmad=false: every float step rounds like the host path.
 // Layer: backends (cuda).
 #pragma once
+
+#include <algorithm>
 
 #include "commx/env.h"
 #include "cuda/launch.cuh"
@@ -22,172 +28,215 @@ constexpr int kWarps = kThreads / 32;
 static_assert(kMaxRanks == g::kMaxDsts, "one destination per rank");
 
 __device__ __forceinline__ int64_t blocks_of(int64_t n, int64_t b) { return (n + b - 1) / b; }
-// lowp::encoded_bytes on the device: nb scales, then n codes.
-__device__ __forceinline__ int64_t enc_bytes(int64_t n, int64_t b) { return 4 * blocks_of(n, b) + n; }
+__device__ __forceinline__ int64_t align16(int64_t x) { return (x + 15) & ~int64_t(15); }
+// Where the codes of a chunk of nb blocks start in a slot.
+__device__ __forceinline__ int64_t code_off(int64_t nb) { return align16(4 * nb); }
+// Bytes of one encoded chunk in a slot (the second term of a two-term gather starts there).
+__device__ __forceinline__ int64_t enc_bytes(int64_t n, int64_t b) {
+  return code_off(blocks_of(n, b)) + align16(n);
+}
+// Pairs of full 256-value blocks among the n values of a chunk (the fast path's units).
+__device__ __forceinline__ int64_t full_pairs(int64_t n, int64_t block) {
+  return block == 256 ? n / 512 : 0;
+}
+__device__ __forceinline__ bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
 
 __device__ __forceinline__ uint8_t* slot(const PeerSet& ps, int r, uint64_t off, uint64_t cap,
                                          int p) {
   return reinterpret_cast<uint8_t*>(ps.data[r]) + off + static_cast<uint64_t>(p) * cap;
 }
 
-// Codec blocks of this warp among nb: j = (blockIdx.x + t * gridDim.x) * kWarps + warp.
+// Units (pairs of codec blocks) of this warp among nu:
+// j = (blockIdx.x + t * gridDim.x) * kWarps + warp.
 #define FOR_UNITS(j, nb)                                                                      \
   for (int64_t j = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); j < (nb); \
        j += static_cast<int64_t>(gridDim.x) * kWarps)
 
-// P1 over the full 256-element blocks 0..nfull-1 of `src` (the units FOR_UNITS gives this
-// warp): the next unit's values are loaded before this one is encoded, so a warp keeps a load
-// in flight while it computes.
+// P1 over the pairs 0..npairs-1 of full blocks of `src` (16-byte aligned; the units FOR_UNITS
+// gives this warp): the next unit's values are loaded before this one is encoded, so a warp keeps
+// its loads in flight while it computes.
 template <typename T, bool kE5, bool kSR, typename Dsts>
-__device__ __forceinline__ void encode_full_units(const T* src, int64_t nfull, int64_t nb,
-                                                  const Dsts& d, const LowpRound& r,
-                                                  g::StatAcc* st) {
-  const int64_t i0 = 8 * (threadIdx.x & 31);
+__device__ __forceinline__ void encode_pairs(const T* src, int64_t npairs, const Dsts& d,
+                                             const LowpRound& r, g::StatAcc* st) {
+  const int64_t e0 = 16 * (threadIdx.x & 31);
   const int64_t step = static_cast<int64_t>(gridDim.x) * kWarps;
-  int64_t j = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  if (j >= nfull) return;
-  const bool vec = (reinterpret_cast<uintptr_t>(src) % (4 * sizeof(T))) == 0;
-  float next[8];
-  g::load8v<T>(src + j * 256 + i0, vec, next);
+  int64_t u = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (u >= npairs) return;
+  g::Raw16<T> next;
+  g::fetch16<T>(src + u * 512 + e0, next);
   for (;;) {
-    float v[8];
-#pragma unroll
-    for (int k = 0; k < 8; ++k) v[k] = next[k];
-    const int64_t jn = j + step;
-    if (jn < nfull) g::load8v<T>(src + jn * 256 + i0, vec, next);
-    const g::BlockCode bc = g::scale_full256<kE5>(v);
-    uint32_t w[2];
-    g::encode8<kE5, kSR>(v, bc, r.seed, r.sr1, static_cast<uint64_t>(r.sr_off1 + j * 256 + i0), w,
-                         st);
-    g::store_full256(d, j, nb, bc.sb, w);
-    if (jn >= nfull) return;
-    j = jn;
+    float v[16];
+    g::unpack16<T>(next.q, v);
+    const int64_t un = u + step;
+    if (un < npairs) g::fetch16<T>(src + un * 512 + e0, next);
+    const g::PairCode pc = g::scale_pair<kE5>(v);
+    const uint4 w = g::encode16<kE5, kSR>(v, pc, r.seed, r.sr1,
+                                          static_cast<uint64_t>(r.sr_off1 + u * 512 + e0), st);
+    g::store_pair(d, u, pc.sb, w);
+    if (un >= npairs) return;
+    u = un;
   }
 }
 
-// P1 of one destination set: encodes the n elements at `src` block by block into `d`.
+// P1 of one destination set: encodes the n elements at `src` into `d`, pair by pair.
 template <typename T, bool kE5, typename Dsts>
-__device__ __forceinline__ void encode_units(const char* src, int64_t n, int64_t block,
-                                             const Dsts& d, const LowpRound& r, bool sr,
-                                             g::StatAcc* st) {
+__device__ __forceinline__ void encode_units(const char* src, int64_t n, int64_t block, Dsts d,
+                                             const LowpRound& r, bool sr, g::StatAcc* st) {
   const int64_t nb = blocks_of(n, block);
-  // Full blocks of the default size take the pipelined path (the codes of a slot are 4-byte
-  // aligned: slots start at multiples of 256 bytes and 4 * nb is a multiple of 4).
-  const int64_t nfull = block == 256 ? n / 256 : 0;
+  d.code_off = code_off(nb);
   const T* x0 = reinterpret_cast<const T*>(src);
+  const int64_t nfp = aligned16(x0) ? full_pairs(n, block) : 0;
   if (sr)
-    encode_full_units<T, kE5, true>(x0, nfull, nb, d, r, st);
+    encode_pairs<T, kE5, true>(x0, nfp, d, r, st);
   else
-    encode_full_units<T, kE5, false>(x0, nfull, nb, d, r, st);
-  FOR_UNITS(j, nb) {
-    if (j < nfull) continue;
-    const T* x = x0 + j * block;
-    const g::BufferSrc<T> in{x, (reinterpret_cast<uintptr_t>(x) % (4 * sizeof(T))) == 0,
-                             min(block, n - j * block)};
-    const uint64_t idx0 = static_cast<uint64_t>(r.sr_off1 + j * block);
-    if (sr)
-      g::encode_block_warp<kE5, true>(in, in.m, j, nb, block, d, st, r.seed, r.sr1, idx0);
-    else
-      g::encode_block_warp<kE5, false>(in, in.m, j, nb, block, d, st, r.seed, r.sr1, idx0);
+    encode_pairs<T, kE5, false>(x0, nfp, d, r, st);
+  FOR_UNITS(u, (nb + 1) / 2) {
+    if (u < nfp) continue;
+    for (int64_t j = 2 * u; j < nb && j < 2 * u + 2; ++j) {
+      const T* x = x0 + j * block;
+      const g::BufferSrc<T> in{x, (reinterpret_cast<uintptr_t>(x) % (4 * sizeof(T))) == 0,
+                               min(block, n - j * block)};
+      const uint64_t idx0 = static_cast<uint64_t>(r.sr_off1 + j * block);
+      if (sr)
+        g::encode_block_warp<kE5, true>(in, in.m, j, nb, block, d, st, r.seed, r.sr1, idx0);
+      else
+        g::encode_block_warp<kE5, false>(in, in.m, j, nb, block, d, st, r.seed, r.sr1, idx0);
+    }
   }
 }
 
-// Stores 8 values at p (16-byte aligned when `vec`, p being 8 elements into an aligned run).
-template <typename T>
-__device__ __forceinline__ void store8(T* p, const float v[8], bool vec) {
-  if constexpr (sizeof(T) == 4) {
-    if (vec) {
-      reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
-      reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
-      return;
-    }
+// The sources of an owner's pair u: its own 16 values per lane and each peer's 16 codes and
+// scale word. kW: the world size when known at compile time (0: any, arrays indexed at run time).
+template <typename T, int kW>
+struct PairRaw {
+  static constexpr int kN = kW ? kW : kMaxRanks;
+  g::Raw16<T> own;
+  uint4 c[kN];
+  uint32_t sb[kN];
+};
+
+// Loads pair u's sources (whole warp): the codes are 16-byte aligned in the slots; `own` is read
+// with 16-byte loads where aligned.
+template <typename T, int kW>
+__device__ __forceinline__ void fetch_pair(const g::ReduceSrc& rs, bool own_vec, int64_t u,
+                                           PairRaw<T, kW>& raw) {
+  constexpr int kN = kW ? kW : kMaxRanks;
+  const int lane = threadIdx.x & 31;
+  const int64_t e = u * 512 + 16 * lane;
+  const T* own = static_cast<const T*>(rs.own) + e;
+  if (own_vec) {
+    g::fetch16<T>(own, raw.own);
   } else {
-    if (vec) {
-      T h[8];
-      for (int k = 0; k < 8; ++k) g::store_f<T>(h, k, v[k]);
-      *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(h);
-      return;
-    }
+    T* h = reinterpret_cast<T*>(raw.own.q);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) h[j] = own[j];
   }
-  for (int k = 0; k < 8; ++k) g::store_f<T>(p, k, v[k]);
-}
-
-// Whether P2 of an all_reduce finishes unit j of the owner's slice itself (a full 256-element
-// block: the owner decodes the codes it just made from registers), so P3 skips it.
-__device__ __forceinline__ bool owner_finishes(int64_t j, int64_t n, int64_t block) {
-  return block == 256 && (j + 1) * 256 <= n;
-}
-
-// P2 of a full block of an all_reduce from its reduced values v: encode Q1 (and the residual
-// Q2) into the peers' gather slots, and write the owner's own result from the codes in registers
-// (what P3 would decode from its own gather slot: the same bits, one pass less).
-template <typename T, bool kE5, bool kSR, typename Dsts>
-__device__ __forceinline__ void encode_finish_full256(const float v[8], int64_t blk, int64_t nb,
-                                                      const Dsts& d1, const Dsts& d2,
-                                                      const LowpRound& r, uint64_t idx, T* out,
-                                                      g::StatAcc* st) {
-  const g::BlockCode c1 = g::scale_full256<kE5>(v);
-  uint32_t w[2];
-  g::encode8<kE5, kSR>(v, c1, r.seed, r.sr2, idx, w, st);
-  g::store_full256(d1, blk, nb, c1.sb, w);
-  float o[8];
-#pragma unroll
-  for (int k = 0; k < 8; ++k) o[k] = g::decode_one<kE5>(g::code_of(w[k / 4], k % 4), c1.sb);
-  if (r.two_term) {
-    float res[8];
-#pragma unroll
-    for (int k = 0; k < 8; ++k) res[k] = g::residual_of<kE5>(v[k], g::code_of(w[k / 4], k % 4), c1);
-    const g::BlockCode c2 = g::scale_full256<kE5>(res);
-    uint32_t w2[2];
-    g::encode8<kE5, kSR>(res, c2, r.seed, r.sr2b, idx, w2, st);
-    g::store_full256(d2, blk, nb, c2.sb, w2);
-#pragma unroll
-    for (int k = 0; k < 8; ++k)
-      o[k] = __fadd_rn(o[k], g::decode_one<kE5>(g::code_of(w2[k / 4], k % 4), c2.sb));
+  const int64_t blk = 2 * u + (lane >> 4);
+#pragma unroll (kW ? kW : 1)
+  for (int p = 0; p < kN; ++p) {
+    if (p >= (kW ? kW : rs.world)) break;
+    if (p == rs.rank) continue;
+    raw.c[p] = *reinterpret_cast<const uint4*>(rs.recv[p] + rs.code_off + e);
+    raw.sb[p] = *reinterpret_cast<const uint32_t*>(rs.recv[p] + 4 * blk);
   }
-  T* p = out + blk * 256 + 8 * (threadIdx.x & 31);
-  store8<T>(p, o, (reinterpret_cast<uintptr_t>(p) % 16) == 0);
 }
 
-// P2 over the owner's full blocks 0..nfull-1 (the units FOR_UNITS gives this warp), the next
-// block's loads issued before this one is reduced and encoded.
-template <typename T, bool kE5, bool kSR, int kW, typename Dsts>
-__device__ __forceinline__ void reduce_encode_full_units(const g::ReduceSrc& rs, int64_t nfull,
-                                                         int64_t nb, const Dsts& d1,
-                                                         const Dsts& d2, const LowpRound& r,
-                                                         T* out, g::StatAcc* st) {
-  using Src = g::ReducedSrc<T, kE5, kW>;
-  const int64_t i0 = 8 * (threadIdx.x & 31);
-  const int64_t step = static_cast<int64_t>(gridDim.x) * kWarps;
-  int64_t j = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  if (j >= nfull) return;
-  Src a(rs, nb, 256, j);
-  typename Src::Raw raw;
-  if (a.can_fetch()) a.fetch8(i0, raw);
-  for (;;) {
-    const int64_t jn = j + step;
-    const bool more = jn < nfull;
-    Src an = more ? Src(rs, nb, 256, jn) : a;
-    typename Src::Raw rawn;
-    if (more && an.can_fetch()) an.fetch8(i0, rawn);
-    float v[8];
-    if (a.can_fetch())
-      a.sum8(raw, v);
+// The reduced values of a pair: acc = 0, then every rank's value in rank order (the host path's
+// order), AVG divides once.
+template <typename T, bool kE5, int kW>
+__device__ __forceinline__ void sum_pair(const g::ReduceSrc& rs, const PairRaw<T, kW>& raw,
+                                         float v[16]) {
+  constexpr int kN = kW ? kW : kMaxRanks;
+  const int world = kW ? kW : rs.world;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) v[j] = 0.0f;
+#pragma unroll (kW ? kW : 1)
+  for (int p = 0; p < kN; ++p) {
+    if (p >= world) break;
+    float x[16];
+    if (p == rs.rank)
+      g::unpack16<T>(raw.own.q, x);
     else
-      a.load8(i0, v);
-    encode_finish_full256<T, kE5, kSR>(v, j, nb, d1, d2, r,
-                                       static_cast<uint64_t>(r.sr_off2 + j * 256 + i0), out, st);
-    if (!more) return;
-    a = an, raw = rawn, j = jn;
+      g::decode16<kE5>(raw.c[p], raw.sb[p], x);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) v[j] = __fadd_rn(v[j], x[j]);
+  }
+  if (rs.avg) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) v[j] = __fdiv_rn(v[j], static_cast<float>(world));
+  }
+}
+
+// Stores 16 values at p: 16-byte stores where aligned.
+template <typename T>
+__device__ __forceinline__ void store_values16(T* p, const float v[16]) {
+  if (aligned16(p)) {
+    g::store16<T>(p, v);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 16; ++j) g::store_f<T>(p, j, v[j]);
+}
+
+// Whether P2 of an all_reduce finishes unit u of the owner's slice itself (a pair of full
+// 256-value blocks: the owner decodes the codes it just made from registers), so P3 skips it.
+__device__ __forceinline__ bool owner_finishes(int64_t u, int64_t n, int64_t block) {
+  return u < full_pairs(n, block);
+}
+
+// P2 of all_reduce over the owner's full pairs: reduce, encode Q1 (and the residual Q2) into the
+// peers' gather slots, and write the owner's own result from the codes in registers (what P3
+// would decode from its own gather slot: the same bits, one pass less). The next unit's sources
+// are loaded before this one is worked on.
+template <typename T, bool kE5, bool kSR, int kW, typename Dsts>
+__device__ __forceinline__ void reduce_encode_pairs(const g::ReduceSrc& rs, int64_t npairs,
+                                                    const Dsts& d1, const Dsts& d2,
+                                                    const LowpRound& r, T* out, g::StatAcc* st) {
+  const int64_t e0 = 16 * (threadIdx.x & 31);
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kWarps;
+  int64_t u = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (u >= npairs) return;
+  const bool own_vec = aligned16(rs.own);
+  PairRaw<T, kW> raw;
+  fetch_pair<T, kW>(rs, own_vec, u, raw);
+  for (;;) {
+    float v[16];
+    sum_pair<T, kE5, kW>(rs, raw, v);
+    const int64_t un = u + step;
+    if (un < npairs) fetch_pair<T, kW>(rs, own_vec, un, raw);
+    const uint64_t idx = static_cast<uint64_t>(r.sr_off2 + u * 512 + e0);
+    const g::PairCode c1 = g::scale_pair<kE5>(v);
+    const uint4 w = g::encode16<kE5, kSR>(v, c1, r.seed, r.sr2, idx, st);
+    g::store_pair(d1, u, c1.sb, w);
+    float o[16];
+    g::decode16<kE5>(w, c1.sb, o);
+    if (r.two_term) {
+      // The residual v - D(Q1) (0 where D(Q1) is not finite), encoded as the second term.
+#pragma unroll
+      for (int j = 0; j < 16; ++j)
+        v[j] = (lowp::f2u(o[j]) & g::kInfBits) != g::kInfBits ? __fsub_rn(v[j], o[j]) : 0.0f;
+      const g::PairCode c2 = g::scale_pair<kE5>(v);
+      const uint4 w2 = g::encode16<kE5, kSR>(v, c2, r.seed, r.sr2b, idx, st);
+      g::store_pair(d2, u, c2.sb, w2);
+      float o2[16];
+      g::decode16<kE5>(w2, c2.sb, o2);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) o[j] = __fadd_rn(o[j], o2[j]);
+    }
+    store_values16<T>(out + u * 512 + e0, o);
+    if (un >= npairs) return;
+    u = un;
   }
 }
 
 // P2 for all_reduce: reduce, then encode Q1 (and the residual Q2) into every rank's gather slot;
-// full blocks go to the peers only (see encode_finish_full256).
+// full pairs go to the peers only (see reduce_encode_pairs).
 template <typename T, bool kE5, bool kSR, int kW>
 __device__ __forceinline__ void reduce_encode_units(const PeerSet& ps, const LowpRound& r,
-                                                    const g::ReduceSrc& rs, int64_t block,
-                                                    g::StatAcc* st) {
+                                                    uint64_t base, const g::ReduceSrc& rs,
+                                                    int64_t block, g::StatAcc* st) {
   constexpr int kN = kW ? kW : kMaxRanks;
   const int world = kW ? kW : ps.world;
   const int64_t nb = blocks_of(rs.n, block);
@@ -196,40 +245,30 @@ __device__ __forceinline__ void reduce_encode_units(const PeerSet& ps, const Low
 #pragma unroll (kW ? kW : 1)
   for (int q = 0; q < kN; ++q) {
     if (q >= world) break;
-    all.p[q] = slot(ps, q, r.gather_off, r.cap, ps.rank);
+    all.p[q] = slot(ps, q, base + r.gather_off, r.cap, ps.rank);
     all2.p[q] = all.p[q] + q1;
     // peers: every rank but this one, the next first (no rank's links take every write at once).
     if (q == 0) continue;
-    peers.p[q - 1] = slot(ps, (ps.rank + q) % world, r.gather_off, r.cap, ps.rank);
+    peers.p[q - 1] = slot(ps, (ps.rank + q) % world, base + r.gather_off, r.cap, ps.rank);
     peers2.p[q - 1] = peers.p[q - 1] + q1;
   }
   all.count = all2.count = world;
   peers.count = peers2.count = world - 1;
+  all.code_off = all2.code_off = peers.code_off = peers2.code_off = code_off(nb);
   T* out = reinterpret_cast<T*>(r.out[ps.rank]);
-  if (block == 256) {
-    if constexpr (kW != 0) {
-      reduce_encode_full_units<T, kE5, kSR, kW>(rs, rs.n / 256, nb, peers, peers2, r, out, st);
-    } else {  // no prefetch: copies of the generic source would go through local memory
-      FOR_UNITS(j, nb) {
-        if (!owner_finishes(j, rs.n, block)) continue;
-        const g::ReducedSrc<T, kE5, kW> a(rs, nb, block, j);
-        float v[8];
-        a.load8(8 * (threadIdx.x & 31), v);
-        encode_finish_full256<T, kE5, kSR>(
-            v, j, nb, peers, peers2, r,
-            static_cast<uint64_t>(r.sr_off2 + j * 256 + 8 * (threadIdx.x & 31)), out, st);
+  const int64_t nfp = full_pairs(rs.n, block);
+  reduce_encode_pairs<T, kE5, kSR, kW>(rs, nfp, peers, peers2, r, out, st);
+  FOR_UNITS(u, (nb + 1) / 2) {
+    if (owner_finishes(u, rs.n, block)) continue;
+    for (int64_t j = 2 * u; j < nb && j < 2 * u + 2; ++j) {
+      const g::ReducedSrc<T, kE5, kW> a(rs, nb, block, j);
+      const uint64_t idx0 = static_cast<uint64_t>(r.sr_off2 + j * block);
+      const g::BlockCode c1 =
+          g::encode_block_warp<kE5, kSR>(a, a.m, j, nb, block, all, st, r.seed, r.sr2, idx0);
+      if (r.two_term) {
+        const g::ResidualSrc<T, kE5, kSR, kW> res{a, c1, r.seed, r.sr2, idx0};
+        g::encode_block_warp<kE5, kSR>(res, a.m, j, nb, block, all2, st, r.seed, r.sr2b, idx0);
       }
-    }
-  }
-  FOR_UNITS(j, nb) {
-    if (owner_finishes(j, rs.n, block)) continue;
-    const g::ReducedSrc<T, kE5, kW> a(rs, nb, block, j);
-    const uint64_t idx0 = static_cast<uint64_t>(r.sr_off2 + j * block);
-    const g::BlockCode c1 =
-        g::encode_block_warp<kE5, kSR>(a, a.m, j, nb, block, all, st, r.seed, r.sr2, idx0);
-    if (r.two_term) {
-      const g::ResidualSrc<T, kE5, kSR, kW> res{a, c1, r.seed, r.sr2, idx0};
-      g::encode_block_warp<kE5, kSR>(res, a.m, j, nb, block, all2, st, r.seed, r.sr2b, idx0);
     }
   }
 }
@@ -239,19 +278,33 @@ template <typename T, bool kE5, int kW>
 __device__ __forceinline__ void reduce_store_units(const g::ReduceSrc& rs, int64_t block, T* out) {
   const int64_t nb = blocks_of(rs.n, block);
   const int lane = threadIdx.x & 31;
-  FOR_UNITS(j, nb) {
-    const g::ReducedSrc<T, kE5, kW> a(rs, nb, block, j);
-    T* o = out + j * block;
-    if (block == 256 && a.m == 256) {
-      float v[8];
-      a.load8(8 * lane, v);
-      store8<T>(o + 8 * lane, v, (reinterpret_cast<uintptr_t>(o + 8 * lane) % 16) == 0);
-      continue;
+  const int64_t nfp = full_pairs(rs.n, block);
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kWarps;
+  int64_t u = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (u < nfp) {
+    const bool own_vec = aligned16(rs.own);
+    PairRaw<T, kW> raw;
+    fetch_pair<T, kW>(rs, own_vec, u, raw);
+    for (;;) {
+      float v[16];
+      sum_pair<T, kE5, kW>(rs, raw, v);
+      const int64_t un = u + step;
+      if (un < nfp) fetch_pair<T, kW>(rs, own_vec, un, raw);
+      store_values16<T>(out + u * 512 + 16 * lane, v);
+      if (un >= nfp) break;
+      u = un;
     }
-    for (int64_t i = 4 * lane; i < a.m; i += 128) {
-      float v[4];
-      a.load4(i, i + 4 <= a.m, v);
-      for (int k = 0; k < 4 && i + k < a.m; ++k) g::store_f<T>(o, i + k, v[k]);
+  }
+  FOR_UNITS(u, (nb + 1) / 2) {
+    if (u < nfp) continue;
+    for (int64_t j = 2 * u; j < nb && j < 2 * u + 2; ++j) {
+      const g::ReducedSrc<T, kE5, kW> a(rs, nb, block, j);
+      T* o = out + j * block;
+      for (int64_t i = 4 * lane; i < a.m; i += 128) {
+        float v[4];
+        a.load4(i, i + 4 <= a.m, v);
+        for (int k = 0; k < 4 && i + k < a.m; ++k) g::store_f<T>(o, i + k, v[k]);
+      }
     }
   }
 }
@@ -262,49 +315,52 @@ template <typename T, bool kE5>
 __device__ __forceinline__ void decode_units(const uint8_t* enc, int64_t n, int64_t block, T* out,
                                              bool two_term, bool skip_owned) {
   const int64_t nb = blocks_of(n, block);
-  const uint8_t* codes = enc + nb * 4;
+  const uint8_t* codes = enc + code_off(nb);
   const uint8_t* enc2 = enc + enc_bytes(n, block);
-  const uint8_t* codes2 = enc2 + nb * 4;
-  const bool vec = (reinterpret_cast<uintptr_t>(codes) % 4) == 0 &&
-                   (!two_term || (reinterpret_cast<uintptr_t>(codes2) % 4) == 0);
+  const uint8_t* codes2 = enc2 + code_off(nb);
   const int lane = threadIdx.x & 31;
-  const bool vec_out = (reinterpret_cast<uintptr_t>(out) % 16) == 0;
-  FOR_UNITS(j, nb) {
-    if (skip_owned && owner_finishes(j, n, block)) continue;
-    const int64_t off = j * block, m = min(block, n - off);
-    const uint32_t sb = g::load_scale(enc, j);
-    const uint32_t sb2 = two_term ? g::load_scale(enc2, j) : 0u;
-    if (block == 256 && m == 256 && vec) {  // common case: 8 values per lane, wide accesses
-      const int64_t i0 = off + 8 * lane;
-      const uint32_t* cw = reinterpret_cast<const uint32_t*>(codes + i0);
-      const uint32_t* cw2 = reinterpret_cast<const uint32_t*>(codes2 + i0);
-      uint32_t w[2] = {cw[0], cw[1]}, w2[2] = {0u, 0u};
-      if (two_term) w2[0] = cw2[0], w2[1] = cw2[1];
-      float v[8];
+  const int64_t nfp = full_pairs(n, block);
+  FOR_UNITS(u, (nb + 1) / 2) {
+    if (skip_owned && owner_finishes(u, n, block)) continue;
+    if (u < nfp) {  // 16 values per lane, 16-byte code loads
+      const int64_t e = u * 512 + 16 * lane;
+      const int64_t blk = 2 * u + (lane >> 4);
+      const uint4 w = *reinterpret_cast<const uint4*>(codes + e);
+      const uint32_t sb = *reinterpret_cast<const uint32_t*>(enc + 4 * blk);
+      float v[16];
+      g::decode16<kE5>(w, sb, v);
+      if (two_term) {
+        const uint4 w2 = *reinterpret_cast<const uint4*>(codes2 + e);
+        const uint32_t sb2 = *reinterpret_cast<const uint32_t*>(enc2 + 4 * blk);
+        float v2[16];
+        g::decode16<kE5>(w2, sb2, v2);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        v[k] = g::decode_one<kE5>(g::code_of(w[k / 4], k % 4), sb);
-        if (two_term) v[k] = __fadd_rn(v[k], g::decode_one<kE5>(g::code_of(w2[k / 4], k % 4), sb2));
+        for (int k = 0; k < 16; ++k) v[k] = __fadd_rn(v[k], v2[k]);
       }
-      store8<T>(out + i0, v, vec_out);
+      store_values16<T>(out + e, v);
       continue;
     }
-    for (int64_t i = 4 * lane; i < m; i += 128) {
-      uint8_t c[4] = {0, 0, 0, 0}, c2[4] = {0, 0, 0, 0};
-      if (vec && i + 4 <= m) {
-        uint32_t w = *reinterpret_cast<const uint32_t*>(codes + off + i);
-        uint32_t w2 = two_term ? *reinterpret_cast<const uint32_t*>(codes2 + off + i) : 0u;
-        for (int k = 0; k < 4; ++k) c[k] = g::code_of(w, k), c2[k] = g::code_of(w2, k);
-      } else {
-        for (int k = 0; k < 4 && i + k < m; ++k) {
-          c[k] = codes[off + i + k];
-          if (two_term) c2[k] = codes2[off + i + k];
+    for (int64_t j = 2 * u; j < nb && j < 2 * u + 2; ++j) {
+      const int64_t off = j * block, m = min(block, n - off);
+      const uint32_t sb = g::load_scale(enc, j);
+      const uint32_t sb2 = two_term ? g::load_scale(enc2, j) : 0u;
+      for (int64_t i = 4 * lane; i < m; i += 128) {
+        uint8_t c[4] = {0, 0, 0, 0}, c2[4] = {0, 0, 0, 0};
+        if (i + 4 <= m) {  // codes of a slot are 16-byte aligned, blocks multiples of 16
+          const uint32_t w = *reinterpret_cast<const uint32_t*>(codes + off + i);
+          const uint32_t w2 = two_term ? *reinterpret_cast<const uint32_t*>(codes2 + off + i) : 0u;
+          for (int k = 0; k < 4; ++k) c[k] = g::code_of(w, k), c2[k] = g::code_of(w2, k);
+        } else {
+          for (int k = 0; k < 4 && i + k < m; ++k) {
+            c[k] = codes[off + i + k];
+            if (two_term) c2[k] = codes2[off + i + k];
+          }
         }
-      }
-      for (int k = 0; k < 4 && i + k < m; ++k) {
-        float v = g::decode_one<kE5>(c[k], sb);
-        if (two_term) v = __fadd_rn(v, g::decode_one<kE5>(c2[k], sb2));
-        g::store_f<T>(out, off + i + k, v);
+        for (int k = 0; k < 4 && i + k < m; ++k) {
+          float v = g::decode_one<kE5>(c[k], sb);
+          if (two_term) v = __fadd_rn(v, g::decode_one<kE5>(c2[k], sb2));
+          g::store_f<T>(out, off + i + k, v);
+        }
       }
     }
   }
@@ -319,8 +375,8 @@ __device__ __forceinline__ void finish_round(const PeerSet& ps, const LowpRound&
 
 // kW: the world size when known at compile time (2, 4), 0 for any: the peers' pointers and scale
 // words then live in registers. kMinBlocks: resident blocks per SM the compiler must allow (2:
-// 64 registers, twice the warps to hide latency; 1: more registers, fewer warps).
-// COMMX_CUDA_LOWP_BLOCKS_PER_SM picks for the generic kernel.
+// 64 registers, twice the warps to hide latency, but the 16 values per lane spill; 1: up to 128
+// registers, fewer warps). COMMX_CUDA_LOWP_BLOCKS_PER_SM picks (default 1).
 template <typename T, bool kE5, int kW, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     lowp_round_kernel(const __grid_constant__ PeerSet ps, const __grid_constant__ LowpRound r,
@@ -330,23 +386,30 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int me = ps.rank, world = kW ? kW : ps.world;
   g::StatAcc acc;
   g::StatAcc* st = r.stats ? &acc : nullptr;
+  // Slots in one buffer half per kernel (r.halves, by op counter, as the two-shot all_reduce):
+  // this kernel writes into a peer's half only after its own previous kernel ended, which passed
+  // a barrier with that peer's previous kernel, which started only after the peer's kernel
+  // before it (the last user of this half) had ended. No barrier at the op's ends is then needed.
+  // Slots over both halves (twice the chunk) need them.
+  const uint64_t base = r.halves ? (epoch & 1ull) * ps.half_bytes : 0;
   // The first round's barrier: every peer's previous kernels have ended (a block can only arrive
   // once its rank's whole previous kernel completed), so their buffers are free.
-  if (r.leading && !block_barrier(ps, flag_value(epoch, 0))) return finish_op(ps, epoch);
+  if (!r.halves && r.leading && !block_barrier(ps, flag_value(epoch, 0)))
+    return finish_op(ps, epoch);
 
   // P1: the next rank first (no rank's links take every write at once).
   if (r.mode == LowpMode::kAllGather) {
     g::EncDstsN<kN> d{};
 #pragma unroll (kW ? kW : 1)
     for (int q = 0; q < kN; ++q)
-      if (q < world) d.p[q] = slot(ps, (me + q) % world, r.recv_off, r.cap, me);
+      if (q < world) d.p[q] = slot(ps, (me + q) % world, base + r.recv_off, r.cap, me);
     d.count = world;
     encode_units<T, kE5>(r.in[0], r.n_in[0], block, d, r, sr, st);
   } else {
     for (int k = 1; k < world; ++k) {
       const int q = (me + k) % world;
       g::EncDstsN<1> d{};
-      d.p[0] = slot(ps, q, r.recv_off, r.cap, me);
+      d.p[0] = slot(ps, q, base + r.recv_off, r.cap, me);
       d.count = 1;
       encode_units<T, kE5>(r.in[q], r.n_in[q], block, d, r, sr, st);
     }
@@ -358,24 +421,25 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     rs.own = r.own;
 #pragma unroll (kW ? kW : 1)
     for (int p = 0; p < kN; ++p)
-      if (p < world) rs.recv[p] = slot(ps, me, r.recv_off, r.cap, p);
+      if (p < world) rs.recv[p] = slot(ps, me, base + r.recv_off, r.cap, p);
     rs.rank = me;
     rs.world = world;
     rs.n = r.n_own;
+    rs.code_off = code_off(blocks_of(r.n_own, block));
     rs.avg = r.avg;
     if (r.mode == LowpMode::kReduceScatter) {
       reduce_store_units<T, kE5, kW>(rs, block, reinterpret_cast<T*>(r.out[me]));
     } else if (sr) {
-      reduce_encode_units<T, kE5, true, kW>(ps, r, rs, block, st);
+      reduce_encode_units<T, kE5, true, kW>(ps, r, base, rs, block, st);
     } else {
-      reduce_encode_units<T, kE5, false, kW>(ps, r, rs, block, st);
+      reduce_encode_units<T, kE5, false, kW>(ps, r, base, rs, block, st);
     }
     if (!block_barrier(ps, flag_value(epoch, 2))) return finish_op(ps, epoch);
   }
 
   if (r.mode != LowpMode::kReduceScatter) {
     const bool all_reduce = r.mode == LowpMode::kAllReduce;
-    const uint64_t area = all_reduce ? r.gather_off : r.recv_off;
+    const uint64_t area = base + (all_reduce ? r.gather_off : r.recv_off);
     for (int k = 0; k < world; ++k) {
       const int q = (me + k) % world;
       if (q == me && r.mode == LowpMode::kAllToAll) continue;  // copied by the host side
@@ -385,40 +449,61 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
     // Peers may write these slots again in the next round: all_reduce's next writes follow a
     // barrier that needs this block's arrival; the others need one here.
-    if (!all_reduce && !block_barrier(ps, flag_value(epoch, 2))) return finish_op(ps, epoch);
+    if (!r.halves && !all_reduce && !block_barrier(ps, flag_value(epoch, 2)))
+      return finish_op(ps, epoch);
   }
   // all_reduce's last round: peers may still decode their gather slots, which the next op's
   // kernels (buffer halves by op counter) may overwrite.
-  if (r.trailing && r.mode == LowpMode::kAllReduce) block_barrier(ps, flag_value(epoch, 3));
+  if (!r.halves && r.trailing && r.mode == LowpMode::kAllReduce)
+    block_barrier(ps, flag_value(epoch, 3));
   finish_round(ps, r, epoch, acc);
 }
 
-template <typename T, int kW, int kMinBlocks>
-void launch_shape(const PeerSet& ps, const LowpRound& r, const lowp::CodecConfig& cfg, int blocks,
-                  cudaStream_t s) {
-  if (cfg.format == lowp::Fp8Format::kE5M2)
-    launch_kernel(lowp_round_kernel<T, true, kW, kMinBlocks>, blocks, kThreads, s, ps, r, cfg.block,
-                  cfg.stochastic);
-  else
-    launch_kernel(lowp_round_kernel<T, false, kW, kMinBlocks>, blocks, kThreads, s, ps, r,
-                  cfg.block, cfg.stochastic);
+// Blocks of `kernel` that fit on the device at once: the per-block barriers need every block of
+// the grid resident (a block waiting for its twin on a peer must not keep a later block of its
+// own rank from starting).
+template <typename Kernel>
+int resident_blocks(Kernel kernel) {
+  int dev = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess)
+    return 1;
+  return std::max(1, per_sm * sms);
+}
+
+template <typename T, bool kE5, int kW, int kMinBlocks>
+void launch_one(const PeerSet& ps, const LowpRound& r, const lowp::CodecConfig& cfg, int blocks,
+                cudaStream_t s) {
+  auto* kernel = lowp_round_kernel<T, kE5, kW, kMinBlocks>;
+  static const int fit = resident_blocks(kernel);
+  launch_kernel(kernel, std::min(blocks, fit), kThreads, s, ps, r, cfg.block, cfg.stochastic);
 }
 
 // The kernel for the comm's world size: 2 and 4 ranks have their own (COMMX_CUDA_LOWP_KERNEL=
-// generic runs the one for any size, for comparisons).
-template <typename T>
+// generic runs the one for any size, for comparisons). COMMX_CUDA_LOWP_BLOCKS_PER_SM=2 picks the
+// build with 64 registers per thread and two blocks of threads per SM (default 1: up to 128
+// registers, one block).
+template <typename T, bool kE5>
 cudaError_t launch_typed(const PeerSet& ps, const LowpRound& r, const lowp::CodecConfig& cfg,
                          int blocks, cudaStream_t s) {
-  static const bool one = env_int("COMMX_CUDA_LOWP_BLOCKS_PER_SM", 2) == 1;
+  static const bool one = env_int("COMMX_CUDA_LOWP_BLOCKS_PER_SM", 1) == 1;
   static const bool generic = env_str("COMMX_CUDA_LOWP_KERNEL").value_or("auto") == "generic";
-  if (!generic && ps.world == 2)
-    launch_shape<T, 2, 2>(ps, r, cfg, blocks, s);
-  else if (!generic && ps.world == 4)
-    launch_shape<T, 4, 2>(ps, r, cfg, blocks, s);
-  else if (one)
-    launch_shape<T, 0, 1>(ps, r, cfg, blocks, s);
-  else
-    launch_shape<T, 0, 2>(ps, r, cfg, blocks, s);
+  if (!generic && ps.world == 2) {
+    if (one)
+      launch_one<T, kE5, 2, 1>(ps, r, cfg, blocks, s);
+    else
+      launch_one<T, kE5, 2, 2>(ps, r, cfg, blocks, s);
+  } else if (!generic && ps.world == 4) {
+    if (one)
+      launch_one<T, kE5, 4, 1>(ps, r, cfg, blocks, s);
+    else
+      launch_one<T, kE5, 4, 2>(ps, r, cfg, blocks, s);
+  } else if (one) {
+    launch_one<T, kE5, 0, 1>(ps, r, cfg, blocks, s);
+  } else {
+    launch_one<T, kE5, 0, 2>(ps, r, cfg, blocks, s);
+  }
   return cudaGetLastError();
 }
 

@@ -63,10 +63,10 @@ Tuning Tuning::resolve(int world, int sms, const Hints& h, bool ll128_links) {
     t.ll128_max_bytes = 4u << 20;
   }
   t.tree_max_bytes = UINT64_MAX;
-  // Larger buffers mean fewer kernel boundaries for large messages (256 MiB all-reduce: 804 us with
-  // 256 MiB halves, 817 us with 128 MiB); two halves cost 512 MiB of GPU memory per rank and comm
-  // (COMMX_CUDA_BUFFER_BYTES lowers it).
-  t.buffer_bytes = 256ull << 20;
+  // The per-comm memory budget: two halves and the signal pad stay within 64 MiB per rank and
+  // comm (62 MiB + 128 KiB). Larger halves mean fewer kernel boundaries for large messages (256 MiB
+  // all-reduce: 804 us with 256 MiB halves, 817 us with 128 MiB); COMMX_CUDA_BUFFER_BYTES raises it.
+  t.buffer_bytes = 31ull << 20;
   t.max_blocks = std::min(sms > 0 ? sms : kMaxBlocks, kMaxBlocks);
   // A wait that has missed a while sleeps between polls (sync_device.cuh PollWait): an early
   // rank must not flood the buffer its late peer writes into.

@@ -32,7 +32,7 @@ class DeviceBackend : public Backend {
   // it itself.
   virtual std::optional<Work> enqueue(const OpDesc& op, cudaStream_t s, const std::string& where) = 0;
   // How the op's Work polls for errors and what it does at its timeout.
-  virtual EventWorkHooks work_hooks(const std::string& where) = 0;
+  virtual EventWorkHooks work_hooks(const OpDesc& op, const std::string& where) = 0;
   // How long wait_blocking() may wait for the op on the host.
   virtual Timeout host_bound(const OpDesc& op) const { return op.timeout; }
 

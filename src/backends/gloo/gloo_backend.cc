@@ -1,4 +1,4 @@
-// GlooBackend (see gloo_backend.h): maps each commx op onto Gloo's collective functions.
+// GlooBackend (see gloo_backend.h): a table row per collective, each a call of Gloo's.
 // Layer: backends/gloo.
 #include "gloo_backend.h"
 
@@ -57,6 +57,9 @@ std::function<void(void*, const void*, const void*, size_t)> pairwise(const Host
   };
 }
 
+// The all_gather row for equal pieces (else its fallback, allgatherv).
+bool equal_pieces(const OpDesc& op, const Topology&) { return op.equal_split(); }
+
 std::string local_hostname() {
   char buf[256] = {};
   gethostname(buf, sizeof(buf) - 1);
@@ -105,14 +108,9 @@ void GlooBackend::init(const BackendContext& ctx) {
   }
 }
 
-bool GlooBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
-  switch (type) {
-    case OpType::kAllToAllVDynamic:
-      return false;  // device-resident counts: GPU backends only
-    default:
-      break;
-  }
-  if (!is_reduction(type)) return true;  // data movement works on bytes of any dtype
+bool GlooBackend::supports(Collective c, DataType dtype, ReduceKind kind) const {
+  if (c == Collective::kAllToAllVDynamic) return false;  // device-resident counts: GPU backends only
+  if (!is_reduction(c)) return true;  // data movement works on bytes of any dtype
   if (kind == ReduceKind::kAvg || kind == ReduceKind::kPremulSum) {
     // Sum, then scale in the element type: defined for floating types only.
     return dtype_is_floating(dtype);
@@ -146,32 +144,29 @@ void GlooBackend::execute(const OpDesc& op) {
   }
 }
 
+std::span<const GlooBackend::GlooAlgorithm> GlooBackend::algorithms() {
+  using C = Collective;
+  using G = GlooBackend;
+  static const GlooAlgorithm kTable[] = {
+      {"allreduce", C::kAllReduce, nullptr, &G::all_reduce},
+      {"reduce", C::kReduce, nullptr, &G::reduce},
+      {"broadcast", C::kBroadcast, nullptr, &G::broadcast},
+      {"allgather", C::kAllGather, equal_pieces, &G::all_gather, "allgatherv"},
+      {"allgatherv", C::kAllGather, nullptr, &G::all_gather_v},
+      {"allreduce", C::kReduceScatter, nullptr, &G::reduce_scatter},
+      {"alltoall", C::kAllToAll, nullptr, &G::all_to_all, nullptr, "alltoallv"},
+      {"gather", C::kGather, nullptr, &G::gather},
+      {"scatter", C::kScatter, nullptr, &G::scatter},
+      {"barrier", C::kBarrier, nullptr, &G::barrier},
+      {"unbound_buffers", C::kP2P, nullptr, &G::p2p},
+  };
+  return kTable;
+}
+
 void GlooBackend::dispatch(const OpDesc& op) {
-  switch (op.collective) {
-    case Collective::kAllReduce:
-      return all_reduce(op, op.input.data, op.input.count);
-    case Collective::kReduce:
-      return reduce(op);
-    case Collective::kBroadcast:
-      return broadcast(op);
-    case Collective::kAllGather:
-      return op.equal_split() ? all_gather(op) : all_gather_v(op);
-    case Collective::kReduceScatter:
-      return reduce_scatter(op);
-    case Collective::kAllToAll:
-      return all_to_all(op);
-    case Collective::kGather:
-      return gather(op);
-    case Collective::kScatter:
-      return scatter(op);
-    case Collective::kBarrier:
-      return barrier(op);
-    case Collective::kP2P:
-      return p2p(op, op.p2p);
-    case Collective::kAllToAllVDynamic:
-      break;
-  }
-  throw Error(ErrorCode::kUnsupported, op_context(ctx_, op) + "gloo: not supported");
+  const GlooAlgorithm* row = select_library_row(algorithms(), op);
+  if (!row) throw Error(ErrorCode::kUnsupported, op_context(ctx_, op) + "gloo: not supported");
+  (this->*row->run)(op);
 }
 
 // Copies a buffer laid out as back-to-back views into the views (nothing when it is them).
@@ -183,7 +178,9 @@ static void scatter_views(const char* from, const std::vector<Tensor>& views) {
   }
 }
 
-void GlooBackend::all_reduce(const OpDesc& op, void* data, int64_t count) {
+void GlooBackend::all_reduce(const OpDesc& op) { all_reduce_buffer(op, op.input.data, op.input.count); }
+
+void GlooBackend::all_reduce_buffer(const OpDesc& op, void* data, int64_t count) {
   uint32_t tag = next_tag();
   const DataType dt = op.dtype();
   HostReducer reducer(dt, op.op, ctx_.size);
@@ -313,7 +310,7 @@ void GlooBackend::reduce_scatter(const OpDesc& op) {
     copy_bytes(p, t.data, t.nbytes());
     p += t.nbytes();
   }
-  all_reduce(op, scratch_.data(), total);
+  all_reduce_buffer(op, scratch_.data(), total);
   copy_bytes(out.data, scratch_.data() + offset * esize, out.nbytes());
 }
 
@@ -421,10 +418,10 @@ void GlooBackend::barrier(const OpDesc& op) {
   ::gloo::barrier(o);
 }
 
-void GlooBackend::p2p(const OpDesc& op, const std::vector<P2POp>& ops) {
+void GlooBackend::p2p(const OpDesc& op) {
   std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> bufs;
   std::vector<bool> is_send;
-  for (const auto& p : ops) {
+  for (const auto& p : op.p2p) {
     if (p.tensor.count == 0) continue;  // both sides skip: counts must match
     auto buf = gloo_->createUnboundBuffer(p.tensor.data, p.tensor.nbytes());
     uint32_t n = p.is_send ? send_seq_[p.peer]++ : recv_seq_[p.peer]++;

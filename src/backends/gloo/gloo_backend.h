@@ -7,8 +7,10 @@
 
 #include <atomic>
 #include <memory>
+#include <span>
 #include <vector>
 
+#include "commx/algorithm.h"
 #include "commx/backend.h"
 #include "commx/backend_util.h"
 
@@ -19,16 +21,20 @@ class GlooBackend : public HostBackend {
   ~GlooBackend() override;
   std::string name() const override { return "gloo"; }
   void init(const BackendContext& ctx) override;
-  bool supports(OpType type, DataType dtype, ReduceKind kind) const override;
+  bool supports(Collective c, DataType dtype, ReduceKind kind) const override;
   void abort() override;
   void finalize() override;
 
  private:
+  // The algorithm table: one row per collective and Gloo call (commx/algorithm.h).
+  using GlooAlgorithm = Algorithm<void (GlooBackend::*)(const OpDesc&)>;
+  static std::span<const GlooAlgorithm> algorithms();
+
   void check_open(const OpDesc& op) override;
   void execute(const OpDesc& op) override;
   void dispatch(const OpDesc& op);
-  // Collectives.
-  void all_reduce(const OpDesc& op, void* data, int64_t count);
+  // The rows.
+  void all_reduce(const OpDesc& op);
   void reduce(const OpDesc& op);
   void broadcast(const OpDesc& op);
   void all_gather(const OpDesc& op);
@@ -38,7 +44,9 @@ class GlooBackend : public HostBackend {
   void gather(const OpDesc& op);
   void scatter(const OpDesc& op);
   void barrier(const OpDesc& op);
-  void p2p(const OpDesc& op, const std::vector<P2POp>& ops);
+  void p2p(const OpDesc& op);
+  // All-reduces `count` elements at `data` in place (all_reduce, and reduce_scatter's staging).
+  void all_reduce_buffer(const OpDesc& op, void* data, int64_t count);
   uint32_t next_tag() { return tag_++; }
 
   BackendContext ctx_;

@@ -1,11 +1,8 @@
-// MpiBackend (see mpi_backend.h): maps each commx op onto MPI calls. Layer: backends/mpi.
+// MpiBackend (see mpi_backend.h): MPI's setup, the watchdog and running a row of the table
+// (mpi_collectives.cc). Layer: backends/mpi.
 #include "mpi_backend.h"
 
-#include <sched.h>
-
-#include <climits>
 #include <cstdlib>
-#include <cstring>
 #include <iostream>
 
 #include "mpi_types.h"
@@ -106,9 +103,9 @@ void MpiBackend::init(const BackendContext& ctx) {
   watchdog_.set_context([this](const OpDesc& op) { return op_context(ctx_, op) + "mpi: "; });
 }
 
-bool MpiBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
-  if (type == OpType::kAllToAllVDynamic) return false;
-  if (!is_reduction(type)) return true;
+bool MpiBackend::supports(Collective c, DataType dtype, ReduceKind kind) const {
+  if (c == Collective::kAllToAllVDynamic) return false;
+  if (!is_reduction(c)) return true;
   return reduce_op(kind, dtype) != MPI_OP_NULL;
 }
 
@@ -131,230 +128,18 @@ void MpiBackend::check(int rc, const OpDesc& op, const char* call) {
 void MpiBackend::execute(const OpDesc& op) {
   if (aborted_.load())
     throw Error(ErrorCode::kAborted, op_context(ctx_, op) + "the comm was aborted");
-  if (op.collective == Collective::kP2P) return p2p(op, op.p2p);
+  const MpiAlgorithm* row = select_library_row(algorithms(), op);
+  if (!row) throw Error(ErrorCode::kUnsupported, op_context(ctx_, op) + "mpi: not supported");
+  // Point-to-point waits on its requests to the deadline; a blocking collective needs the watchdog.
+  if (op.collective == Collective::kP2P) return (this->*row->run)(op);
   watchdog_.arm(Clock::now() + op.timeout, &op, comm_);
   try {
-    collective(op);
+    (this->*row->run)(op);
   } catch (...) {
     watchdog_.disarm();
     throw;
   }
   watchdog_.disarm();
-}
-
-// Waits for `reqs` until the op's deadline: spins on MPI_Testall (MPI progresses inside it),
-// yielding the core after a while so oversubscribed ranks still run.
-static void wait_all(std::vector<MPI_Request>& reqs, const OpDesc& op, const BackendContext& ctx,
-                     const std::atomic<bool>& aborted) {
-  auto deadline = Clock::now() + op.timeout;
-  for (int spins = 0;; ++spins) {
-    int done = 0;
-    MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE);
-    if (done) return;
-    if (aborted.load())
-      throw Error(ErrorCode::kAborted, op_context(ctx, op) + "the comm was aborted");
-    if ((spins & 1023) == 1023 && Clock::now() > deadline) {
-      for (auto& r : reqs)
-        if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
-      throw Error(ErrorCode::kTimeout, op_context(ctx, op) + "mpi: no completion within " +
-                                           std::to_string(op.timeout.count()) + " ms");
-    }
-    if (spins > 2000) sched_yield();
-  }
-}
-
-void MpiBackend::p2p(const OpDesc& op, const std::vector<P2POp>& ops) {
-  std::vector<MPI_Request> reqs;
-  for (const auto& p : ops) {
-    if (p.tensor.count == 0) continue;
-    if (p.tensor.count > INT_MAX)
-      throw Error(ErrorCode::kUnsupported,
-                  op_context(ctx_, op) + "mpi: more than INT_MAX elements");
-    MPI_Request r;
-    int count = static_cast<int>(p.tensor.count);
-    MPI_Datatype t = move_type(p.tensor.dtype);
-    if (p.is_send)
-      check(MPI_Isend(p.tensor.data, count, t, p.peer, 0, comm_, &r), op, "MPI_Isend");
-    else
-      check(MPI_Irecv(p.tensor.data, count, t, p.peer, 0, comm_, &r), op, "MPI_Irecv");
-    reqs.push_back(r);
-  }
-  if (!reqs.empty()) wait_all(reqs, op, ctx_, aborted_);
-}
-
-void MpiBackend::collective(const OpDesc& op) {
-  const int n = ctx_.size, me = ctx_.rank;
-  auto icount = [&](int64_t c) {
-    if (c > INT_MAX)
-      throw Error(ErrorCode::kUnsupported,
-                  op_context(ctx_, op) + "mpi: more than INT_MAX elements");
-    return static_cast<int>(c);
-  };
-  // Blocking call by default; with COMMX_MPI_NONBLOCKING the I-variant, polled to the deadline.
-#define COMMX_MPI_CALL(BLOCKING, NONBLOCKING, ...)              \
-  do {                                                          \
-    if (nonblocking_) {                                         \
-      std::vector<MPI_Request> r(1);                            \
-      check(NONBLOCKING(__VA_ARGS__, &r[0]), op, #NONBLOCKING); \
-      wait_all(r, op, ctx_, aborted_);                          \
-    } else {                                                    \
-      check(BLOCKING(__VA_ARGS__), op, #BLOCKING);              \
-    }                                                           \
-  } while (0)
-  const Tensor& in = op.input;
-  const Tensor& out = op.output;
-  // Element counts and displacements of per-rank views laid out back to back.
-  auto layout = [&](const std::vector<Tensor>& views, std::vector<int>& counts,
-                    std::vector<int>& displs) {
-    int64_t total = 0;
-    counts.assign(n, 0);
-    displs.assign(n, 0);
-    for (int r = 0; r < static_cast<int>(views.size()); ++r) {
-      counts[r] = icount(views[r].count);
-      displs[r] = icount(total);
-      total += views[r].count;
-    }
-    return total;
-  };
-  // Views that are not one buffer are staged through `buf` (copied in when `fill`).
-  auto as_buffer = [&](const std::vector<Tensor>& views, std::vector<uint8_t>& buf, bool fill) {
-    if (back_to_back(views)) return bytes_of(views[0]);
-    buf.resize(total_bytes(views));
-    char* p = reinterpret_cast<char*>(buf.data());
-    for (const auto& t : views) {
-      if (fill) copy_bytes(p, t.data, t.nbytes());
-      p += t.nbytes();
-    }
-    return reinterpret_cast<char*>(buf.data());
-  };
-  auto unstage = [&](const char* from, const std::vector<Tensor>& views) {
-    if (from == bytes_of(views[0])) return;
-    for (const auto& t : views) {
-      copy_bytes(t.data, from, t.nbytes());
-      from += t.nbytes();
-    }
-  };
-  std::vector<int> counts, displs;
-  switch (op.collective) {
-    case Collective::kAllReduce: {
-      if (in.count == 0) return;
-      COMMX_MPI_CALL(MPI_Allreduce, MPI_Iallreduce, MPI_IN_PLACE, in.data, icount(in.count),
-                     reduce_type(in.dtype), reduce_op(op.op.kind, in.dtype), comm_);
-      return;
-    }
-    case Collective::kReduce: {
-      if (in.count == 0) return;
-      bool root = me == op.root;
-      COMMX_MPI_CALL(MPI_Reduce, MPI_Ireduce, root ? MPI_IN_PLACE : in.data,
-                     root ? in.data : nullptr, icount(in.count), reduce_type(in.dtype),
-                     reduce_op(op.op.kind, in.dtype), op.root, comm_);
-      return;
-    }
-    case Collective::kBroadcast:
-      if (in.count == 0) return;
-      COMMX_MPI_CALL(MPI_Bcast, MPI_Ibcast, in.data, icount(in.count), move_type(in.dtype), op.root,
-                     comm_);
-      return;
-    case Collective::kAllGather: {
-      if (layout(op.outputs, counts, displs) == 0) return;
-      char* dst = as_buffer(op.outputs, scratch_, false);
-      MPI_Datatype t = move_type(in.dtype);
-      if (op.equal_split()) {
-        bool in_place = dst + me * in.nbytes() == in.data;
-        int c = icount(in.count);
-        COMMX_MPI_CALL(MPI_Allgather, MPI_Iallgather, in_place ? MPI_IN_PLACE : in.data, c, t,
-                       dst, c, t, comm_);
-      } else {
-        COMMX_MPI_CALL(MPI_Allgatherv, MPI_Iallgatherv, in.data, icount(in.count), t, dst,
-                       counts.data(), displs.data(), t, comm_);
-      }
-      unstage(dst, op.outputs);
-      return;
-    }
-    case Collective::kReduceScatter: {
-      const int64_t total = layout(op.inputs, counts, displs);
-      if (total == 0) return;
-      const size_t es = dtype_size(out.dtype);
-      const char* src = back_to_back(op.inputs) ? bytes_of(op.inputs[0]) : nullptr;
-      char* o = bytes_of(out);
-      bool overlap = src && o >= src && o < src + total * es;
-      if (!src || overlap) {
-        scratch_.resize(total * es);
-        char* p = reinterpret_cast<char*>(scratch_.data());
-        for (const auto& v : op.inputs) {
-          copy_bytes(p, v.data, v.nbytes());
-          p += v.nbytes();
-        }
-        src = reinterpret_cast<char*>(scratch_.data());
-      }
-      MPI_Datatype t = reduce_type(out.dtype);
-      MPI_Op mop = reduce_op(op.op.kind, out.dtype);
-      if (op.equal_split()) {
-        COMMX_MPI_CALL(MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block, src, o, counts[0], t,
-                       mop, comm_);
-      } else {
-        COMMX_MPI_CALL(MPI_Reduce_scatter, MPI_Ireduce_scatter, src, o, counts.data(), t, mop,
-                       comm_);
-      }
-      return;
-    }
-    case Collective::kAllToAll: {
-      std::vector<int> rc, rd;
-      const int64_t st = layout(op.inputs, counts, displs);
-      const int64_t rt = layout(op.outputs, rc, rd);
-      if (st == 0 && rt == 0) return;
-      const size_t es = dtype_size(op.dtype());
-      std::vector<uint8_t> staged_out;
-      char* dst = as_buffer(op.outputs, staged_out, false);
-      const char* src = as_buffer(op.inputs, scratch_, true);
-      MPI_Datatype t = move_type(op.dtype());
-      if (op.equal_split()) {
-        int c = counts[0];
-        COMMX_MPI_CALL(MPI_Alltoall, MPI_Ialltoall, src == dst ? MPI_IN_PLACE : src, c, t, dst, c,
-                       t, comm_);
-      } else {
-        if (src < dst + rt * es && dst < src + st * es) {  // MPI_Alltoallv takes no aliasing
-          std::vector<uint8_t> copy(src, src + st * es);
-          scratch_.swap(copy);
-          src = reinterpret_cast<char*>(scratch_.data());
-        }
-        COMMX_MPI_CALL(MPI_Alltoallv, MPI_Ialltoallv, src, counts.data(), displs.data(), t, dst,
-                       rc.data(), rd.data(), t, comm_);
-      }
-      unstage(dst, op.outputs);
-      return;
-    }
-    case Collective::kGather: {
-      if (in.count == 0) return;
-      const bool root = me == op.root;
-      char* dst = root ? as_buffer(op.outputs, scratch_, false) : nullptr;
-      bool in_place = root && dst + me * in.nbytes() == in.data;
-      MPI_Datatype t = move_type(in.dtype);
-      int c = icount(in.count);
-      COMMX_MPI_CALL(MPI_Gather, MPI_Igather, in_place ? MPI_IN_PLACE : in.data, c, t, dst, c, t,
-                     op.root, comm_);
-      if (root) unstage(dst, op.outputs);
-      return;
-    }
-    case Collective::kScatter: {
-      if (out.count == 0) return;
-      const bool root = me == op.root;
-      const char* src = root ? as_buffer(op.inputs, scratch_, true) : nullptr;
-      bool in_place = root && src + me * out.nbytes() == out.data;
-      MPI_Datatype t = move_type(out.dtype);
-      int c = icount(out.count);
-      COMMX_MPI_CALL(MPI_Scatter, MPI_Iscatter, src, c, t, in_place ? MPI_IN_PLACE : out.data, c, t,
-                     op.root, comm_);
-      return;
-    }
-    case Collective::kBarrier:
-      COMMX_MPI_CALL(MPI_Barrier, MPI_Ibarrier, comm_);
-      return;
-    default:
-      break;
-  }
-#undef COMMX_MPI_CALL
-  throw Error(ErrorCode::kUnsupported, op_context(ctx_, op) + "mpi: not supported");
 }
 
 void MpiBackend::abort() {

@@ -11,10 +11,13 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
+#include "commx/algorithm.h"
 #include "commx/backend.h"
 #include "commx/backend_util.h"
 
@@ -51,15 +54,37 @@ class MpiBackend : public HostBackend {
   ~MpiBackend() override;
   std::string name() const override { return "mpi"; }
   void init(const BackendContext& ctx) override;
-  bool supports(OpType type, DataType dtype, ReduceKind kind) const override;
+  bool supports(Collective c, DataType dtype, ReduceKind kind) const override;
   void abort() override;
   void finalize() override;
 
  private:
+  // The algorithm table (mpi_collectives.cc): one row per collective (commx/algorithm.h).
+  using MpiAlgorithm = Algorithm<void (MpiBackend::*)(const OpDesc&)>;
+  static std::span<const MpiAlgorithm> algorithms();
+
   void check_open(const OpDesc& op) override;
   void execute(const OpDesc& op) override;
-  void collective(const OpDesc& op);
-  void p2p(const OpDesc& op, const std::vector<P2POp>& ops);
+  // The rows: one MPI call each.
+  void all_reduce(const OpDesc& op);
+  void reduce(const OpDesc& op);
+  void broadcast(const OpDesc& op);
+  void all_gather(const OpDesc& op);
+  void reduce_scatter(const OpDesc& op);
+  void all_to_all(const OpDesc& op);
+  void gather(const OpDesc& op);
+  void scatter(const OpDesc& op);
+  void barrier(const OpDesc& op);
+  void p2p(const OpDesc& op);
+  // Runs `blocking`, or with COMMX_MPI_NONBLOCKING `nonblocking` polled to the op's deadline;
+  // `name` (the blocking call's) names a failure.
+  // (A is deduced from `blocking` alone: `nonblocking` must take the same and a request.)
+  template <class... A>
+  void call(const OpDesc& op, const char* name, int (*blocking)(A...),
+            std::type_identity_t<int (*)(A..., MPI_Request*)> nonblocking,
+            std::type_identity_t<A>... args);
+  // `c` as MPI's int count; Unsupported beyond INT_MAX.
+  int icount(const OpDesc& op, int64_t c) const;
   void check(int rc, const OpDesc& op, const char* call);
 
   BackendContext ctx_;

@@ -1,5 +1,5 @@
-// The nccl backend: every collective NCCL has, the list/v variants as grouped NCCL calls, gather,
-// scatter and all-to-all as grouped send/recv, barrier as a 1-element all-reduce.
+// The nccl backend: NCCL's setup, supports(), running a row of its table (nccl_algorithms.cc) on
+// the op's stream, and all_to_all_v_dynamic with counts on the device (all_to_all_v_dynamic.h).
 // Layer: backends (nccl).
 #include "nccl/nccl_backend.h"
 
@@ -9,7 +9,9 @@
 
 #include "commx/error.h"
 #include "cuda_common/cuda_util.h"
+#include "cuda_common/dynamic_counts_report.h"
 #include "cuda_common/event_work.h"
+#include "nccl/nccl_algorithms.h"
 
 namespace commx::nccl {
 namespace {
@@ -42,19 +44,6 @@ bool red_op_of(ReduceKind k, ncclRedOp_t* out) {
     case ReduceKind::kAvg: *out = ncclAvg; return true;
     default: return false;
   }
-}
-
-// Data movement needs no dtype: move bytes.
-size_t nbytes(const Tensor& t) { return t.nbytes(); }
-
-// Whether any view of `a` shares a byte with any view of `b`.
-bool views_overlap(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-  for (const Tensor& x : a)
-    for (const Tensor& y : b) {
-      auto xs = static_cast<const char*>(x.data), ys = static_cast<const char*>(y.data);
-      if (x.nbytes() && y.nbytes() && xs < ys + y.nbytes() && ys < xs + x.nbytes()) return true;
-    }
-  return false;
 }
 
 }  // namespace
@@ -101,10 +90,11 @@ void NcclBackend::init(const BackendContext& ctx) {
   COMMX_CUDA_CHECK_CTX(cudaMemset(scratch_, 0, sizeof(float)), where);
 }
 
-bool NcclBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
-  if (type == OpType::kAllToAllVDynamic) return false;
+bool NcclBackend::supports(Collective c, DataType dtype, ReduceKind kind) const {
+  // The device-count op needs the backend's own kernels (built where nvcc is).
+  if (c == Collective::kAllToAllVDynamic) return COMMX_NCCL_DYNAMIC != 0;
   ncclDataType_t dt;
-  if (!is_reduction(type)) return true;
+  if (!is_reduction(c)) return true;
   if (!data_type_of(dtype, &dt) || dtype == DataType::kBool) return false;
   ncclRedOp_t ro;
   if (!red_op_of(kind, &ro)) return false;
@@ -116,177 +106,65 @@ bool NcclBackend::supports(OpType type, DataType dtype, ReduceKind kind) const {
 }
 
 void NcclBackend::check(ncclResult_t r, const char* what, const OpDesc& op) const {
-  if (r == ncclSuccess || r == ncclInProgress) return;
-  std::string detail = api_->GetErrorString(r);
-  if (api_->GetLastError) {
-    const char* last = api_->GetLastError(comm_);
-    if (last && *last) detail += std::string(": ") + last;
-  }
-  throw Error(ErrorCode::kNccl, op_context(ctx_, op) + what + " failed: " + detail);
+  check_nccl(*api_, comm_, r, what, op_context(ctx_, op));
 }
 
 std::optional<Work> NcclBackend::enqueue(const OpDesc& op, cudaStream_t s,
                                          const std::string& where) {
-  const int n = ctx_.size;
-  const int me = ctx_.rank;
   ncclDataType_t dt = ncclUint8;
   ncclRedOp_t ro = ncclSum;
-  if (is_reduction(op.type)) {
+  if (is_reduction(op.collective)) {
     const DataType t = op.dtype();
     // Never let an unsupported type or reduction fall through as a plain sum (PREMUL_SUM would
     // silently lose its factor): the cuda backend delegates ops here without asking supports().
     if (!data_type_of(t, &dt) || !red_op_of(op.op.kind, &ro))
-      throw Error(ErrorCode::kUnsupported, op_context(ctx_, op) + "NCCL cannot reduce " +
-                                               dtype_name(t) + " with " +
-                                               reduce_kind_name(op.op.kind));
+      throw Error(ErrorCode::kUnsupported, where + "NCCL cannot reduce " + dtype_name(t) +
+                                               " with " + reduce_kind_name(op.op.kind));
   }
-  auto group = [&](auto&& body) {
-    check(api_->GroupStart(), "ncclGroupStart", op);
-    try {
-      body();
-    } catch (...) {
-      api_->GroupEnd();
-      throw;
-    }
-    check(api_->GroupEnd(), "ncclGroupEnd", op);
-  };
-  auto send = [&](const void* p, size_t bytes, int peer) {
-    check(api_->Send(p, bytes, ncclUint8, peer, comm_, s), "ncclSend", op);
-  };
-  auto recv = [&](void* p, size_t bytes, int peer) {
-    check(api_->Recv(p, bytes, ncclUint8, peer, comm_, s), "ncclRecv", op);
-  };
-  auto copy = [&](void* dst, const void* src, size_t bytes) {
-    if (bytes && dst != src)
-      COMMX_CUDA_CHECK_CTX(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s), where);
-  };
-  switch (op.collective) {
-    case Collective::kAllReduce:
-      check(api_->AllReduce(op.input.data, op.output.data, op.input.count, dt, ro, comm_, s),
-            "ncclAllReduce", op);
-      break;
-    case Collective::kReduce:
-      check(api_->Reduce(op.input.data, op.output.data, op.input.count, dt, ro, op.root, comm_, s),
-            "ncclReduce", op);
-      break;
-    case Collective::kBroadcast:
-      check(api_->Broadcast(op.input.data, op.output.data, nbytes(op.input), ncclUint8, op.root,
-                            comm_, s),
-            "ncclBroadcast", op);
-      break;
-    case Collective::kAllGather:
-      if (op.outputs_one_buffer()) {
-        check(api_->AllGather(op.input.data, op.outputs[0].data, nbytes(op.input), ncclUint8,
-                              comm_, s),
-              "ncclAllGather", op);
-        break;
-      }
-      // One broadcast per root: outputs need not be contiguous nor equal in size.
-      group([&] {
-        for (int q = 0; q < n; ++q) {
-          const void* src = q == me ? op.input.data : op.outputs[q].data;
-          check(api_->Broadcast(src, op.outputs[q].data, nbytes(op.outputs[q]), ncclUint8, q,
-                                comm_, s),
-                "ncclBroadcast", op);
-        }
-      });
-      break;
-    case Collective::kReduceScatter:
-      if (op.inputs_one_buffer()) {
-        check(api_->ReduceScatter(op.inputs[0].data, op.output.data, op.output.count, dt, ro,
-                                  comm_, s),
-              "ncclReduceScatter", op);
-        break;
-      }
-      // One reduce per root; the receive buffer is used on the root only.
-      group([&] {
-        for (int q = 0; q < n; ++q)
-          check(api_->Reduce(op.inputs[q].data, op.output.data, op.inputs[q].count, dt, ro, q,
-                             comm_, s),
-                "ncclReduce", op);
-      });
-      break;
-    case Collective::kAllToAll: {
-      // In place (input and output views share memory) a receive may land before the send that
-      // reads the same bytes: send from a copy then.
-      std::vector<const void*> from(n);
-      char* staged = nullptr;
-      if (views_overlap(op.inputs, op.outputs)) {
-        size_t total = 0;
-        for (const Tensor& t : op.inputs) total += nbytes(t);
-        COMMX_CUDA_CHECK_CTX(cudaMallocAsync(reinterpret_cast<void**>(&staged), total, s), where);
-        size_t off = 0;
-        for (int q = 0; q < n; ++q) {
-          copy(staged + off, op.inputs[q].data, nbytes(op.inputs[q]));
-          from[q] = staged + off;
-          off += nbytes(op.inputs[q]);
-        }
-      } else {
-        for (int q = 0; q < n; ++q) from[q] = op.inputs[q].data;
-      }
-      group([&] {
-        for (int q = 0; q < n; ++q) {
-          send(from[q], nbytes(op.inputs[q]), q);
-          recv(op.outputs[q].data, nbytes(op.outputs[q]), q);
-        }
-      });
-      if (staged) COMMX_CUDA_CHECK_CTX(cudaFreeAsync(staged, s), where);
-      break;
-    }
-    case Collective::kGather:
-      group([&] {
-        if (me == op.root) {
-          for (int q = 0; q < n; ++q)
-            if (q != me) recv(op.outputs[q].data, nbytes(op.outputs[q]), q);
-        } else {
-          send(op.input.data, nbytes(op.input), op.root);
-        }
-      });
-      if (me == op.root) copy(op.outputs[me].data, op.input.data, nbytes(op.input));
-      break;
-    case Collective::kScatter:
-      group([&] {
-        if (me == op.root) {
-          for (int q = 0; q < n; ++q)
-            if (q != me) send(op.inputs[q].data, nbytes(op.inputs[q]), q);
-        } else {
-          recv(op.output.data, nbytes(op.output), op.root);
-        }
-      });
-      if (me == op.root) copy(op.output.data, op.inputs[me].data, nbytes(op.output));
-      break;
-    case Collective::kBarrier:
-      check(api_->AllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, s),
-            "ncclAllReduce (barrier)", op);
-      break;
-    case Collective::kP2P:
-      group([&] {
-        for (const auto& p : op.p2p) {
-          if (p.is_send)
-            send(p.tensor.data, nbytes(p.tensor), p.peer);
-          else
-            recv(p.tensor.data, nbytes(p.tensor), p.peer);
-        }
-      });
-      break;
-    case Collective::kAllToAllVDynamic:
-      throw Error(ErrorCode::kUnsupported, where + "not supported by nccl");
+  // The average over one rank is its input: sent as a sum, which NCCL takes for every dtype
+  // (NCCL 2.28 answered "invalid argument" to a one-rank op of the conformance sweep, at an
+  // average of FP8 data by the sweep's order).
+  if (ctx_.size == 1 && ro == ncclAvg) ro = ncclSum;
+  if (op.collective == Collective::kAllToAllVDynamic) {
+#if COMMX_NCCL_DYNAMIC
+    enqueue_all_to_all_v_dynamic(op, s, where);
+    return std::nullopt;
+#else
+    throw Error(ErrorCode::kUnsupported,
+                where + "this nccl backend was built without its kernels (no nvcc)");
+#endif
   }
+  const NcclAlgorithm* row = select_library_row(nccl_algorithms(), op);
+  if (!row) throw Error(ErrorCode::kUnsupported, where + "not supported by nccl");
+  row->run(NcclCall{*api_, comm_, op, s, where, ctx_.rank, ctx_.size, dt, ro, scratch_});
   return std::nullopt;
 }
 
-cuda::EventWorkHooks NcclBackend::work_hooks(const std::string& where) {
+cuda::EventWorkHooks NcclBackend::work_hooks(const OpDesc& op, const std::string& where) {
   cuda::EventWorkHooks hooks;
-  hooks.poll_error = [this, where]() -> std::exception_ptr {
+  hooks.poll_error = [this, where, seq = op.seq]() -> std::exception_ptr {
+    (void)seq;
     ncclResult_t ae = ncclSuccess;
-    std::lock_guard<std::mutex> lk(abort_mu_);
-    if (comm_gone_ || !comm_)  // aborted: a kernel that was stopped mid-op fired its event
-      return aborted_ ? aborted_error(where) : nullptr;
-    if (api_->CommGetAsyncError(comm_, &ae) == ncclSuccess && ae != ncclSuccess &&
-        ae != ncclInProgress)
-      return std::make_exception_ptr(
-          Error(ErrorCode::kNccl, where + "NCCL reported: " + api_->GetErrorString(ae)));
+    {
+      std::lock_guard<std::mutex> lk(abort_mu_);
+      if (comm_gone_ || !comm_)  // aborted: a kernel that was stopped mid-op fired its event
+        return aborted_ ? aborted_error(where) : nullptr;
+      if (api_->CommGetAsyncError(comm_, &ae) == ncclSuccess && ae != ncclSuccess &&
+          ae != ncclInProgress)
+        return std::make_exception_ptr(
+            Error(ErrorCode::kNccl, where + "NCCL reported: " + api_->GetErrorString(ae)));
+    }
+#if COMMX_NCCL_DYNAMIC
+    // A failed agreed check of all_to_all_v_dynamic: this Work's op, or an earlier one.
+    DynamicCountsReport* report = nullptr;
+    {
+      std::lock_guard<std::mutex> lk(dyn_mu_);
+      report = dyn_.report_host;
+    }
+    return cuda::take_dynamic_counts_error(report, seq, report_mu_, where);
+#else
     return nullptr;
+#endif
   };
   hooks.on_timeout = [this] { abort_comm(); };
   return hooks;
@@ -320,6 +198,12 @@ void NcclBackend::finalize() {
   comm_gone_ = true;
   comm_ = nullptr;
   ops_.release();
+#if COMMX_NCCL_DYNAMIC
+  {
+    std::lock_guard<std::mutex> dl(dyn_mu_);
+    dyn_.release();
+  }
+#endif
   if (scratch_) cudaFree(scratch_);
   scratch_ = nullptr;
 }

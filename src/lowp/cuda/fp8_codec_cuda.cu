@@ -24,6 +24,7 @@ __global__ void __launch_bounds__(kThreads)
   EncDstsN<1> d{};
   d.p[0] = dst;
   d.count = 1;
+  d.code_off = 4 * nb;
   StatAcc acc;
   encode_block_warp<kE5, kSR>(in, in.m, blk, nb, block, d, stats ? &acc : nullptr, seed, stream,
                               static_cast<uint64_t>(sr_offset + off));

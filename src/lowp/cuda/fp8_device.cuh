@@ -142,7 +142,8 @@ __device__ __forceinline__ uint32_t pack4(const uint8_t c[4]) {
 __device__ __forceinline__ uint8_t code_of(uint32_t w, int k) { return (w >> (8 * k)) & 0xffu; }
 
 // Where one encoded block goes: up to N encoded chunks of the same n elements (the scale of
-// block `blk` at dst + 4 * blk, its codes at dst + 4 * nb + blk * block). Loops over the
+// block `blk` at dst + 4 * blk, its codes at dst + code_off + blk * block; code_off is 4 * nb in
+// the host codec's layout, rounded up to 16 in the cuda backend's slots). Loops over the
 // destinations are unrolled to N so that the pointers stay in registers.
 constexpr int kMaxDsts = 8;
 template <int N>
@@ -150,6 +151,7 @@ struct EncDstsN {
   static constexpr int kCap = N;
   uint8_t* p[N];
   int count;
+  int64_t code_off;
 };
 using EncDsts = EncDstsN<kMaxDsts>;
 
@@ -238,7 +240,7 @@ __device__ __forceinline__ void store_full256(const Dsts& dsts, int64_t blk, int
   for (int d = 0; d < Dsts::kCap; ++d) {
     if (d >= dsts.count) break;
     if (lane == d) store_scale(dsts.p[d] + blk * 4, sb);
-    uint8_t* c = dsts.p[d] + nb * 4 + blk * 256 + 8 * lane;
+    uint8_t* c = dsts.p[d] + dsts.code_off + blk * 256 + 8 * lane;
     if ((reinterpret_cast<uintptr_t>(c) & 7) == 0) {
       *reinterpret_cast<uint2*>(c) = make_uint2(w[0], w[1]);
     } else if ((reinterpret_cast<uintptr_t>(c) & 3) == 0) {
@@ -284,7 +286,7 @@ __device__ __forceinline__ BlockCode encode_block_warp(const Src& src, int64_t m
 #pragma unroll (Dsts::kCap <= 4 ? Dsts::kCap : 1)
   for (int d = 0; d < Dsts::kCap; ++d)
     if (d < dsts.count)
-      vec_out = vec_out && (reinterpret_cast<uintptr_t>(dsts.p[d] + nb * 4 + off) % 4) == 0;
+      vec_out = vec_out && (reinterpret_cast<uintptr_t>(dsts.p[d] + dsts.code_off + off) % 4) == 0;
   if (block == 256 && m == 256 && vec_out)
     return encode_full256<kE5, kSR>(src, blk, nb, dsts, st, seed, stream, idx0);
 
@@ -331,7 +333,7 @@ __device__ __forceinline__ BlockCode encode_block_warp(const Src& src, int64_t m
 #pragma unroll (Dsts::kCap <= 4 ? Dsts::kCap : 1)
     for (int d = 0; d < Dsts::kCap; ++d) {
       if (d >= dsts.count) break;
-      uint8_t* codes = dsts.p[d] + nb * 4 + off;
+      uint8_t* codes = dsts.p[d] + dsts.code_off + off;
       if (full && vec_out) {
         *reinterpret_cast<uint32_t*>(codes + i) = pack4(c);
       } else {
@@ -389,6 +391,7 @@ struct ReduceSrc {
   int rank;
   int world;
   int64_t n;
+  int64_t code_off;  // bytes from an encoded chunk's start to its codes (see EncDstsN)
   bool avg;
 };
 
@@ -421,7 +424,7 @@ struct ReducedSrc {
     for (int p = 0; p < kN; ++p) {
       codes[p] = nullptr, sb[p] = 0;
       if (p >= world || p == rank) continue;
-      codes[p] = rs.recv[p] + nb * 4 + blk * block;
+      codes[p] = rs.recv[p] + rs.code_off + blk * block;
       sb[p] = load_scale(rs.recv[p], blk);
       vec = vec && (reinterpret_cast<uintptr_t>(codes[p]) % 4) == 0;
     }
@@ -544,5 +547,176 @@ struct ResidualSrc {
   }
   __device__ __forceinline__ float load1(int64_t i) const { return residual(a.load1(i), i); }
 };
+
+
+// ---- Pairs of full blocks: 16 values per lane, 16-byte code accesses ----
+// A warp works on two adjacent full blocks of 256 values (blocks 2u and 2u+1, 512 values): lane l
+// holds values 16l..16l+15 of the pair, so lanes 0-15 hold the first block and 16-31 the second,
+// and its 16 codes are bytes 16l..16l+15 of the pair's 512 codes (one 16-byte store per lane and
+// destination where one block per warp stored 8). Same bits as encode_block_warp.
+
+// The codec state of one lane's block in a pair.
+struct PairCode {
+  float inv;      // values are multiplied by this before the FP8 conversion
+  bool flagged;   // the lane's block holds NaN/Inf
+  uint32_t sb;    // the lane's block's scale word
+  uint32_t amax;  // bits of the block's (finite) amax: bounds every |x * inv| (saturation check)
+};
+
+// The scales of a pair (whole warp): the max of |x| over each half-warp by two warp reductions.
+template <bool kE5>
+__device__ __forceinline__ PairCode scale_pair(const float v[16]) {
+  constexpr Fp8Traits t = kE5 ? e5m2_traits() : e4m3_traits();
+  const bool hi = (threadIdx.x & 31) >= 16;
+  uint32_t a = 0;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) a = max(a, f2u(v[j]) & kAbsMask);
+  const uint32_t lo_max = __reduce_max_sync(0xffffffffu, hi ? 0u : a);
+  const uint32_t hi_max = __reduce_max_sync(0xffffffffu, hi ? a : 0u);
+  uint32_t amax = hi ? hi_max : lo_max;
+  const bool flagged = amax >= kInfBits;
+  if (__any_sync(0xffffffffu, flagged)) {  // rare: the finite amax of a block with NaN/Inf
+    uint32_t f = 0;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const uint32_t b = f2u(v[j]) & kAbsMask;
+      if (b < kInfBits) f = max(f, b);
+    }
+    const uint32_t lo_f = __reduce_max_sync(0xffffffffu, hi ? 0u : f);
+    const uint32_t hi_f = __reduce_max_sync(0xffffffffu, hi ? f : 0u);
+    if (flagged) amax = hi ? hi_f : lo_f;
+  }
+  const BlockScale bs = block_scale(u2f(amax), flagged ? t.flagged_target : t.max);
+  const uint32_t sb = flagged ? (f2u(bs.scale) | 0x80000000u) : f2u(bs.scale);
+  return PairCode{bs.inv, flagged, sb, amax};
+}
+
+// Two codes from two values already multiplied by the block's inverse scale (finite, so the
+// hardware's saturating conversion equals fp8_rne): byte 0 from q0.
+template <bool kE5>
+__device__ __forceinline__ uint32_t cvt2(float q0, float q1) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(q0, q1), __NV_SATFINITE, kE5 ? __NV_E5M2 : __NV_E4M3);
+}
+
+// This lane's 16 codes (w: codes 0-3 in w.x, byte 0 first), counted into `st` (nullable) as
+// encode8 counts. idx: stochastic-rounding index of v[0].
+template <bool kE5, bool kSR>
+__device__ __forceinline__ uint4 encode16(const float v[16], const PairCode& pc, uint64_t seed,
+                                          uint64_t stream, uint64_t idx, StatAcc* st) {
+  constexpr Fp8Traits t = kE5 ? e5m2_traits() : e4m3_traits();
+  uint32_t w[4] = {0u, 0u, 0u, 0u};
+  if (!kSR && !__any_sync(0xffffffffu, pc.flagged)) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t lo = cvt2<kE5>(__fmul_rn(v[4 * k], pc.inv), __fmul_rn(v[4 * k + 1], pc.inv));
+      const uint32_t hi =
+          cvt2<kE5>(__fmul_rn(v[4 * k + 2], pc.inv), __fmul_rn(v[4 * k + 3], pc.inv));
+      w[k] = __byte_perm(lo, hi, 0x5410);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+      w[j / 4] |= static_cast<uint32_t>(encode_one<kE5, kSR>(v[j], pc.inv, pc.flagged, seed, stream,
+                                                             idx + j))
+                  << (8 * (j % 4));
+  }
+  if (st) {
+    // Underflow: a non-zero finite value whose code is +-0. Most lanes rule it out at once: the
+    // smallest non-zero |x| scaled stays at or above the smallest FP8 step (a value rounds to 0
+    // only at or below half of it).
+    uint32_t amin = 0xffffffffu;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) amin = min(amin, (f2u(v[j]) & kAbsMask) - 1u);  // 0 -> max
+    const float step = 1.0f / t.inv_quantum;
+    if (amin < kInfBits && !(__fmul_rn(u2f(amin + 1u), pc.inv) >= step)) {
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const uint32_t a = f2u(v[j]) & kAbsMask;
+        st->under += (a != 0) & (a < kInfBits) & (((w[j / 4] >> (8 * (j % 4))) & 0x7fu) == 0);
+      }
+    }
+    // Saturation: |x * inv| <= amax * inv for every finite x (rounding is monotonic).
+    if (!(__fmul_rn(u2f(pc.amax), pc.inv) <= t.sat_mid)) {
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const uint32_t a = f2u(v[j]) & kAbsMask;
+        st->sat += (a < kInfBits) & ((f2u(__fmul_rn(v[j], pc.inv)) & kAbsMask) > f2u(t.sat_mid));
+      }
+    }
+    if (pc.flagged) {
+#pragma unroll
+      for (int j = 0; j < 16; ++j) st->nonfinite += (f2u(v[j]) & kAbsMask) >= kInfBits;
+    }
+    if ((threadIdx.x & 15) == 0) st->elements += 256, st->nonfinite_blocks += pc.flagged;
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// Writes pair `u`'s two scale words (lane d for destination d, one 8-byte store) and this lane's
+// 16 codes to every destination. The destinations' scales must be 8-byte and their codes 16-byte
+// aligned (the cuda backend's slots are).
+template <typename Dsts>
+__device__ __forceinline__ void store_pair(const Dsts& dsts, int64_t u, uint32_t sb,
+                                           const uint4& w) {
+  const int lane = threadIdx.x & 31;
+  const uint32_t sb0 = __shfl_sync(0xffffffffu, sb, 0);
+  const uint32_t sb1 = __shfl_sync(0xffffffffu, sb, 16);
+#pragma unroll (Dsts::kCap <= 4 ? Dsts::kCap : 1)
+  for (int d = 0; d < Dsts::kCap; ++d) {
+    if (d >= dsts.count) break;
+    if (lane == d) *reinterpret_cast<uint2*>(dsts.p[d] + 8 * u) = make_uint2(sb0, sb1);
+    *reinterpret_cast<uint4*>(dsts.p[d] + dsts.code_off + 512 * u + 16 * lane) = w;
+  }
+}
+
+// The 16 values of codes w under the scale word sb (decode_one for each).
+template <bool kE5>
+__device__ __forceinline__ void decode16(const uint4& w, uint32_t sb, float o[16]) {
+  const uint32_t c[4] = {w.x, w.y, w.z, w.w};
+  if (!(sb & 0x80000000u)) {
+    const float s = __uint_as_float(sb);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const __half2_raw h =
+          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(c[k / 2] >> (16 * (k % 2))),
+                                     kE5 ? __NV_E5M2 : __NV_E4M3);
+      const float2 f = __half22float2(__half2(h));
+      o[2 * k] = __fmul_rn(f.x, s);
+      o[2 * k + 1] = __fmul_rn(f.y, s);
+    }
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 16; ++j) o[j] = decode_one<kE5>(code_of(c[j / 4], j % 4), sb);
+}
+
+// Sixteen elements of T as floats from sizeof(T) raw 16-byte words; Raw16 holds them,
+// fetch16 and store16 move them with 16-byte accesses (p 16-byte aligned).
+template <typename T>
+__device__ __forceinline__ void unpack16(const uint4* raw, float v[16]) {
+  const T* h = reinterpret_cast<const T*>(raw);
+#pragma unroll
+  for (int j = 0; j < 16; ++j) v[j] = load_f<T>(h, j);
+}
+template <typename T>
+struct Raw16 {
+  uint4 q[sizeof(T)];  // 16 elements of T
+};
+template <typename T>
+__device__ __forceinline__ void fetch16(const T* p, Raw16<T>& r) {
+  const uint4* s = reinterpret_cast<const uint4*>(p);
+#pragma unroll
+  for (int k = 0; k < static_cast<int>(sizeof(T)); ++k) r.q[k] = s[k];
+}
+template <typename T>
+__device__ __forceinline__ void store16(T* p, const float v[16]) {
+  Raw16<T> r;
+  T* h = reinterpret_cast<T*>(r.q);
+#pragma unroll
+  for (int j = 0; j < 16; ++j) store_f<T>(h, j, v[j]);
+  uint4* d = reinterpret_cast<uint4*>(p);
+#pragma unroll
+  for (int k = 0; k < static_cast<int>(sizeof(T)); ++k) d[k] = r.q[k];
+}
 
 }  // namespace commx::lowp::gpu

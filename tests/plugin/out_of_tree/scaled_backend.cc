@@ -17,8 +17,8 @@ class ScaledBackend : public commx::HostBackend {
     ctx_ = ctx;
     factor_ = commx::env_double("SCALED_BACKEND_FACTOR", 1.0);
   }
-  bool supports(commx::OpType type, commx::DataType dtype, commx::ReduceKind kind) const override {
-    return type == commx::OpType::kAllReduce && kind == commx::ReduceKind::kSum &&
+  bool supports(commx::Collective c, commx::DataType dtype, commx::ReduceKind kind) const override {
+    return c == commx::Collective::kAllReduce && kind == commx::ReduceKind::kSum &&
            commx::dtype_is_floating(dtype);
   }
   void abort() override { fail_queued(ctx_, "the comm was aborted"); }

@@ -1,0 +1,12 @@
+// The fused FP8 round kernel for __half data, E5M2 (lowp_round.cuh): a translation unit of
+// its own so that the kernel builds compile in parallel. Layer: backends (cuda).
+#include "cuda/lowp_round.cuh"
+
+namespace commx::cuda {
+
+cudaError_t launch_lowp_round_f16_e5m2(const PeerSet& ps, const LowpRound& r,
+                                      const lowp::CodecConfig& cfg, int blocks, cudaStream_t s) {
+  return launch_typed<__half, true>(ps, r, cfg, blocks, s);
+}
+
+}  // namespace commx::cuda
