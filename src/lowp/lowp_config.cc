@@ -181,7 +181,6 @@ bool lowp_eligible(OpType t, DataType dtype, ReduceOp op, std::string* why) {
 
 std::optional<LowpPlan> lowp_choice(const LowpSettings& s, OpType t, DataType dtype, ReduceOp op,
                                     int64_t bytes, const Hints& op_hints, const std::string& ctx) {
-  if (!s.enabled && op_hints.empty()) return std::nullopt;  // every op asks: answer at once
   auto it = op_hints.find("low_precision");
   if (it != op_hints.end() && it->second != "auto") {
     auto m = parse_mode(it->second);
@@ -201,6 +200,13 @@ std::optional<LowpPlan> lowp_choice(const LowpSettings& s, OpType t, DataType dt
   if (!s.enabled || bytes < s.min_bytes || !lowp_eligible(t, dtype, op)) return std::nullopt;
   if (!s.per_collective[static_cast<int>(*lowp_collective_of(t))]) return std::nullopt;
   return LowpPlan{s.codec, s.two_term_gather};
+}
+
+std::optional<LowpPlan> lowp_choice(const LowpSettings& s, const OpDesc& op,
+                                    const std::string& ctx) {
+  if (!s.enabled && op.hints.empty()) return std::nullopt;
+  return lowp_choice(s, op.type, op.dtype(), op.op, static_cast<int64_t>(op.bytes()), op.hints,
+                     ctx);
 }
 
 }  // namespace commx::lowp

@@ -58,5 +58,9 @@ bool lowp_eligible(OpType t, DataType dtype, ReduceOp op, std::string* why = nul
 std::optional<LowpPlan> lowp_choice(const LowpSettings& s, OpType t, DataType dtype, ReduceOp op,
                                     int64_t bytes, const Hints& op_hints,
                                     const std::string& ctx = "");
+// The same for a lowered op. Every op asks, so with low precision off and no op hints it answers
+// at once, before any of the op's sizes are computed.
+std::optional<LowpPlan> lowp_choice(const LowpSettings& s, const OpDesc& op,
+                                    const std::string& ctx = "");
 
 }  // namespace commx::lowp

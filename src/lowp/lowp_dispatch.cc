@@ -50,9 +50,7 @@ void report(const OpDesc& op, const CodecStats& s, int rank, const std::string& 
 bool lowp_maybe_run(const OpDesc& op, const LowpSettings& s, Transport& t, int rank, int size,
                     Deadline deadline, const std::string& ctx, CodecStats* stats,
                     LowpScratch* scratch) {
-  if (!s.enabled && op.hints.empty()) return false;  // every op asks: answer before any work
-  auto plan = lowp_choice(s, op.type, op.dtype(), op.op, static_cast<int64_t>(op.bytes()),
-                          op.hints, ctx);
+  auto plan = lowp_choice(s, op, ctx);
   if (!plan) return false;
   // Peers check it: a rank running this op in FP8 never pairs with one running it in full.
   t.call().flags |= OpFingerprint::kLowPrecision;

@@ -200,10 +200,9 @@ void LowpCuda::init(const Hints& comm_hints, const std::string& where) {
 
 bool LowpCuda::maybe_enqueue(const OpDesc& op, const PeerSet& ps, int max_blocks,
                              cudaStream_t s, const std::string& where) {
-  const DataType dtype = op.dtype();
-  auto plan = lowp::lowp_choice(settings_, op.type, dtype, op.op, static_cast<int64_t>(op.bytes()),
-                                op.hints, where);
+  auto plan = lowp::lowp_choice(settings_, op, where);
   if (!plan) return false;
+  const DataType dtype = op.dtype();
   Rounds rd{ps, s, where, *plan, d_stats_, op.seq, dtype, max_blocks};
   const bool avg = op.op.kind == ReduceKind::kAvg;
   switch (op.collective) {
