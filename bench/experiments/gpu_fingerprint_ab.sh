@@ -6,6 +6,7 @@
 # f32, eager and graph) on each tree in turn, AB_ROUNDS times (base, new, base, new, ...: drift of
 # the machine hits both alike), compares the per-round medians (latency_ab.py), then more of the
 # backend's GPU tests. Every step is bounded (AB_*_S seconds).
+# AB_EXTRA_TARGETS: more targets built into build-ab with the first (a later run can use them).
 # Files in $OUT: tests.log, ab.md, ab.json, bench logs; the JSON of every run in runs.tar.gz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -25,7 +26,7 @@ TESTS="cuda_call_check_test cuda_backend_test cuda_all_to_all_v_dynamic_test"
   ninja -C build-ab -j$(nproc) commx_backend_cuda commx-bench >> '$WORK/base_build.log' 2>&1") &
 base_pid=$!
 timeout "${AB_BUILD_S:-280}" bash -c ". scripts/gpu_env.sh; gpu_build build-ab '$WORK/build.log' \
-  commx_backend_cuda commx_backend_nccl commx-bench $TESTS" || { tail -30 "$WORK/build.log" > "$OUT/build_failed.log"; exit 1; }
+  commx_backend_cuda commx_backend_nccl commx-bench $TESTS ${AB_EXTRA_TARGETS:-}" || { tail -30 "$WORK/build.log" > "$OUT/build_failed.log"; exit 1; }
 wait $base_pid || { tail -30 "$WORK/base_build.log" > "$OUT/base_build_failed.log"; BASE=""; }
 echo "build ok${BASE:+ (and $BASE)}: $(date -u +%T)"
 
