@@ -143,7 +143,9 @@ bool CudaBackend::supports(Collective c, DataType dtype, ReduceKind kind) const 
 }
 
 bool CudaBackend::supports_uneven(Collective c, DataType dtype, ReduceKind kind) const {
-  // Pieces of per-rank counts go to NCCL: its reductions only, and only where NCCL can run.
+  // all_to_all_v_dynamic runs natively (ranks sharing a GPU included): supports() answers.
+  if (c == Collective::kAllToAllVDynamic) return supports(c, dtype, kind);
+  // Other pieces of per-rank counts go to NCCL: its reductions only, and only where NCCL can run.
   return nccl_problem_.empty() && (!is_reduction(c) || nccl_reduces(dtype, kind));
 }
 
