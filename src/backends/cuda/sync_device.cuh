@@ -55,26 +55,40 @@ __device__ __forceinline__ unsigned long long* call_word(unsigned long long* pad
          ((epoch & 1ull) * kMaxBlocks + block) * kMaxRanks + sender;
 }
 
-// Reads `peer`'s call entry of the op whose counter has low half `epoch32`; false when the peer
-// is not (visibly) in that op, or the entry was read half-written (its hash does not match).
-__device__ __noinline__ inline bool read_peer_call(const PeerSet& ps, int peer, uint32_t epoch32,
-                                            unsigned long long (&words)[5],
-                                            unsigned long long& hash) {
-  const volatile unsigned long long* e = call_entry(ps.sig[peer], epoch32 & 1u);
+// Reads the call entry, in the pad `peer_pad` of a peer, of the op whose counter has low half
+// `epoch32`; false when the peer is not (visibly) in that op, or the entry was read half-written
+// (its hash does not match). Out of line and given plain values: a function that takes the
+// kernel's PeerSet (or a PollWait) by address makes every kernel copy it to local memory at its
+// start (376 bytes a thread, ~0.8 us an op at 8 bytes).
+__device__ __noinline__ inline bool read_peer_call(const unsigned long long* peer_pad,
+                                                   uint32_t epoch32,
+                                                   unsigned long long (&words)[5],
+                                                   unsigned long long& hash) {
+  const volatile unsigned long long* e =
+      call_entry(const_cast<unsigned long long*>(peer_pad), epoch32 & 1u);
   if (static_cast<uint32_t>(e[6]) != epoch32 + 1u) return false;
   for (int w = 0; w < 5; ++w) words[w] = e[w];
   hash = e[5];
   return call_hash(words) == hash && static_cast<uint32_t>(e[6]) == epoch32 + 1u;
 }
 
+// The hash of the call in `peer_pad`'s entry of op `epoch32` when it is not `mine`, else 0.
+__device__ __noinline__ inline unsigned long long other_call_hash(const unsigned long long* peer_pad,
+                                                                  uint32_t epoch32,
+                                                                  unsigned long long mine) {
+  unsigned long long words[5], hash;
+  if (!read_peer_call(peer_pad, epoch32, words, hash) || hash == mine) return 0;
+  return hash;
+}
+
 // Reports that `peer` issued the call hashed `their_hash` where this rank issued ps.call, with the
 // peer's whole call when its entry shows it within a millisecond.
-__device__ __noinline__ inline void report_mismatch(const PeerSet& ps, int peer, uint32_t epoch32,
-                                             unsigned long long their_hash) {
+__device__ __forceinline__ void report_mismatch(const PeerSet& ps, int peer, uint32_t epoch32,
+                                                unsigned long long their_hash) {
   unsigned long long words[5] = {0, 0, 0, 0, 0}, hash = 0;
   bool known = false;
   const unsigned long long t0 = global_timer_ns();
-  while (!(known = read_peer_call(ps, peer, epoch32, words, hash) && hash == their_hash) &&
+  while (!(known = read_peer_call(ps.sig[peer], epoch32, words, hash) && hash == their_hash) &&
          global_timer_ns() - t0 < 1000000ull)
     __nanosleep(1000);
   if (atomicCAS(&ps.state->error_claimed, 0, 1) != 0) return;
@@ -125,25 +139,23 @@ struct PollWait {
       __nanosleep(sleep_ns);
     }
     if ((misses & 63u) != 0) return kDevOk;
+#ifndef COMMX_AB_NO_WAIT_CHECKS
     if (*reinterpret_cast<volatile int*>(&ps.state->error_claimed)) return kDevAborted;
+#endif
     if ((misses & 1023u) == 0) {
       if (ps.ctl->abort) return kDevAborted;
-      if (peer >= 0 && other_call(ps, peer, epoch32)) return kDevMismatch;
+#ifdef COMMX_AB_NO_WAIT_CHECKS
+      peer = -1;
+#endif
+      if (peer >= 0) {
+        const unsigned long long theirs = other_call_hash(ps.sig[peer], epoch32, ps.call.hash);
+        const bool again = theirs != 0 && theirs == their_hash;
+        their_hash = theirs;
+        if (again) return kDevMismatch;
+      }
     }
     if (global_timer_ns() - start > ps.timeout_ns) return kDevTimeout;
     return kDevOk;
-  }
-
- private:
-  __device__ __noinline__ bool other_call(const PeerSet& ps, int peer, uint32_t epoch32) {
-    unsigned long long words[5], hash;
-    if (!read_peer_call(ps, peer, epoch32, words, hash) || hash == ps.call.hash) {
-      their_hash = 0;
-      return false;
-    }
-    const bool again = their_hash == hash;
-    their_hash = hash;
-    return again;
   }
 };
 
@@ -218,6 +230,7 @@ __device__ __forceinline__ unsigned long long begin_op(const PeerSet& ps) {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const unsigned long long epoch = *reinterpret_cast<volatile unsigned long long*>(&ps.state->epoch);
+#ifndef COMMX_AB_NO_CALL_ENTRY
   if (blockIdx.x == 0 && threadIdx.x == blockDim.x - 1 && ps.sig[ps.rank]) {
     const int failed = *reinterpret_cast<volatile int*>(&ps.state->error_claimed);
     if (!failed) {
@@ -227,6 +240,7 @@ __device__ __forceinline__ unsigned long long begin_op(const PeerSet& ps) {
       e[6] = epoch + 1;
     }
   }
+#endif
   return epoch;
 }
 
