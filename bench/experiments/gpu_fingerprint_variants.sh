@@ -13,7 +13,7 @@ OUT=${OUT:-$(results_dir)/$(date -u +%H%M)_cuda_fingerprint_variants}
 mkdir -p "$OUT"
 WORK=$(mktemp -d)
 { date -u; nvidia-smi --query-gpu=name,memory.total --format=csv; nvcc --version | tail -1; } > "$OUT/machine.txt" 2>&1
-VARIANTS=${VARIANTS:-"noentry=-DCOMMX_AB_NO_CALL_ENTRY nochecks=-DCOMMX_AB_NO_CALL_ENTRY;-DCOMMX_AB_NO_WAIT_CHECKS"}
+VARIANTS=${VARIANTS:-"noentry=-DCOMMX_AB_NO_CALL_ENTRY nochecks=-DCOMMX_AB_NO_CALL_ENTRY;-DCOMMX_AB_NO_WAIT_CHECKS nohash=-DCOMMX_AB_NO_CALL_ENTRY;-DCOMMX_AB_NO_WAIT_CHECKS;-DCOMMX_AB_NO_HASH"}
 TESTS=${TESTS:-cuda_call_check_test cuda_backend_test cuda_all_to_all_v_dynamic_test}
 build() {  # DIR SRC LOG CUDA_FLAGS TARGET...
   local dir=$1 src=$2 log=$3 flags=$4

@@ -202,11 +202,16 @@ __device__ __forceinline__ bool block_barrier(const PeerSet& ps, unsigned long l
   const int t = threadIdx.x;
   if (t < ps.world && t != ps.rank) {
     const unsigned long long epoch = (value - 1) >> 2;  // flag_value's op
+#ifndef COMMX_AB_NO_HASH
     *reinterpret_cast<volatile unsigned long long*>(call_word(ps.sig[t], epoch, blockIdx.x, ps.rank)) =
         ps.call.hash;
+#endif
     st_release_sys(&ps.sig[t][blockIdx.x * kMaxRanks + ps.rank], value);
     unsigned long long seen;
     ok = wait_flag(ps, &ps.sig[ps.rank][blockIdx.x * kMaxRanks + t], value, t, epoch, seen);
+#ifdef COMMX_AB_NO_HASH
+    seen = 0;
+#endif
     if (ok && seen == value) {
       const unsigned long long theirs = *reinterpret_cast<volatile unsigned long long*>(
           call_word(ps.sig[ps.rank], epoch, blockIdx.x, t));
@@ -297,6 +302,9 @@ __device__ __forceinline__ bool ld_ll(const PeerSet& ps, const char* p, LLFlags 
 // The LL flags of the op numbered `epoch` (lines of op k-2 in the same buffer half differ).
 __device__ __forceinline__ LLFlags ll_flag(const PeerSet& ps, unsigned long long epoch) {
   const uint32_t f0 = static_cast<uint32_t>(epoch) + 1u;
+#ifdef COMMX_AB_NO_HASH
+  return {f0, f0};
+#endif
   return {f0, f0 ^ static_cast<uint32_t>(ps.call.hash)};
 }
 
