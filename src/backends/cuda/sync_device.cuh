@@ -57,9 +57,9 @@ __device__ __forceinline__ unsigned long long* call_word(unsigned long long* pad
 
 // Reads the call entry, in the pad `peer_pad` of a peer, of the op whose counter has low half
 // `epoch32`; false when the peer is not (visibly) in that op, or the entry was read half-written
-// (its hash does not match). Out of line and given plain values: a function that takes the
-// kernel's PeerSet (or a PollWait) by address makes every kernel copy it to local memory at its
-// start (376 bytes a thread, ~0.8 us an op at 8 bytes).
+// (its hash does not match). Out of line, so given plain values: an out-of-line helper that takes
+// the kernel's PeerSet or a PollWait by address gave every kernel a 312-376 byte stack frame and
+// kept each wait's state in local memory (+0.6-1.0 us an op below 4 KiB, graph-captured).
 __device__ __noinline__ inline bool read_peer_call(const unsigned long long* peer_pad,
                                                    uint32_t epoch32,
                                                    unsigned long long (&words)[5],
@@ -139,14 +139,9 @@ struct PollWait {
       __nanosleep(sleep_ns);
     }
     if ((misses & 63u) != 0) return kDevOk;
-#ifndef COMMX_AB_NO_WAIT_CHECKS
     if (*reinterpret_cast<volatile int*>(&ps.state->error_claimed)) return kDevAborted;
-#endif
     if ((misses & 1023u) == 0) {
       if (ps.ctl->abort) return kDevAborted;
-#ifdef COMMX_AB_NO_WAIT_CHECKS
-      peer = -1;
-#endif
       if (peer >= 0) {
         const unsigned long long theirs = other_call_hash(ps.sig[peer], epoch32, ps.call.hash);
         const bool again = theirs != 0 && theirs == their_hash;
@@ -202,16 +197,11 @@ __device__ __forceinline__ bool block_barrier(const PeerSet& ps, unsigned long l
   const int t = threadIdx.x;
   if (t < ps.world && t != ps.rank) {
     const unsigned long long epoch = (value - 1) >> 2;  // flag_value's op
-#ifndef COMMX_AB_NO_HASH
     *reinterpret_cast<volatile unsigned long long*>(call_word(ps.sig[t], epoch, blockIdx.x, ps.rank)) =
         ps.call.hash;
-#endif
     st_release_sys(&ps.sig[t][blockIdx.x * kMaxRanks + ps.rank], value);
     unsigned long long seen;
     ok = wait_flag(ps, &ps.sig[ps.rank][blockIdx.x * kMaxRanks + t], value, t, epoch, seen);
-#ifdef COMMX_AB_NO_HASH
-    seen = 0;
-#endif
     if (ok && seen == value) {
       const unsigned long long theirs = *reinterpret_cast<volatile unsigned long long*>(
           call_word(ps.sig[ps.rank], epoch, blockIdx.x, t));
@@ -235,7 +225,6 @@ __device__ __forceinline__ unsigned long long begin_op(const PeerSet& ps) {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const unsigned long long epoch = *reinterpret_cast<volatile unsigned long long*>(&ps.state->epoch);
-#ifndef COMMX_AB_NO_CALL_ENTRY
   if (blockIdx.x == 0 && threadIdx.x == blockDim.x - 1 && ps.sig[ps.rank]) {
     const int failed = *reinterpret_cast<volatile int*>(&ps.state->error_claimed);
     if (!failed) {
@@ -245,7 +234,6 @@ __device__ __forceinline__ unsigned long long begin_op(const PeerSet& ps) {
       e[6] = epoch + 1;
     }
   }
-#endif
   return epoch;
 }
 
@@ -302,9 +290,6 @@ __device__ __forceinline__ bool ld_ll(const PeerSet& ps, const char* p, LLFlags 
 // The LL flags of the op numbered `epoch` (lines of op k-2 in the same buffer half differ).
 __device__ __forceinline__ LLFlags ll_flag(const PeerSet& ps, unsigned long long epoch) {
   const uint32_t f0 = static_cast<uint32_t>(epoch) + 1u;
-#ifdef COMMX_AB_NO_HASH
-  return {f0, f0};
-#endif
   return {f0, f0 ^ static_cast<uint32_t>(ps.call.hash)};
 }
 
