@@ -239,8 +239,15 @@ def _pg_dynamic(rank, size, port, device="cpu"):
     small = torch.zeros(max(int(c[:, rank].sum()) - (1 if rank == 0 else 0), 0), width, device=dev)
     if int(c[:, 0].sum()) > 0:
         with pytest.raises(commx.InvalidArgumentError, match="capacity exceeded: rank 0"):
-            ct.all_to_all_v_dynamic(small if rank == 0 else out, inp, got, c[rank].to(dev),
-                                    async_op=True).wait()
+            w = ct.all_to_all_v_dynamic(small if rank == 0 else out, inp, got, c[rank].to(dev),
+                                        async_op=True)
+            w.wait()
+            # On CUDA wait() orders the stream only (as ProcessGroupNCCL's): once the device ran
+            # the op, its Work holds the error.
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+                if w.exception() is not None:
+                    raise w.exception()
     t = torch.ones(2, device=dev)
     dist.all_reduce(t)
     assert t.cpu().tolist() == [float(n)] * 2

@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kThreads) flat_ll_kernel(PeerSet ps, PtrList i
   using A = typename AccOf<T>::type;
   constexpr int E = 8 / sizeof(T);  // elements per line
   const unsigned long long epoch = begin_op(ps);
-  const uint32_t flag = ll_flag(epoch);
+  const LLFlags flag = ll_flag(ps, epoch);
   const int me = ps.rank, world = ps.world;
   // ins.p[q]: what this rank contributes to rank q's result (all equal for all-reduce).
   const T* own = reinterpret_cast<const T*>(ins.p[me]);
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kThreads) flat_ll128_kernel(PeerSet ps, const 
   constexpr int E = 16 / sizeof(T);                     // elements per lane (16 bytes)
   constexpr int LE = kLL128Payload / sizeof(T);         // elements per line
   const unsigned long long epoch = begin_op(ps);
-  const uint64_t flag = ll128_flag(epoch);
+  const uint64_t flag = ll128_flag(ps, epoch);
   const int me = ps.rank, world = ps.world;
   const int lane = threadIdx.x & 31;
   const int g = lane >> 3, j = lane & 7;

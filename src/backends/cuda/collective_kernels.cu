@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kThreads) exchange_kernel(PeerSet ps, PtrList 
 __global__ void __launch_bounds__(kThreads) exchange_ll_kernel(PeerSet ps, PtrList src, PtrList dst,
                                                                 int64_t n) {
   const unsigned long long epoch = begin_op(ps);
-  const uint32_t flag = ll_flag(epoch);
+  const LLFlags flag = ll_flag(ps, epoch);
   const int me = ps.rank, world = ps.world;
   const int64_t lines = (n + 7) / 8;
   const uint64_t region = (static_cast<uint64_t>(lines) * 16 + 255) & ~uint64_t(255);

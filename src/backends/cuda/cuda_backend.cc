@@ -143,7 +143,9 @@ bool CudaBackend::supports(Collective c, DataType dtype, ReduceKind kind) const 
 }
 
 bool CudaBackend::supports_uneven(Collective c, DataType dtype, ReduceKind kind) const {
-  // Pieces of per-rank counts go to NCCL: its reductions only, and only where NCCL can run.
+  // all_to_all_v_dynamic runs natively (ranks sharing a GPU included): supports() answers.
+  if (c == Collective::kAllToAllVDynamic) return supports(c, dtype, kind);
+  // Other pieces of per-rank counts go to NCCL: its reductions only, and only where NCCL can run.
   return nccl_problem_.empty() && (!is_reduction(c) || nccl_reduces(dtype, kind));
 }
 
@@ -164,7 +166,9 @@ AllReduceAlgo CudaBackend::allreduce_algo(uint64_t bytes, const Hints& hints) co
 }
 
 PeerSet CudaBackend::peers(const OpDesc& op) const {
-  return make_peer_set(pm_.get(), ctx_.rank, ctx_.size, tuning_, state_, ctl_dev_, op);
+  PeerSet ps = make_peer_set(pm_.get(), ctx_.rank, ctx_.size, tuning_, state_, ctl_dev_, op);
+  ps.call = call_;
+  return ps;
 }
 
 std::exception_ptr CudaBackend::device_error(const std::string& where) const {
@@ -182,6 +186,20 @@ std::exception_ptr CudaBackend::device_error(const std::string& where) const {
            " (block " + std::to_string(c->error_block) +
            "): that rank never joined the op within its timeout; the comm is unusable, abort it";
     return std::make_exception_ptr(Error(ErrorCode::kTimeout, msg));
+  }
+  if (code == kDevMismatch) {
+    CallMismatch m{};
+    for (int w = 0; w < 5; ++w) {
+      m.mine[w] = c->error_calls[0][w];
+      m.theirs[w] = c->error_calls[1][w];
+    }
+    m.their_hash = c->error_hashes[1];
+    m.theirs_known = c->error_peer_call_known != 0;
+    return std::make_exception_ptr(
+        Error(ErrorCode::kInvalidArgument,
+              where + call_mismatch_message(m, ctx_.rank, peer, recent_calls_) +
+                  " (seen on the GPU before any data was combined; the comm is unusable, abort "
+                  "it)"));
   }
   msg += " was aborted while waiting for rank " + std::to_string(peer);
   return std::make_exception_ptr(Error(ErrorCode::kAborted, msg));
@@ -369,6 +387,11 @@ Timeout CudaBackend::host_bound(const OpDesc& op) const {
 
 std::optional<Work> CudaBackend::enqueue(const OpDesc& op, cudaStream_t s,
                                          const std::string& where) {
+  // Every kernel of the op carries its call; captured into a graph, it replays with it.
+  const bool p2p = op.collective == Collective::kP2P;
+  const OpFingerprint fp = fingerprint_of(op, p2p ? 0 : collectives_++);
+  call_ = device_call(fp);
+  recent_calls_.note(fp);
   if ((hier_ && hier_->enqueue(op, s, where)) || enqueue_native(op, s, where)) return std::nullopt;
   if (!native_problem_.empty() && !nccl_ready_)
     throw Error(ErrorCode::kUnsupported, where + native_problem_);

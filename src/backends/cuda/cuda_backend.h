@@ -15,6 +15,7 @@
 #include "commx/backend.h"
 #include "core/tuning.h"
 #include "cuda/allreduce_algorithms.h"
+#include "cuda/call_stamp.h"
 #include "cuda/hierarchy.h"
 #include "cuda/kernel_params.h"
 #include "cuda/lowp_cuda.h"
@@ -69,6 +70,12 @@ class CudaBackend : public DeviceBackend {
   std::string native_problem_;
   std::unique_ptr<PeerMemory> pm_;
   std::unique_ptr<Hierarchy> hier_;  // several hosts: all_reduce here, other ops through NCCL
+  // The call of the op being enqueued (every kernel of it carries it; peers check it before they
+  // combine data), the number of collectives enqueued so far (the next call's ordinal), and the
+  // calls issued lately (to name a peer's call a kernel saw only by its hash).
+  DeviceCall call_{};
+  uint32_t collectives_ = 0;
+  RecentCalls recent_calls_;
   HostCtl* ctl_host_ = nullptr;
   HostCtl* ctl_dev_ = nullptr;
   DevState* state_ = nullptr;

@@ -15,13 +15,61 @@ inline constexpr int kThreads = 512;
 // LL128 line: 120 payload bytes and an 8-byte flag, stored by 8 lanes of a warp.
 inline constexpr int kLL128Line = 128;
 inline constexpr int kLL128Payload = 120;
-// Per-rank signal pad: flags[kMaxBlocks][kMaxRanks] of 64-bit monotonic values.
-inline constexpr uint64_t kSignalBytes = 64 * 1024;
+// Per-rank signal pad: flags[kMaxBlocks][kMaxRanks] of 64-bit monotonic values, then the count
+// rows of all_to_all_v_dynamic, the call words of the barriers and the call entries (below).
+inline constexpr uint64_t kSignalBytes = 128 * 1024;
 static_assert(kMaxBlocks * kMaxRanks * 8 <= kSignalBytes, "signal pad too small");
 
+#ifdef __CUDACC__
+#define COMMX_HOST_DEVICE __host__ __device__
+#else
+#define COMMX_HOST_DEVICE
+#endif
+
+// What a kernel knows of the call it runs: the OpFingerprint of the op (core/op_fingerprint.h,
+// 40 bytes as five words, `seq` first) and `hash`, call_hash of those words, which every rank
+// compares with its peers' before it combines their data (call_stamp.h has the host side).
+struct DeviceCall {
+  unsigned long long words[5];
+  unsigned long long hash;
+};
+
+// A hash of the words of a call but the first (`seq` names the call; it is not matched): equal
+// hashes mean calls that fingerprints_match pairs, but for a 2^-64 chance; calls that differ in
+// one word never collide (every step is a bijection of the state). Word by word, four multiplies:
+// the host computes it for every op.
+COMMX_HOST_DEVICE inline unsigned long long call_hash(const unsigned long long* words) {
+  unsigned long long h = 0x9e3779b97f4a7c15ull;
+  for (int w = 1; w < 5; ++w) {
+    h = (h ^ words[w]) * 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+  }
+  return h;
+}
+
+// The barriers' call words: before it raises its flag at a block barrier, a rank writes its call
+// hash into [epoch & 1][block][its rank] of the peer's pad; the peer reads it once it sees the
+// flag. Two parities: a peer can be one op ahead, never two (it needs this rank's next flags).
+inline constexpr uint64_t kCallWordsOffset = 64 * 1024;
+// The call entries: at the start of its kernel, every rank writes its DeviceCall and the op
+// counter (+1, so a zeroed pad holds none) into entry [epoch & 1] of its own pad, where a peer
+// stuck waiting for it reads them (a different call at the same op counter is a mismatch whatever
+// protocol either kernel uses), and where a rank that saw a mismatch reads the peer's call.
+inline constexpr int kCallEntryWords = 8;  // DeviceCall words[5], hash, epoch + 1, spare
+inline constexpr uint64_t kCallEntriesOffset = kCallWordsOffset + 2 * kMaxBlocks * kMaxRanks * 8;
+static_assert(kCallEntriesOffset + 2 * kCallEntryWords * 8 <= kSignalBytes,
+              "signal pad too small for the call entries");
+
 // Error codes a kernel writes into HostCtl::error_code (first error wins): each leaves the comm
-// unusable. (A failed agreed check of all_to_all_v_dynamic is no such error: HostCtl::counts.)
-enum DeviceError : int { kDevOk = 0, kDevTimeout = 1, kDevAborted = 2 };
+// unusable. kDevMismatch: a peer issued another call at the same point (error_calls and
+// error_hashes say which). (A failed agreed check of all_to_all_v_dynamic is no such error:
+// HostCtl::counts.)
+enum DeviceError : int {
+  kDevOk = 0,
+  kDevTimeout = 1,
+  kDevAborted = 2,
+  kDevMismatch = 3
+};
 
 // Pinned, host-mapped: the host sets `abort`, kernels report errors here.
 struct HostCtl {
@@ -33,6 +81,11 @@ struct HostCtl {
   unsigned long long error_seq;
   // all_to_all_v_dynamic counts that failed the agreed check: one Work fails, the comm goes on.
   DynamicCountsReport counts;
+  // kDevMismatch: this rank's call and the peer's (its words when error_peer_call_known, else
+  // only its hash, which the host looks up among the calls it issued itself).
+  unsigned long long error_calls[2][5];
+  unsigned long long error_hashes[2];
+  int error_peer_call_known;
 };
 
 // Device-local state of one rank of one comm: the op counter that orders flags and picks the
@@ -56,13 +109,14 @@ struct PeerSet {
   unsigned int poll_sleep_ns;  // longest sleep between polls of a wait (0: never sleep)
   unsigned long long seq;  // for error reports
   int op;
+  DeviceCall call;  // the op's call, checked against the peers' (all zero: unchecked paths)
 };
 
 // The rows of all_to_all_v_dynamic's count exchange live in the signal pad after the flags:
 // [2 parities][kMaxRanks senders][kDynamicRowWords] 64-bit words (see all_to_all_v_dynamic.cu).
 inline constexpr int kDynamicRowWords = 256 + 3;  // kMaxDynamicSegments + kTailWords
 inline constexpr uint64_t kDynamicRowsOffset = kMaxBlocks * kMaxRanks * 8;
-static_assert(kDynamicRowsOffset + 2 * kMaxRanks * kDynamicRowWords * 8 <= kSignalBytes,
+static_assert(kDynamicRowsOffset + 2 * kMaxRanks * kDynamicRowWords * 8 <= kCallWordsOffset,
               "signal pad too small for the count rows");
 
 // Up to kMaxRanks device pointers (per-peer inputs or outputs of list collectives).

@@ -41,6 +41,74 @@ __device__ __forceinline__ void report_error(const PeerSet& ps, int code, int pe
   }
 }
 
+// --- Call checks (see kernel_params.h: DeviceCall, the call words and entries of the pad) ---
+
+__device__ __forceinline__ unsigned long long* call_entry(unsigned long long* pad, int parity) {
+  return reinterpret_cast<unsigned long long*>(reinterpret_cast<char*>(pad) + kCallEntriesOffset) +
+         parity * kCallEntryWords;
+}
+
+__device__ __forceinline__ unsigned long long* call_word(unsigned long long* pad,
+                                                         unsigned long long epoch, int block,
+                                                         int sender) {
+  return reinterpret_cast<unsigned long long*>(reinterpret_cast<char*>(pad) + kCallWordsOffset) +
+         ((epoch & 1ull) * kMaxBlocks + block) * kMaxRanks + sender;
+}
+
+// Reads the call entry, in the pad `peer_pad` of a peer, of the op whose counter has low half
+// `epoch32`; false when the peer is not (visibly) in that op, or the entry was read half-written
+// (its hash does not match). Out of line, so given plain values: an out-of-line helper that takes
+// the kernel's PeerSet or a PollWait by address gave every kernel a 312-376 byte stack frame and
+// kept each wait's state in local memory (+0.6-1.0 us an op below 4 KiB, graph-captured).
+__device__ __noinline__ inline bool read_peer_call(const unsigned long long* peer_pad,
+                                                   uint32_t epoch32,
+                                                   unsigned long long (&words)[5],
+                                                   unsigned long long& hash) {
+  const volatile unsigned long long* e =
+      call_entry(const_cast<unsigned long long*>(peer_pad), epoch32 & 1u);
+  if (static_cast<uint32_t>(e[6]) != epoch32 + 1u) return false;
+  for (int w = 0; w < 5; ++w) words[w] = e[w];
+  hash = e[5];
+  return call_hash(words) == hash && static_cast<uint32_t>(e[6]) == epoch32 + 1u;
+}
+
+// The hash of the call in `peer_pad`'s entry of op `epoch32` when it is not `mine`, else 0.
+__device__ __noinline__ inline unsigned long long other_call_hash(const unsigned long long* peer_pad,
+                                                                  uint32_t epoch32,
+                                                                  unsigned long long mine) {
+  unsigned long long words[5], hash;
+  if (!read_peer_call(peer_pad, epoch32, words, hash) || hash == mine) return 0;
+  return hash;
+}
+
+// Reports that `peer` issued the call hashed `their_hash` where this rank issued ps.call, with the
+// peer's whole call when its entry shows it within a millisecond.
+__device__ __forceinline__ void report_mismatch(const PeerSet& ps, int peer, uint32_t epoch32,
+                                                unsigned long long their_hash) {
+  unsigned long long words[5] = {0, 0, 0, 0, 0}, hash = 0;
+  bool known = false;
+  const unsigned long long t0 = global_timer_ns();
+  while (!(known = read_peer_call(ps.sig[peer], epoch32, words, hash) && hash == their_hash) &&
+         global_timer_ns() - t0 < 1000000ull)
+    __nanosleep(1000);
+  if (atomicCAS(&ps.state->error_claimed, 0, 1) != 0) return;
+  volatile HostCtl* c = ps.ctl;
+  c->error_peer = peer;
+  c->error_block = blockIdx.x;
+  c->error_op = ps.op;
+  c->error_seq = ps.seq;
+  for (int w = 0; w < 5; ++w) {
+    c->error_calls[0][w] = ps.call.words[w];
+    c->error_calls[1][w] = known ? words[w] : 0ull;
+  }
+  c->error_hashes[0] = ps.call.hash;
+  c->error_hashes[1] = their_hash;
+  c->error_peer_call_known = known ? 1 : 0;
+  __threadfence_system();
+  c->error_code = kDevMismatch;
+  __threadfence_system();
+}
+
 // The state of one bounded wait. A poll that found nothing calls miss(): the first kTightPolls
 // misses poll again at once (a peer in step lands within microseconds); later misses sleep
 // (__nanosleep, doubling up to PeerSet::poll_sleep_ns) so an early rank polls its buffer gently.
@@ -48,15 +116,21 @@ __device__ __forceinline__ void report_error(const PeerSet& ps, int code, int pe
 // of mapped host memory) only every 1024: when each of the up to 132 x 512 LL pollers read it
 // every 256 polls, the reads queued and an all_reduce whose peer came 100 us late took
 // 0.3-1.2 ms instead of ~0.1 ms (the same with the sleep off, so the reads were the cause).
+// Every 64 misses the wait also ends when another block of this rank failed the op (its error is
+// reported), and every 1024, for a wait given the peer it waits for, when that peer's call entry
+// shows another call at the same op counter twice in a row (an entry read while being rewritten
+// does not count): the peer runs a different kernel, whose data or flags never come.
 inline constexpr unsigned int kTightPolls = 32;
 
 struct PollWait {
   unsigned int misses = 0;
   unsigned int sleep_ns = 0;
   unsigned long long start = 0;
+  unsigned long long their_hash = 0;  // kDevMismatch: the peer's call
 
-  // kDevOk: poll again; else the error to report (kDevTimeout, kDevAborted).
-  __device__ __forceinline__ int miss(const PeerSet& ps) {
+  // kDevOk: poll again; else the error to report (kDevTimeout, kDevAborted, kDevMismatch).
+  // `peer` >= 0: the rank waited for, whose call entry of op `epoch32` is checked.
+  __device__ __forceinline__ int miss(const PeerSet& ps, int peer = -1, uint32_t epoch32 = 0) {
     ++misses;
     if (misses == 1) start = global_timer_ns();
     if (misses <= kTightPolls) return kDevOk;
@@ -65,19 +139,39 @@ struct PollWait {
       __nanosleep(sleep_ns);
     }
     if ((misses & 63u) != 0) return kDevOk;
-    if ((misses & 1023u) == 0 && ps.ctl->abort) return kDevAborted;
+    if (*reinterpret_cast<volatile int*>(&ps.state->error_claimed)) return kDevAborted;
+    if ((misses & 1023u) == 0) {
+      if (ps.ctl->abort) return kDevAborted;
+      if (peer >= 0) {
+        const unsigned long long theirs = other_call_hash(ps.sig[peer], epoch32, ps.call.hash);
+        const bool again = theirs != 0 && theirs == their_hash;
+        their_hash = theirs;
+        if (again) return kDevMismatch;
+      }
+    }
     if (global_timer_ns() - start > ps.timeout_ns) return kDevTimeout;
     return kDevOk;
   }
 };
 
-// Spins until *flag >= value. Returns false after reporting a timeout or abort.
+// Reports the error a wait ended with.
+__device__ __forceinline__ void report_wait_error(const PeerSet& ps, const PollWait& w, int err,
+                                                  int peer, uint32_t epoch32) {
+  if (err == kDevMismatch)
+    report_mismatch(ps, peer, epoch32, w.their_hash);
+  else
+    report_error(ps, err, peer);
+}
+
+// Spins until *flag >= value; `seen` is the value that ended the wait. Returns false after
+// reporting a timeout, abort or mismatch (`epoch` is the op of the wait, for the call check).
 __device__ __forceinline__ bool wait_flag(const PeerSet& ps, const unsigned long long* flag,
-                                          unsigned long long value, int peer) {
+                                          unsigned long long value, int peer,
+                                          unsigned long long epoch, unsigned long long& seen) {
   PollWait w;
-  while (ld_acquire_sys(flag) < value) {
-    if (int err = w.miss(ps)) {
-      report_error(ps, err, peer);
+  while ((seen = ld_acquire_sys(flag)) < value) {
+    if (int err = w.miss(ps, peer, static_cast<uint32_t>(epoch))) {
+      report_wait_error(ps, w, err, peer, static_cast<uint32_t>(epoch));
       return false;
     }
   }
@@ -92,14 +186,30 @@ __device__ __forceinline__ unsigned long long flag_value(unsigned long long epoc
 
 // Block `blockIdx.x` of every rank meets here: all writes this block made before the call (to
 // its own or to peers' buffers) are visible to the same block of every peer after it.
-// Returns false on timeout/abort (uniformly for the whole block).
+// With its flag each rank leaves its call hash (the call word, written before the flag is
+// released); a rank that sees a peer's flag of this very step reads the peer's call word and
+// stops on a different call. A flag past this step means the peer passed it, which it did only
+// after seeing this rank's flag of this step and checking this rank's call word.
+// Returns false on timeout/abort/mismatch (uniformly for the whole block).
 __device__ __forceinline__ bool block_barrier(const PeerSet& ps, unsigned long long value) {
   __syncthreads();
   bool ok = true;
   const int t = threadIdx.x;
   if (t < ps.world && t != ps.rank) {
+    const unsigned long long epoch = (value - 1) >> 2;  // flag_value's op
+    *reinterpret_cast<volatile unsigned long long*>(call_word(ps.sig[t], epoch, blockIdx.x, ps.rank)) =
+        ps.call.hash;
     st_release_sys(&ps.sig[t][blockIdx.x * kMaxRanks + ps.rank], value);
-    ok = wait_flag(ps, &ps.sig[ps.rank][blockIdx.x * kMaxRanks + t], value, t);
+    unsigned long long seen;
+    ok = wait_flag(ps, &ps.sig[ps.rank][blockIdx.x * kMaxRanks + t], value, t, epoch, seen);
+    if (ok && seen == value) {
+      const unsigned long long theirs = *reinterpret_cast<volatile unsigned long long*>(
+          call_word(ps.sig[ps.rank], epoch, blockIdx.x, t));
+      if (theirs != ps.call.hash) {
+        report_mismatch(ps, t, static_cast<uint32_t>(epoch), theirs);
+        ok = false;
+      }
+    }
   }
   return __syncthreads_and(ok) != 0;
 }
@@ -108,10 +218,23 @@ __device__ __forceinline__ bool block_barrier(const PeerSet& ps, unsigned long l
 // the previous kernel on the stream ended; griddepcontrol.wait returns once it has completed and
 // its writes are visible (a no-op without PDL). Then lets the next kernel launch early, and
 // returns the op counter of this kernel (set by the previous kernel of this comm).
+// One thread (the last of block 0: the one least likely to carry data of a small op) publishes
+// the kernel's call entry in this rank's pad; not after an error, so that the entry of the op
+// that failed stays for the peers that read it.
 __device__ __forceinline__ unsigned long long begin_op(const PeerSet& ps) {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  return *reinterpret_cast<volatile unsigned long long*>(&ps.state->epoch);
+  const unsigned long long epoch = *reinterpret_cast<volatile unsigned long long*>(&ps.state->epoch);
+  if (blockIdx.x == 0 && threadIdx.x == blockDim.x - 1 && ps.sig[ps.rank]) {
+    const int failed = *reinterpret_cast<volatile int*>(&ps.state->error_claimed);
+    if (!failed) {
+      volatile unsigned long long* e = call_entry(ps.sig[ps.rank], static_cast<int>(epoch & 1ull));
+      for (int w = 0; w < 5; ++w) e[w] = ps.call.words[w];
+      e[5] = ps.call.hash;
+      e[6] = epoch + 1;
+    }
+  }
+  return epoch;
 }
 
 // Called by every block at its end: the last block advances the op counter for the next kernel
@@ -128,35 +251,46 @@ __device__ __forceinline__ void finish_op(const PeerSet& ps, unsigned long long 
   }
 }
 
-// LL protocol (NCCL's): a 16-byte line {d0, flag, d1, flag} written by one vector store; each
+// LL protocol (NCCL's): a 16-byte line {d0, flag0, d1, flag1} written by one vector store; each
 // 8-byte half is seen whole, so a reader that sees both flags sees both data words.
-__device__ __forceinline__ void st_ll(char* p, uint32_t d0, uint32_t d1, uint32_t flag) {
-  asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(d0), "r"(flag),
-               "r"(d1), "r"(flag)
+// flag0 is the op counter + 1, flag1 that xor the low half of the call hash (LLFlags): a line of
+// a peer that issued another call at the same op counter never passes, and a line of an older op
+// in the same buffer half fails flag0.
+struct LLFlags {
+  uint32_t f0, f1;
+};
+
+__device__ __forceinline__ void st_ll(char* p, uint32_t d0, uint32_t d1, LLFlags flag) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(d0), "r"(flag.f0),
+               "r"(d1), "r"(flag.f1)
                : "memory");
 }
 
-// Polls one LL line until both flags equal `flag`; false after a timeout or abort (reported).
-__device__ __forceinline__ bool ld_ll(const PeerSet& ps, const char* p, uint32_t flag, int peer,
+// Polls one LL line until both flags are `flag`'s; false after a timeout, abort or mismatch
+// (reported). One lane per warp checks the peer's call entry while waiting long: enough to find
+// a mismatch, without every poller of a large op reading the peer's pad.
+__device__ __forceinline__ bool ld_ll(const PeerSet& ps, const char* p, LLFlags flag, int peer,
                                       uint32_t& d0, uint32_t& d1) {
   uint32_t f0, f1;
   PollWait w;
+  const int checked = (threadIdx.x & 31) == 0 ? peer : -1;
   for (;;) {
     asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
                  : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
                  : "l"(p)
                  : "memory");
-    if (f0 == flag && f1 == flag) return true;
-    if (int err = w.miss(ps)) {
-      report_error(ps, err, peer);
+    if (f0 == flag.f0 && f1 == flag.f1) return true;
+    if (int err = w.miss(ps, checked, flag.f0 - 1u)) {
+      report_wait_error(ps, w, err, peer, flag.f0 - 1u);
       return false;
     }
   }
 }
 
-// The LL flag of the op numbered `epoch` (lines of op k-2 in the same buffer half differ).
-__device__ __forceinline__ uint32_t ll_flag(unsigned long long epoch) {
-  return static_cast<uint32_t>(epoch) + 1u;
+// The LL flags of the op numbered `epoch` (lines of op k-2 in the same buffer half differ).
+__device__ __forceinline__ LLFlags ll_flag(const PeerSet& ps, unsigned long long epoch) {
+  const uint32_t f0 = static_cast<uint32_t>(epoch) + 1u;
+  return {f0, f0 ^ static_cast<uint32_t>(ps.call.hash)};
 }
 
 // LL128 protocol (NCCL's design, our code): a 128-byte line of 16 64-bit words written by the 8
@@ -177,22 +311,27 @@ __device__ __forceinline__ void ld_ll128(const char* p, uint64_t& w0, uint64_t& 
   asm volatile("ld.volatile.global.v2.u64 {%0,%1}, [%2];" : "=l"(w0), "=l"(w1) : "l"(p) : "memory");
 }
 
-// The LL128 flag of the op numbered `epoch`: the op counter + 1 (lines of op k-2 in the same
-// buffer half differ), xor-ed with a constant tag so that stale raw data another algorithm left
-// in the buffer (small integers, common float patterns) is unlikely to look like a flag.
-__device__ __forceinline__ uint64_t ll128_flag(unsigned long long epoch) {
-  return 0x4c4c313238000000ull ^ (static_cast<uint64_t>(epoch) + 1ull);
+// The LL128 flag of the op numbered `epoch`: the op counter + 1 in the low half (lines of op k-2
+// in the same buffer half differ), the high half of the call hash xor a constant tag in the high
+// half (a line of a peer that issued another call never passes; with the tag, stale raw data
+// another algorithm left in the buffer, small integers or common float patterns, is unlikely to
+// look like a flag even on unchecked paths, whose hash is 0).
+__device__ __forceinline__ uint64_t ll128_flag(const PeerSet& ps, unsigned long long epoch) {
+  return ((0x4c4c3132ull ^ (ps.call.hash >> 32)) << 32) |
+         static_cast<uint32_t>(static_cast<uint64_t>(epoch) + 1ull);
 }
 
 // Polls the 128-byte line at `p` (this lane's 16 bytes: p + 16 * (lane & 7)) until every active
 // group of the warp sees its flag; whole warps call it (warp-uniform control flow), `active`
 // false for a group without a line. The warp retries as a whole (__any_sync), bounded and backing
 // off like every wait (PollWait, the same state in every lane; lane 0's verdict is the warp's),
-// reported by lane 0 with `peer`. Returns false (warp-uniformly) after a timeout or abort.
+// reported by lane 0 with `peer`, which also checks the peer's call entry while waiting long.
+// Returns false (warp-uniformly) after a timeout, abort or mismatch.
 __device__ __forceinline__ bool ld_ll128_wait(const PeerSet& ps, const char* p, bool active,
                                               uint64_t flag, int peer, uint64_t& w0, uint64_t& w1) {
   const int lane = threadIdx.x & 31;
   const bool flag_lane = (lane & 7) == 7;
+  const uint32_t epoch32 = static_cast<uint32_t>(flag) - 1u;
   PollWait w;
   w0 = w1 = 0;
   for (;;) {
@@ -200,9 +339,9 @@ __device__ __forceinline__ bool ld_ll128_wait(const PeerSet& ps, const char* p, 
     if (active) ld_ll128(p, w0, w1);
     const bool bad = active && flag_lane && w1 != flag;
     if (!__any_sync(0xffffffffu, bad)) return true;
-    const int err = __shfl_sync(0xffffffffu, w.miss(ps), 0);
+    const int err = __shfl_sync(0xffffffffu, w.miss(ps, lane == 0 ? peer : -1, epoch32), 0);
     if (err != kDevOk) {
-      if (lane == 0) report_error(ps, err, peer);
+      if (lane == 0) report_wait_error(ps, w, err, peer, epoch32);
       return false;
     }
   }

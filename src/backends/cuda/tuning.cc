@@ -64,7 +64,7 @@ Tuning Tuning::resolve(int world, int sms, const Hints& h, bool ll128_links) {
   }
   t.tree_max_bytes = UINT64_MAX;
   // The per-comm memory budget: two halves and the signal pad stay within 64 MiB per rank and
-  // comm (62 MiB + 64 KiB). Larger halves mean fewer kernel boundaries for large messages (256 MiB
+  // comm (62 MiB + 128 KiB). Larger halves mean fewer kernel boundaries for large messages (256 MiB
   // all-reduce: 804 us with 256 MiB halves, 817 us with 128 MiB); COMMX_CUDA_BUFFER_BYTES raises it.
   t.buffer_bytes = 31ull << 20;
   t.max_blocks = std::min(sms > 0 ? sms : kMaxBlocks, kMaxBlocks);
