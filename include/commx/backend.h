@@ -199,6 +199,10 @@ class Backend {
   virtual void finalize() {}
   // Which devices this backend accepts tensors on.
   virtual bool accepts_device(const Device& d) const = 0;
+  // The links between this comm's ranks as init() found them ("shm", "tcp", "nvlink", "pcie",
+  // ...): the link column of the tuning-table rows that apply (commx-bench --tune writes it).
+  // "any" where the backend does not tell them apart.
+  virtual std::string link() const { return "any"; }
   // One-sided window of `count` elements of `dtype` on every rank (collective; see
   // commx/window.h); errors start with `where`. Backends without windows keep this default,
   // which throws Unsupported.
@@ -235,9 +239,10 @@ std::unique_ptr<Backend> create_backend(const std::string& name);
 // Plugin ABI: a backend library exports these two C symbols.
 //   uint32_t commx_plugin_abi_version();        returns kBackendAbiVersion it was built with
 //   void commx_plugin_register();                calls register_backend(...)
-inline constexpr uint32_t kBackendAbiVersion = 5;  // 2: Backend::new_window, 3: OpDesc::dynamic,
+inline constexpr uint32_t kBackendAbiVersion = 6;  // 2: Backend::new_window, 3: OpDesc::dynamic,
                                                    // 4: canonical OpDesc, 5: supports() by
-                                                   // Collective, no split vectors in OpDesc
+                                                   // Collective, no split vectors in OpDesc,
+                                                   // 6: Backend::link
 
 }  // namespace commx
 

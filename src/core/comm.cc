@@ -165,6 +165,7 @@ int Comm::size() const { return impl_->size; }
 const std::string& Comm::name() const { return impl_->name; }
 Device Comm::device() const { return impl_->device; }
 std::string Comm::backend_name() const { return impl_->backend_name; }
+std::string Comm::link() const { return impl_->backend->link(); }
 Timeout Comm::timeout() const { return impl_->timeout; }
 const std::shared_ptr<Store>& Comm::store() const { return impl_->store; }
 Backend& Comm::unsafe_get_backend() { return *impl_->backend; }

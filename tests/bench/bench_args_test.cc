@@ -74,6 +74,11 @@ TEST(BenchArgs, CommxFlags) {
   EXPECT_EQ(o.svg_path, "o.svg");
   EXPECT_EQ(o.md_path, "o.md");
   EXPECT_EQ(o.tune_path, "t.txt");
+  EXPECT_TRUE(o.comm_hints.empty());
+  Options h = parse({"all_reduce", "--comm-hint", "transport=tcp", "--comm-hint", "a=b=c"});
+  ASSERT_EQ(h.comm_hints.size(), 2u);
+  EXPECT_EQ(h.comm_hints[0], (std::pair<std::string, std::string>{"transport", "tcp"}));
+  EXPECT_EQ(h.comm_hints[1], (std::pair<std::string, std::string>{"a", "b=c"}));
   EXPECT_EQ(o.dtypes.size(), 12u);
   EXPECT_EQ(o.ops.size(), 5u);
   Options g = parse({"allreduce_perf", "--device", "cuda:1", "--graph", "1"});
@@ -94,6 +99,8 @@ TEST(BenchArgs, Errors) {
   EXPECT_THROW(parse({"all_reduce", "--bogus", "1"}), Error);
   EXPECT_THROW(parse({"all_reduce", "-d", "float7"}), Error);
   EXPECT_THROW(parse({"all_reduce", "--backend", ","}), Error);
+  EXPECT_THROW(parse({"all_reduce", "--comm-hint", "transport"}), Error);
+  EXPECT_THROW(parse({"all_reduce", "--comm-hint", "=tcp"}), Error);
   try {
     parse({"all_reduce", "--graph", "1"});
     FAIL() << "--graph on CPU must be rejected";

@@ -2,6 +2,7 @@
 // JSON), several backends side by side, clear refusals of bad flags. Layer: tests.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -62,6 +63,26 @@ TEST(BenchE2E, EveryCollectiveThreeRanks) {
   std::string cmd =
       "python3 -c 'import sys,xml.etree.ElementTree as E; E.parse(sys.argv[1])' " + svg;
   EXPECT_EQ(std::system(cmd.c_str()), 0);
+}
+
+// --tune over shared memory and over TCP (a comm hint) into one file: rows of both links, each
+// read back by the backend of that link.
+TEST(BenchE2E, TuneWritesRowsPerLinkIntoOneFile) {
+  std::string table = tmp("tune.txt"), log = tmp("tune.log"), json = tmp("tune.json");
+  std::remove(table.c_str());
+  const std::string sweep = "all_reduce --np 2 -b 64 -e 4K -f 8 -w 1 -n 3 --backend cpu:recursive_doubling,cpu:ring --tune " + table;
+  ASSERT_EQ(run(sweep + " --json " + json, log), 0) << "see " << log;
+  EXPECT_EQ(check_json(json, "assert r and all(x[\"link\"]==\"shm\" for x in r), r"), 0);
+  ASSERT_EQ(run(sweep + " --comm-hint transport=tcp", log), 0) << "see " << log;
+  std::string check =
+      "python3 -c 'import sys; rows=[l.split() for l in open(sys.argv[1]) if l.strip() and not l.startswith(\"#\")];"
+      "links={r[2] for r in rows}; assert links=={\"shm\",\"tcp\"}, rows;"
+      "assert all(r[0]==\"all_reduce\" and r[1]==\"2\" and r[5] in (\"recursive_doubling\",\"ring\") for r in rows), rows' " +
+      table;
+  EXPECT_EQ(std::system(check.c_str()), 0) << "see " << table;
+  // Running the shm sweep again replaces its rows and keeps the tcp ones.
+  ASSERT_EQ(run(sweep, log), 0) << "see " << log;
+  EXPECT_EQ(std::system(check.c_str()), 0) << "see " << table;
 }
 
 TEST(BenchE2E, MissingBackendsAreSkipped) {

@@ -188,4 +188,40 @@ TEST(BenchTune, WinnersBecomeRanges) {
   EXPECT_EQ(back.to_text(), t.to_text());
 }
 
+TEST(BenchTune, EntriesCarryTheLinkAndMergeByWorldAndLink) {
+  auto row = [](const char* b, int world, const char* link, uint64_t size, double t) {
+    Row r;
+    r.collective = "all_reduce";
+    r.backend = b;
+    r.world_size = world;
+    r.link = link;
+    r.dtype = "float32";
+    r.op = "sum";
+    r.size = size;
+    r.time_us = t;
+    r.wrong = 0;
+    r.in_place = true;
+    return r;
+  };
+  TuningTable shm2 = tuning_from_rows({row("cpu:flat", 2, "shm", 8, 1), row("cpu:ring", 2, "shm", 8, 2)}, "cpu");
+  ASSERT_EQ(shm2.entries().size(), 1u);
+  EXPECT_EQ(shm2.entries()[0].link, "shm");
+  EXPECT_EQ(shm2.lookup("all_reduce", 2, 8, "shm"), "flat");
+  EXPECT_EQ(shm2.lookup("all_reduce", 2, 8, "tcp"), "");  // measured on shm only
+  // A tcp run and a 4-rank run join the file; a new shm run at 2 ranks replaces the old rows.
+  TuningTable tcp2 = tuning_from_rows({row("cpu:flat", 2, "tcp", 8, 5), row("cpu:ring", 2, "tcp", 8, 3)}, "cpu");
+  TuningTable shm4 = tuning_from_rows({row("cpu:flat", 4, "shm", 8, 9), row("cpu:ring", 4, "shm", 8, 7)}, "cpu");
+  TuningTable file = merge_tuning(merge_tuning(shm2, tcp2), shm4);
+  EXPECT_EQ(file.entries().size(), 3u);
+  EXPECT_EQ(file.lookup("all_reduce", 2, 8, "shm"), "flat");
+  EXPECT_EQ(file.lookup("all_reduce", 2, 8, "tcp"), "ring");
+  EXPECT_EQ(file.lookup("all_reduce", 4, 8, "shm"), "ring");
+  TuningTable again = tuning_from_rows({row("cpu:flat", 2, "shm", 8, 4), row("cpu:ring", 2, "shm", 8, 2)}, "cpu");
+  file = merge_tuning(file, again);
+  EXPECT_EQ(file.entries().size(), 3u);
+  EXPECT_EQ(file.lookup("all_reduce", 2, 8, "shm"), "ring");
+  EXPECT_EQ(file.lookup("all_reduce", 2, 8, "tcp"), "ring");
+  EXPECT_EQ(file.lookup("all_reduce", 4, 8, "shm"), "ring");
+}
+
 }  // namespace

@@ -240,6 +240,12 @@ Options parse_args(int argc, const char* const* argv) {
       o.md_path = value();
     else if (a == "--tune")
       o.tune_path = value();
+    else if (a == "--comm-hint") {
+      std::string kv = value();
+      auto eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) bad("--comm-hint wants KEY=VALUE, got '" + kv + "'");
+      o.comm_hints.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+    }
     else if (a == "--png")
       o.png_path = value();
     else if (a == "--timeout" || a == "-T") {
@@ -327,6 +333,8 @@ commx flags:
   --png FILE           the PNG's path instead
   --md FILE            markdown tables: per size, each backend's time, busbw and ratio
   --tune FILE          write the per-size fastest algorithm (tuning table, COMMX_TUNING_FILE)
+                       for this world size and link; rows of others already in FILE stay
+  --comm-hint K=V      a hint for the measured comms (repeatable), e.g. transport=tcp
 )";
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collective.h"
@@ -45,6 +46,7 @@ struct Options {
   int inplace = -1;                   // -1 both, 0 out-of-place only, 1 in-place only
   Device device = Device::cpu();
   bool graph = false;
+  std::vector<std::pair<std::string, std::string>> comm_hints;  // --comm-hint k=v: measured comms
   std::string json_path, svg_path, tune_path, md_path;
   std::string png_path;  // empty: beside the SVG (x.svg -> x.png) when rsvg-convert is there
   double timeout_s = 120;

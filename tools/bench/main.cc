@@ -75,6 +75,7 @@ int run_rank(const Options& opts) {
     throw Error(ErrorCode::kUnsupported,
                 "no CPU backend for the bench's own coordination:" + tried);
   co.store = control->store();
+  for (const auto& [k, v] : o.comm_hints) co.hints[k] = v;
   const bool lead = control->rank() == 0;
   std::vector<BenchComm> comms;
   std::vector<std::string> labels;
@@ -135,6 +136,8 @@ int run_rank(const Options& opts) {
       if (t.entries().empty())
         std::cerr << "# note: --tune: no rows of '" << o.backends[0].name
                   << ":<algorithm>' backends to pick winners from\n";
+      // Rows of other world sizes and links already in the file stay.
+      if (std::optional<TuningTable> old = TuningTable::load(o.tune_path)) t = merge_tuning(*old, t);
       ok = write_file(o.tune_path, t.to_text()) && ok;
     }
     if (!ok) return 4;

@@ -276,7 +276,8 @@ std::string to_json(const MachineInfo& m, const std::vector<Row>& rows) {
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     o << (i ? ",\n" : "\n") << "{\"collective\": \"" << r.collective << "\", \"backend\": \""
-      << json_escape(r.backend) << "\", \"world_size\": " << r.world_size << ", \"dtype\": \""
+      << json_escape(r.backend) << "\", \"world_size\": " << r.world_size << ", \"link\": \""
+      << json_escape(r.link) << "\", \"dtype\": \""
       << r.dtype << "\", \"op\": \"" << r.op << "\", \"root\": " << r.root
       << ", \"size\": " << r.size << ", \"count\": " << r.count
       << ", \"time_us\": " << num(r.time_us) << ", \"mean_us\": " << num(r.mean_us)

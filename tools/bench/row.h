@@ -11,6 +11,7 @@ struct Row {
   std::string collective;
   std::string backend;  // label: "cpu" or "cpu:ring"
   int world_size = 1;
+  std::string link = "any";  // the links between the ranks as the backend found them (Comm::link)
   std::string dtype;
   std::string op;  // "none" for collectives without a reduction
   int root = -1;

@@ -270,6 +270,7 @@ Row Runner::measure(const BenchComm& bc, const Point& p, bool ip) {
   row.collective = coll_name(p.c);
   row.backend = bc.spec.label();
   row.world_size = size_;
+  row.link = bc.comm->link();
   row.dtype = p.c == Coll::kBarrier ? "none" : dtype_name(p.dt);
   row.op = op_label(p.c, p.op);
   row.root = coll_has_root(p.c) ? root : -1;

@@ -33,6 +33,7 @@ class CpuBackend : public HostBackend {
   CpuBackend() = default;
   ~CpuBackend() override;
   std::string name() const override { return "cpu"; }
+  std::string link() const override { return topology_.link; }
   void init(const BackendContext& ctx) override;
   bool supports(Collective c, DataType dtype, ReduceKind kind) const override;
   // One-sided windows: over shared memory when every rank is on one host (cpu_window.h), else

@@ -30,6 +30,7 @@ class CudaBackend : public DeviceBackend {
   CudaBackend() = default;
   ~CudaBackend() override;
   std::string name() const override { return "cuda"; }
+  std::string link() const override { return topology_.link; }
   void init(const BackendContext& ctx) override;
   bool supports(Collective c, DataType dtype, ReduceKind kind) const override;
   bool supports_uneven(Collective c, DataType dtype, ReduceKind kind) const override;
