@@ -158,21 +158,25 @@ TEST(BenchReport, Markdown) {
   EXPECT_EQ(table_lines, 5u) << md;
 }
 
+// A checked in-place all_reduce row of `backend` at `world` ranks over `link`.
+Row tune_row(const char* backend, int world, const char* link, uint64_t size, double time_us) {
+  Row r;
+  r.collective = "all_reduce";
+  r.backend = backend;
+  r.world_size = world;
+  r.link = link;
+  r.dtype = "float32";
+  r.op = "sum";
+  r.size = size;
+  r.time_us = time_us;
+  r.wrong = 0;
+  r.in_place = true;
+  return r;
+}
+
 TEST(BenchTune, WinnersBecomeRanges) {
   std::vector<Row> rows;
-  auto add = [&](const char* b, uint64_t size, double t) {
-    Row r;
-    r.collective = "all_reduce";
-    r.backend = b;
-    r.world_size = 4;
-    r.dtype = "float32";
-    r.op = "sum";
-    r.size = size;
-    r.time_us = t;
-    r.wrong = 0;
-    r.in_place = true;
-    rows.push_back(r);
-  };
+  auto add = [&](const char* b, uint64_t size, double t) { rows.push_back(tune_row(b, 4, "any", size, t)); };
   add("cpu:flat", 8, 1), add("cpu:ring", 8, 2);
   add("cpu:flat", 1024, 3), add("cpu:ring", 1024, 4);
   add("cpu:flat", 65536, 30), add("cpu:ring", 65536, 20);
@@ -189,20 +193,7 @@ TEST(BenchTune, WinnersBecomeRanges) {
 }
 
 TEST(BenchTune, EntriesCarryTheLinkAndMergeByWorldAndLink) {
-  auto row = [](const char* b, int world, const char* link, uint64_t size, double t) {
-    Row r;
-    r.collective = "all_reduce";
-    r.backend = b;
-    r.world_size = world;
-    r.link = link;
-    r.dtype = "float32";
-    r.op = "sum";
-    r.size = size;
-    r.time_us = t;
-    r.wrong = 0;
-    r.in_place = true;
-    return r;
-  };
+  auto row = tune_row;
   TuningTable shm2 = tuning_from_rows({row("cpu:flat", 2, "shm", 8, 1), row("cpu:ring", 2, "shm", 8, 2)}, "cpu");
   ASSERT_EQ(shm2.entries().size(), 1u);
   EXPECT_EQ(shm2.entries()[0].link, "shm");

@@ -12,11 +12,6 @@
 namespace commx::testing {
 namespace {
 
-#define REQUIRE_GPUS(N)                                                                         \
-  do {                                                                                          \
-    if (gpu_count() < (N)) GTEST_SKIP() << "needs " << (N) << " GPU(s), found " << gpu_count(); \
-  } while (0)
-
 TEST(CudaAllToAllVDynamic, EveryFormTwoRanks) {
   REQUIRE_GPUS(1);
   EXPECT_EQ(run_ranks(2, two_gpus(),

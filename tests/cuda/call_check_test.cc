@@ -15,11 +15,6 @@
 namespace commx::testing {
 namespace {
 
-#define REQUIRE_GPUS(N)                                                                         \
-  do {                                                                                          \
-    if (gpu_count() < (N)) GTEST_SKIP() << "needs " << (N) << " GPU(s), found " << gpu_count(); \
-  } while (0)
-
 constexpr int64_t kElems = 8192;  // floats in each rank's input and output buffers
 const DataType kF32 = DataType::kFloat32;
 

@@ -12,11 +12,6 @@
 namespace commx::testing {
 namespace {
 
-#define REQUIRE_GPUS(N)                                                        \
-  do {                                                                         \
-    if (gpu_count() < (N)) GTEST_SKIP() << "needs " << (N) << " GPU(s), found " << gpu_count(); \
-  } while (0)
-
 TEST(CudaBackend, AllReduceEveryDtypeOpAndSize) {
   REQUIRE_GPUS(1);
   std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {

@@ -24,11 +24,6 @@ namespace {
 using cuda::PeerMemKind;
 using cuda::PeerMemory;
 
-#define REQUIRE_GPUS(N)                                                                         \
-  do {                                                                                          \
-    if (gpu_count() < (N)) GTEST_SKIP() << "needs " << (N) << " GPU(s), found " << gpu_count(); \
-  } while (0)
-
 const Hints kVmm = {{"peer_mem", "vmm"}};
 
 // A pointer attribute through the driver API (fetched at run time, like the backend does).

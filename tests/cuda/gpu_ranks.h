@@ -44,6 +44,12 @@ inline int gpu_count() {
   return cached;
 }
 
+// Skips the calling test (GoogleTest) when fewer than N GPUs are visible.
+#define REQUIRE_GPUS(N)                                                                         \
+  do {                                                                                          \
+    if (gpu_count() < (N)) GTEST_SKIP() << "needs " << (N) << " GPU(s), found " << gpu_count(); \
+  } while (0)
+
 // GPUs for a two-rank test: each rank its own GPU when there are two, else both on one.
 inline int two_gpus() { return gpu_count() < 2 ? gpu_count() : 2; }
 

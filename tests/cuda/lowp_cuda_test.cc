@@ -20,11 +20,6 @@ using lowp::CodecConfig;
 using lowp::Fp8Codec;
 using lowp::LowpContext;
 
-#define REQUIRE_GPUS(N)                                                                         \
-  do {                                                                                          \
-    if (gpu_count() < (N)) GTEST_SKIP() << "needs " << (N) << " GPU(s), found " << gpu_count(); \
-  } while (0)
-
 enum class Coll { kAllReduce, kReduceScatter, kAllGather, kAllToAll };
 const char* coll_name(Coll c) {
   switch (c) {
