@@ -15,7 +15,11 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+# c10d's types from torch._C, not torch.distributed: torch.distributed imports this package
+# (through torchcomms' module names) while it is itself still being imported.
 from torch._C._distributed_c10d import Backend as _C10dBackend
+from torch._C._distributed_c10d import ProcessGroup as _C10dProcessGroup
+from torch._C._distributed_c10d import Work as _C10dWork
 from torch._C._distributed_c10d import _create_work_from_future
 from torch.futures import Future
 
@@ -67,7 +71,7 @@ def _nothing():
     pass
 
 
-class _CommxWork(dist.Work):
+class _CommxWork(_C10dWork):
     """A torch Work over commx Works issued with async_op=True: wait() waits for them (on CUDA:
     makes torch's current stream wait, as ProcessGroupNCCL does; `blocking`: blocks the host, for
     barrier), then copies results out of contiguous stand-ins (on the current stream)."""
@@ -182,7 +186,7 @@ def _base_class():
             return _C10dBackend
         except TypeError:  # "No constructor defined!"
             pass
-    return dist.ProcessGroup
+    return _C10dProcessGroup
 
 
 class CommxProcessGroup(_base_class()):
@@ -190,6 +194,7 @@ class CommxProcessGroup(_base_class()):
     (one per device type)."""
 
     def __init__(self, store, rank, size, timeout, group_name="", global_ranks=None):
+        ensure_registered()
         super().__init__(rank, size)
         self._store = store
         self._rank, self._size = rank, size
@@ -579,4 +584,17 @@ def register():
                                       devices=["cpu", "cuda"])
 
 
-register()
+def _torch_distributed_ready():
+    """False while torch.distributed is itself being imported: it imports torchcomms' module
+    names, which may be commx's, before its own registration functions exist."""
+    return hasattr(dist, "register_rendezvous_handler") and hasattr(dist, "Backend")
+
+
+def ensure_registered():
+    """register(), once torch.distributed can take it (a group made through a BackendWrapper
+    calls this, so an import that came too early registers on first use)."""
+    if _torch_distributed_ready():
+        register()
+
+
+ensure_registered()

@@ -1,0 +1,139 @@
+"""torchcomms' module names that programs and torch.distributed import, on commx:
+hooks.FlightRecorderHook, _backend_wrapper._BackendWrapper, _store_manager._create_prefixed_store,
+device_mesh._create_torchcomm_process_group / _flatten_with_comm, and torchcomms' rank variables
+TORCHCOMM_RANK/TORCHCOMM_SIZE (which torch sets around each group's new_comm). Values checked
+against references, 1-2 ranks. Layer: tests (Python)."""
+
+import json
+import os
+from datetime import timedelta
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+import torch.distributed.distributed_c10d as c10d  # noqa: E402
+
+import commx  # noqa: E402
+from ranks import run_ranks  # noqa: E402
+
+T = timedelta(seconds=30)
+
+
+def _comm(rank, size, store, name):
+    return commx.new_comm("cpu", "cpu", name, store=store, rank=rank, size=size, timeout=T)
+
+
+def _flight_recorder(rank, size, store):
+    from commx.hooks import FlightRecorderHook
+    comm = _comm(rank, size, store, "fr")
+    recorder, off = FlightRecorderHook(max_entries=3), FlightRecorderHook(max_entries=0)
+    recorder.register_with_comm(comm)
+    off.register_with_comm(comm)
+    for n in (1, 2, 3, 4):
+        comm.all_reduce(torch.ones(n), commx.ReduceOp.SUM)
+    comm.broadcast(torch.ones(5, dtype=torch.int32), 0)
+    dump = json.loads(recorder.dump_json())
+    recorder.unregister()
+    comm.all_reduce(torch.ones(1), commx.ReduceOp.SUM)
+    after = recorder.entries()
+    comm.finalize()
+    return dump, after, off.entries()
+
+
+def test_flight_recorder_hook_keeps_the_last_ops():
+    for dump, after, off in run_ranks(2, _flight_recorder):
+        entries = dump["entries"]
+        assert dump["version"] and len(entries) == 3  # bounded: the last 3 of 5 ops
+        assert [e["profiling_name"] for e in entries] == \
+            ["commx:all_reduce", "commx:all_reduce", "commx:broadcast"]
+        assert [e["input_sizes"] for e in entries] == [[[3]], [[4]], [[5]]]
+        assert entries[-1]["root"] == 0 and entries[0]["root"] == -1
+        assert all(e["state"] == "started" and e["pg_id"] == "fr" for e in entries)
+        seq = [e["collective_seq_id"] for e in entries]
+        assert seq == sorted(seq) and len(set(seq)) == 3
+        assert after == entries or [e["profiling_name"] for e in after] == \
+            [e["profiling_name"] for e in entries]  # unregistered: nothing new recorded
+        assert off == []
+
+
+def test_backend_wrapper_module_path():
+    from commx._backend_wrapper import _BackendWrapper
+    from commx.torch._wrapper import BackendWrapper
+    assert _BackendWrapper is BackendWrapper is commx._BackendWrapper
+
+
+def test_create_prefixed_store_puts_keys_under_its_prefix(tmp_path, monkeypatch):
+    from commx._store_manager import _create_prefixed_store
+    path = str(tmp_path / "store")
+    for k in ("MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("COMMX_STORE_FILE", path)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    store = _create_prefixed_store("torchcomm", "store_test", timedelta(seconds=5))
+    store.set("k", b"v")
+    plain = commx._C.launcher_store(timedelta(seconds=5))  # the same store, unprefixed
+    assert bytes(plain.get("torchcomm/store_test/k")) == b"v"
+    assert not plain.check(["k"])
+
+
+def _mesh_helpers(rank, size, store):
+    from commx.device_mesh import (_create_torchcomm_process_group, _flatten_with_comm,
+                                   init_device_mesh)
+    from torch.distributed._mesh_layout import _MeshLayout
+    world = _comm(rank, size, store, "world")
+    out = {}
+
+    # a group over the comm, ranks given as {global: group}: the reverse order
+    rev = world.split([1, 0], "reversed")
+    pg = _create_torchcomm_process_group(rev, "reversed", global_ranks_mapping={1: 0, 0: 1})
+    out["pg_rank"], out["pg_ranks"] = pg.rank(), c10d.get_process_group_ranks(pg)
+    t = torch.full((3,), rank + 1.0)
+    dist.all_reduce(t, group=pg)
+    out["pg_sum"] = t.tolist()
+    with pytest.raises(commx.InvalidArgumentError, match="once each"):
+        _create_torchcomm_process_group(rev, "bad", global_ranks_mapping={0: 0, 1: 0})
+
+    # a 1 x 2 mesh whose two dimensions flatten into one of both ranks
+    alone, pair = world.split([rank], f"alone{rank}"), world.split([0, 1], "pair")
+    mesh = init_device_mesh((alone, pair), ("a", "b"), _global_comm=world)
+    flat_comm = world.split([0, 1], "ab")
+    layout = _MeshLayout([axis for d in ("a", "b") for axis in mesh[d]._layout])
+    flat = _flatten_with_comm(mesh, "ab", flat_comm, [0, 1], layout)
+    out["flat_size"], out["flat_rank"] = flat.size(), flat.get_rank()
+    out["group"] = mesh["ab"].get_group().group_name
+    t = torch.full((2,), rank + 1.0)
+    dist.all_reduce(t, group=mesh["ab"].get_group())
+    out["flat_sum"] = t.tolist()
+    with pytest.raises(commx.InvalidArgumentError, match="1 global ranks for a comm of 2"):
+        _flatten_with_comm(mesh, "bad", flat_comm, [0], layout)
+    return out
+
+
+def test_device_mesh_helpers():
+    for rank, out in enumerate(run_ranks(2, _mesh_helpers)):
+        assert out["pg_rank"] == 1 - rank
+        assert out["pg_ranks"] == [1, 0]
+        assert out["pg_sum"] == [3.0] * 3
+        assert out["flat_size"] == 2 and out["flat_rank"] == rank and out["group"] == "ab"
+        assert out["flat_sum"] == [3.0] * 2
+
+
+def _torchcomm_rank_vars(rank, size, port):
+    # The launcher says rank/size; TORCHCOMM_RANK/SIZE (a group of this rank alone) win.
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port), TORCHCOMM_RANK="0", TORCHCOMM_SIZE="1")
+    store = commx.FileStore(os.path.join(os.environ["TC_TMP"], f"alone{rank}"))
+    comm = commx.new_comm("cpu", "cpu", "alone", store=store, timeout=T)
+    got = (comm.get_rank(), comm.get_size())
+    comm.finalize()
+    del os.environ["TORCHCOMM_SIZE"]
+    with pytest.raises(commx.InvalidArgumentError, match="TORCHCOMM_RANK and TORCHCOMM_SIZE"):
+        commx.new_comm("cpu", "cpu", "half", store=store, timeout=T)
+    return got
+
+
+def test_torchcomm_rank_variables(tmp_path, monkeypatch):
+    monkeypatch.setenv("TC_TMP", str(tmp_path))
+    assert run_ranks(2, _torchcomm_rank_vars, with_store=False) == [(0, 1), (0, 1)]
