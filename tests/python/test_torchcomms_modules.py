@@ -137,3 +137,32 @@ def _torchcomm_rank_vars(rank, size, port):
 def test_torchcomm_rank_variables(tmp_path, monkeypatch):
     monkeypatch.setenv("TC_TMP", str(tmp_path))
     assert run_ranks(2, _torchcomm_rank_vars, with_store=False) == [(0, 1), (0, 1)]
+
+
+def _wrapper_monitored_barrier(rank, size, store):
+    import time
+    from commx.device_mesh import _create_torchcomm_process_group
+    out = []
+    comm = _comm(rank, size, store, "mb")
+    pg = _create_torchcomm_process_group(comm, "mb")
+    pg.monitored_barrier(timeout=timedelta(seconds=20), wait_all_ranks=True)  # all arrive
+    for wait_all in (True, False):
+        straggler = _comm(rank, size, store, f"mb_{wait_all}")
+        spg = _create_torchcomm_process_group(straggler, f"mb_{wait_all}")
+        if rank == 0:
+            with pytest.raises(RuntimeError) as err:
+                spg.monitored_barrier(timeout=timedelta(seconds=1), wait_all_ranks=wait_all)
+            out.append(str(err.value))
+        else:
+            time.sleep(2)  # never checks in
+        straggler.finalize()
+    comm.finalize()
+    return out
+
+
+def test_backend_wrapper_monitored_barrier_names_stragglers():
+    got = run_ranks(2, _wrapper_monitored_barrier, timeout=60)
+    all_ranks, fast = got[0]
+    assert "[Rank 0]: Ranks 1 failed to pass monitoredBarrier in 1000 ms" in all_ranks
+    assert "[Rank 0]: Rank 1 failed to pass monitoredBarrier in 1000 ms" in fast
+    assert got[1] == []

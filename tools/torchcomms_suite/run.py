@@ -6,7 +6,7 @@
 Each `*Test.py` file of the folder runs under `python -m torch.distributed.run` on --nproc ranks
 with TEST_BACKEND=gloo TEST_DEVICE=cpu, as torchcomms' CI runs it, with a shim first on the path
 (shim/torchcomms) that only renames: `torchcomms` and its submodules are commx's,
-`torchcomms.tests.integration.*` is the given folder's parent, and the backend names passed to
+`torchcomms.tests.*` is the tests folder two levels above the given one, and the backend names passed to
 new_comm / get_mem_allocator / is_backend_built go through --rename (default gloo=cpu). A file
 that runs past --timeout is killed; its unfinished tests count as errored.
 
@@ -39,7 +39,7 @@ def run_file(path, args):
     env.update({
         "TEST_BACKEND": args.backend,
         "TEST_DEVICE": args.device,
-        "TORCHCOMMS_SUITE_ROOT": os.path.dirname(os.path.abspath(args.folder)),
+        "TORCHCOMMS_SUITE_ROOT": os.path.dirname(os.path.dirname(os.path.abspath(args.folder))),
         "TORCHCOMMS_BACKEND_RENAMES": args.rename,
         "PYTHONPATH": os.pathsep.join(
             [os.path.join(HERE, "shim"), REPO_PYTHON] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),

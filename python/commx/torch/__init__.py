@@ -50,6 +50,16 @@ def device_backend(device_type):
     return env or ("cpu" if device_type == "cpu" else "cuda")
 
 
+def monitored_barrier_failure(where, missing, timeout, wait_all_ranks):
+    """gloo's monitoredBarrier error, which tools and tests match: rank 0 names the ranks that
+    did not check in ("Ranks 1, 3 failed ..." with wait_all_ranks, else the first one)."""
+    ms = int(timeout.total_seconds() * 1000)
+    who = (f"Ranks {', '.join(map(str, missing))}" if wait_all_ranks
+           else f"Rank {missing[0]}")
+    return _error(commx.TimeoutError, f"Timeout: [Rank 0]: {who} failed to pass "
+                                      f"monitoredBarrier in {ms} ms ({where})")
+
+
 def _reduce_op(op):
     R, D = commx.ReduceOp, dist.ReduceOp
     table = [(D.SUM, R.SUM), (D.PRODUCT, R.PRODUCT), (D.MIN, R.MIN), (D.MAX, R.MAX),
@@ -361,10 +371,9 @@ class CommxProcessGroup(_base_class()):
                         break
             if missing:
                 self._store.set(f"{key}/failed", ",".join(map(str, missing)))
-                raise _error(commx.TimeoutError,
-                    f"Timeout: process group '{self._group_name}' monitored_barrier #{n}: "
-                    f"rank(s) {missing} did not arrive within "
-                    f"{timeout.total_seconds():g} s")
+                raise monitored_barrier_failure(
+                    f"process group '{self._group_name}' monitored_barrier #{n}", missing,
+                    timeout, wait_all_ranks)
             self._store.set(f"{key}/released", "1")
             return
         self._store.wait([f"{key}/released"], timeout)

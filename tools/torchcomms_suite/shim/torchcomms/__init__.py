@@ -1,7 +1,8 @@
 """`torchcomms` for programs written against torchcomms, served by commx: a rename and nothing
-else. `torchcomms.X` is `commx.X` (the same objects), `torchcomms.tests.*` is the torchcomms test
-folder named by TORCHCOMMS_SUITE_ROOT, and backend names given to the calls that take one are
-translated by TORCHCOMMS_BACKEND_RENAMES ("gloo=cpu,..."). No behaviour of commx is changed.
+else. `torchcomms.X` is `commx.X` (the same objects), `torchcomms.tests.*` is torchcomms' tests
+folder named by TORCHCOMMS_SUITE_ROOT (holding integration/py, integration/helpers, helpers/py),
+and backend names given to the calls that take one are translated by TORCHCOMMS_BACKEND_RENAMES
+("gloo=cpu,..."). No behaviour of commx is changed.
 Layer: tools (put on PYTHONPATH by tools/torchcomms_suite/run.py)."""
 
 import importlib
@@ -38,14 +39,11 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.util.spec_from_loader(fullname, self)
 
     def _suite_spec(self, parts, fullname):
-        # torchcomms.tests.integration.py.X -> <root>/py/X.py, with <root> the parent of the
-        # folder the runner was given (so helpers/ next to py/ resolves too).
+        # torchcomms.tests.integration.py.X -> <root>/integration/py/X.py (root: the tests
+        # folder, two levels above the folder the runner was given).
         if not _SUITE_ROOT:
             return None
-        inner = parts[1:] if parts[:1] == ["integration"] else None
-        if inner is None:
-            return importlib.util.spec_from_loader(fullname, None, is_package=True)
-        base = os.path.join(_SUITE_ROOT, *inner)
+        base = os.path.join(_SUITE_ROOT, *parts)
         if os.path.isdir(base):
             init = os.path.join(base, "__init__.py")
             if os.path.exists(init):
