@@ -50,7 +50,7 @@ from ._backends import (  # noqa: F401
 from ._comm import new_comm
 from ._reconfigure import ReconfigurableComm
 from ._stores import as_commx_store
-from . import _torchcomms
+from . import _pickle, _torchcomms
 from ._torchcomms import (  # noqa: F401
     AllGatherPHandle,
     BatchP2POptions,
@@ -73,6 +73,7 @@ from . import coalescing  # noqa: F401
 from .coalescing import coalesce  # noqa: F401
 
 _torchcomms.install()
+_pickle.install()
 
 # torchcomms' type names, so code written against torchcomms reads the same.
 TorchComm = Comm

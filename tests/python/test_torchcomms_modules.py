@@ -166,3 +166,60 @@ def test_backend_wrapper_monitored_barrier_names_stragglers():
     assert "[Rank 0]: Ranks 1 failed to pass monitoredBarrier in 1000 ms" in all_ranks
     assert "[Rank 0]: Rank 1 failed to pass monitoredBarrier in 1000 ms" in fast
     assert got[1] == []
+
+
+def _pickling(rank, size, store):
+    import gc
+    import pickle
+    comm = _comm(rank, size, store, "pickled")
+    out = {"same_comm": pickle.loads(pickle.dumps(comm)) is comm}
+    for op, factor in ((commx.ReduceOp.MAX, None), (commx.ReduceOp.PREMUL_SUM(2.5), 2.5),
+                       (commx.ReduceOp.PREMUL_SUM(torch.tensor(4.0)), 4.0)):
+        back = pickle.loads(pickle.dumps(op))
+        assert back.type == op.type and (factor is None or float(back.factor) == factor)
+    # the unpickled op reduces as the original does
+    t = torch.full((2,), rank + 1.0)
+    comm.all_reduce(t, pickle.loads(pickle.dumps(commx.ReduceOp.PREMUL_SUM(2.0))))
+    out["premul"] = t.tolist()
+    batch = comm.batch_op_create()
+    data = pickle.dumps(batch)
+    out["same_batch"] = pickle.loads(data) is batch
+    backend = batch.get_comm_backend()
+    out["same_backend"] = backend is comm.batch_op_create().get_comm_backend()
+    del batch
+    gc.collect()
+    again = pickle.loads(data)  # gone: an empty batch on the same comm, then that one again
+    out["again"] = (len(again.ops), again.get_comm_backend() is backend,
+                    pickle.loads(data) is again)
+    comm_data = pickle.dumps(comm)
+    comm.finalize()
+    del comm, again  # the batch holds its comm
+    gc.collect()
+    with pytest.raises(pickle.UnpicklingError, match="'pickled' no longer exists"):
+        pickle.loads(comm_data)
+    return out
+
+
+def test_pickling_within_a_process():
+    for out in run_ranks(2, _pickling):
+        assert out["same_comm"] and out["same_batch"] and out["same_backend"]
+        assert out["premul"] == [6.0, 6.0]
+        assert out["again"] == (0, True, True)
+
+
+def _aliased_all_gather(rank, size, store):
+    from commx.device_mesh import _create_torchcomm_process_group
+    comm = _comm(rank, size, store, "aliased")
+    pg = _create_torchcomm_process_group(comm, "aliased")
+    shared = torch.full((3,), -1.0)
+    dist.all_gather([shared] * size, torch.full((3,), float(rank)), group=pg)
+    distinct = [torch.zeros(3) for _ in range(size)]
+    dist.all_gather(distinct, torch.full((3,), rank + 10.0), group=pg)
+    comm.finalize()
+    return shared.tolist(), [d.tolist() for d in distinct]
+
+
+def test_all_gather_into_aliased_outputs_keeps_the_last_rank():
+    for shared, distinct in run_ranks(2, _aliased_all_gather):
+        assert shared == [1.0] * 3  # outputs written in rank order: the last rank wins
+        assert distinct == [[10.0] * 3, [11.0] * 3]

@@ -164,10 +164,24 @@ class _Contiguous:
             self.copy_back.append((t, u))
         return u
 
+    def staged(self, t):
+        """A fresh buffer for output `t`, copied into `t` on exit in the order staged (for
+        outputs that overlap, where a direct write would race: the last one wins, as in c10d)."""
+        u = torch.empty_like(t, memory_format=torch.contiguous_format)
+        self.copy_back.append((t, u))
+        return u
+
     def finish(self):
         with torch.no_grad():  # outputs may be leaves that require grad
             for t, u in self.copy_back:
                 t.copy_(torch.view_as_complex(u) if t.is_complex() else u)
+
+
+def _overlapping(tensors):
+    """Whether any two of `tensors` share memory (e.g. the list [buf] * world_size)."""
+    spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size())
+                   for t in tensors if t.numel())
+    return any(b_start < a_end for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
 
 
 class _AsyncComm:
@@ -404,7 +418,8 @@ class CommxProcessGroup(_base_class()):
     def allgather(self, output_lists, inputs, opts=None):
         def go(c, f):
             for outs, t in zip(output_lists, inputs):
-                c.all_gather([f(o, True) for o in outs], f(t))
+                put = f.staged if _overlapping(outs) else (lambda o: f(o, True))
+                c.all_gather([put(o) for o in outs], f(t))
         return self._run(inputs, go)
 
     def all_gather_single(self, output, input, opts=None):
