@@ -223,3 +223,23 @@ def test_all_gather_into_aliased_outputs_keeps_the_last_rank():
     for shared, distinct in run_ranks(2, _aliased_all_gather):
         assert shared == [1.0] * 3  # outputs written in rank order: the last rank wins
         assert distinct == [[10.0] * 3, [11.0] * 3]
+
+
+def _torch_premul_sum(rank, size, store):
+    from commx.device_mesh import _create_torchcomm_process_group
+    comm = _comm(rank, size, store, "premul")
+    pg = _create_torchcomm_process_group(comm, "premul")
+    t = torch.full((4,), rank + 1.0)
+    dist.all_reduce(t, op=dist.ReduceOp.PREMUL_SUM(0.5), group=pg)
+    out = torch.zeros(2)
+    dist.reduce_scatter_tensor(out, torch.full((2 * size,), rank + 1.0),
+                               op=dist.ReduceOp.PREMUL_SUM(0.25), group=pg)
+    comm.finalize()
+    return t.tolist(), out.tolist()
+
+
+def test_torch_premul_sum_carries_its_factor():
+    # FSDP's set_gradient_divide_factor reduces with PREMUL_SUM(1 / factor)
+    for summed, scattered in run_ranks(2, _torch_premul_sum):
+        assert summed == [1.5] * 4  # (1 + 2) * 0.5
+        assert scattered == [0.75] * 2  # (1 + 2) * 0.25

@@ -67,8 +67,10 @@ def _reduce_op(op):
     for theirs, ours in table:
         if op == theirs:
             return ours
+    if getattr(op, "op", None) == D.RedOpType.PREMUL_SUM and getattr(op, "factor", None) is not None:
+        return R.PREMUL_SUM(op.factor)  # e.g. FSDP's gradient divide factor: PREMUL_SUM(1/f)
     raise _error(commx.UnsupportedError, f"Unsupported: torch reduce op {op} has no commx counterpart "
-                                 "(PREMUL_SUM factors are not visible from Python)")
+                                 "(a PREMUL_SUM whose factor torch does not expose)")
 
 
 def _done(result=None):
