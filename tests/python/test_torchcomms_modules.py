@@ -25,36 +25,72 @@ def _comm(rank, size, store, name):
 
 
 def _flight_recorder(rank, size, store):
+    import pickle
     from commx.hooks import FlightRecorderHook
     comm = _comm(rank, size, store, "fr")
     recorder, off = FlightRecorderHook(max_entries=3), FlightRecorderHook(max_entries=0)
+    out = {"enabled_before": recorder.is_enabled()}
     recorder.register_with_comm(comm)
     off.register_with_comm(comm)
+    out["enabled"] = recorder.is_enabled()
     for n in (1, 2, 3, 4):
-        comm.all_reduce(torch.ones(n), commx.ReduceOp.SUM)
-    comm.broadcast(torch.ones(5, dtype=torch.int32), 0)
-    dump = json.loads(recorder.dump_json())
+        comm.all_reduce(torch.ones(n, 2), commx.ReduceOp.SUM)
+    comm.broadcast(torch.ones(5, dtype=torch.int64), 0)
+    out["dump"] = json.loads(recorder.dump_json())
+    recorder.reset()
+    out["after_reset"] = recorder.size()
+    child = comm.split([0, 1], "fr_child")  # recorded, and the child is registered
+    out_t = torch.zeros(2 * size)
+    child.all_gather_single(out_t, torch.full((2,), float(rank)))
+    peer = 1 - rank
+    t = torch.full((3,), float(rank))
+    if rank == 0:
+        comm.send(t, peer)
+    else:
+        comm.recv(t, peer)
+    out["second"] = recorder.entries()
+    path = os.path.join(os.environ["TC_TMP"], f"fr{rank}")
+    os.environ["TORCHCOMM_FR_DUMP_TEMP_FILE"] = path
+    recorder.dump_file(rank)
+    with open(path, "rb") as f:
+        out["file"] = pickle.load(f)
     recorder.unregister()
     comm.all_reduce(torch.ones(1), commx.ReduceOp.SUM)
-    after = recorder.entries()
+    out["after_unregister"] = (recorder.size(), recorder.is_enabled())
+    out["off"] = off.entries()
+    child.finalize()
     comm.finalize()
-    return dump, after, off.entries()
+    return out
 
 
-def test_flight_recorder_hook_keeps_the_last_ops():
-    for dump, after, off in run_ranks(2, _flight_recorder):
-        entries = dump["entries"]
-        assert dump["version"] and len(entries) == 3  # bounded: the last 3 of 5 ops
+def test_flight_recorder_hook_in_torchs_entry_format(tmp_path, monkeypatch):
+    monkeypatch.setenv("TC_TMP", str(tmp_path))
+    for rank, out in enumerate(run_ranks(2, _flight_recorder)):
+        assert out["enabled"] and not out["enabled_before"]
+        entries = out["dump"]["entries"]
+        assert out["dump"]["version"] == "2.10" and "pg_config" in out["dump"]
+        assert len(entries) == 3  # bounded: the last 3 of 5 ops
         assert [e["profiling_name"] for e in entries] == \
-            ["commx:all_reduce", "commx:all_reduce", "commx:broadcast"]
-        assert [e["input_sizes"] for e in entries] == [[[3]], [[4]], [[5]]]
-        assert entries[-1]["root"] == 0 and entries[0]["root"] == -1
-        assert all(e["state"] == "started" and e["pg_id"] == "fr" for e in entries)
-        seq = [e["collective_seq_id"] for e in entries]
-        assert seq == sorted(seq) and len(set(seq)) == 3
-        assert after == entries or [e["profiling_name"] for e in after] == \
-            [e["profiling_name"] for e in entries]  # unregistered: nothing new recorded
-        assert off == []
+            ["nccl:all_reduce", "nccl:all_reduce", "nccl:broadcast"]
+        assert [e["input_sizes"] for e in entries] == [[[3, 2]], [[4, 2]], [[5]]]
+        assert [e["input_dtypes"] for e in entries] == [["Float"], ["Float"], ["Long"]]
+        assert [e["collective_seq_id"] for e in entries] == [3, 4, 5]
+        assert all(e["state"] == "completed" and e["process_group"] == ["fr", "fr"]
+                   and not e["is_p2p"] and e["timeout_ms"] == 30000 for e in entries)
+        ids = [e["record_id"] for e in entries]
+        assert ids == sorted(ids) and len(set(ids)) == 3
+        assert out["after_reset"] == 0
+        second = out["second"]
+        assert [e["profiling_name"] for e in second] == [
+            "nccl:split", "nccl:all_gather_single",
+            "nccl:send 0->1" if rank == 0 else "nccl:recv 1<-0"]
+        assert second[1]["process_group"][0] == "fr_child"
+        assert second[1]["output_sizes"] == [[4]] and second[1]["input_sizes"] == [[2]]
+        assert second[2]["is_p2p"] and second[2]["p2p_seq_id"] == 1
+        assert [e["profiling_name"] for e in out["file"]["entries"]] == \
+            [e["profiling_name"] for e in second] and out["file"]["rank"] == rank
+        assert out["after_unregister"] == (3, False)
+        assert out["off"] == []
 
 
 def test_backend_wrapper_module_path():
