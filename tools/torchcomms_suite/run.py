@@ -8,7 +8,9 @@ with TEST_BACKEND=gloo TEST_DEVICE=cpu, as torchcomms' CI runs it, with a shim f
 (shim/torchcomms) that only renames: `torchcomms` and its submodules are commx's,
 `torchcomms.tests.*` is the tests folder two levels above the given one, and the backend names passed to
 new_comm / get_mem_allocator / is_backend_built go through --rename (default gloo=cpu). A file
-that runs past --timeout is killed; its unfinished tests count as errored.
+that runs past --timeout is killed; its unfinished tests count as errored. --summarize-only
+rebuilds the report from the logs of an earlier run in --out (e.g. with another
+--not-applicable).
 
 A test counts once, over all ranks: failed if it failed on any rank (subtests included), errored
 if it errored in setup/teardown on any rank or never finished, skipped if it skipped itself,
@@ -181,6 +183,8 @@ def main():
     ap.add_argument("--device", default="cpu", help="TEST_DEVICE the tests see")
     ap.add_argument("--rename", default="gloo=cpu", help="backend renames, a=b,c=d")
     ap.add_argument("--not-applicable", default="", help="JSON {file::class::test: reason}")
+    ap.add_argument("--summarize-only", action="store_true",
+                    help="run nothing: rebuild the report from the logs already in --out")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     only = {s for s in args.only.split(",") if s}
@@ -189,8 +193,19 @@ def main():
     not_applicable = json.load(open(args.not_applicable)) if args.not_applicable else {}
 
     files = {}
+    earlier = {}
+    if args.summarize_only:
+        with open(os.path.join(args.out, "results.json")) as f:
+            earlier = json.load(f)["files"]
     for path in paths:
-        stem, rc, timed_out, seconds = run_file(path, args)
+        if args.summarize_only:
+            before = earlier.get(os.path.basename(path))
+            if before is None:
+                continue
+            stem = os.path.splitext(os.path.basename(path))[0]
+            rc, timed_out, seconds = before["rc"], before["timed_out"], before["seconds"]
+        else:
+            stem, rc, timed_out, seconds = run_file(path, args)
         tests = merge_ranks(stem, args.out, args.nproc)
         if not tests:
             tests = {"<file>": {"outcome": "errored", "reported": [],
