@@ -140,8 +140,9 @@ def summarize(files, not_applicable):
 
 
 def write_markdown(path, files, totals, meta):
-    lines = [f"# torchcomms integration suite on commx ({meta['backend']} -> "
-             f"{meta['rename']}, {meta['nproc']} ranks)", "",
+    lines = [f"# torchcomms integration suite on commx (TEST_BACKEND={meta['backend']}, "
+             f"TEST_DEVICE={meta['device']}, backend renames {meta['rename']}, "
+             f"{meta['nproc']} ranks)", "",
              f"Command: `{meta['command']}`", "",
              "| file | passed | failed | errored | skipped | n/a | seconds |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
