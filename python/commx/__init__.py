@@ -50,7 +50,7 @@ from ._backends import (  # noqa: F401
 from ._comm import new_comm
 from ._reconfigure import ReconfigurableComm
 from ._stores import as_commx_store
-from . import _torchcomms
+from . import _pickle, _torchcomms
 from ._torchcomms import (  # noqa: F401
     AllGatherPHandle,
     BatchP2POptions,
@@ -69,8 +69,11 @@ from ._options import *  # noqa: F401,F403 - SendOptions ... ReconfigureOptions
 from ._options import __all__ as _option_names
 from ._memory import HostMemAllocator, get_mem_allocator  # noqa: F401
 from ._windows import TensorWindow, TorchCommWinAccessType, TorchCommWindowAttr  # noqa: F401
+from . import coalescing  # noqa: F401
+from .coalescing import coalesce  # noqa: F401
 
 _torchcomms.install()
+_pickle.install()
 
 # torchcomms' type names, so code written against torchcomms reads the same.
 TorchComm = Comm
@@ -97,7 +100,7 @@ __all__ = [
     "Window", "Work", "WorkStatus", "as_commx_store", "load_backend", "new_comm", "register_backend",
     "registered_backends", "AllGatherPHandle", "BatchP2POptions", "CommOptions", "HookArgs",
     "OpName", "P2POpType", "RedOpType", "RemovableHandle", "available_backends",
-    "is_backend_built", "launcher_store", "ReconfigurableComm", "TorchCommBackend",
+    "is_backend_built", "launcher_store", "ReconfigurableComm", "TorchCommBackend", "coalesce",
     "HostMemAllocator", "TensorWindow", "TorchCommWinAccessType", "TorchCommWindowAttr",
     "get_mem_allocator", *_option_names,
 ]

@@ -10,9 +10,27 @@ from ._reconfigure import ReconfigurableComm
 from ._torchcomms import CommOptions
 
 
-# Where the C++ core looks for the rank, in its order (src/core/env.cc): (rank, size) variables.
-_RANK_VARS = [("COMMX_RANK", "COMMX_WORLD_SIZE"), ("RANK", "WORLD_SIZE"),
+# Where new_comm finds the rank, in order: the C++ core's variables (src/core/env.cc), with
+# torchcomms' TORCHCOMM_RANK/TORCHCOMM_SIZE after COMMX_* (read here, in Python).
+_RANK_VARS = [("COMMX_RANK", "COMMX_WORLD_SIZE"), ("TORCHCOMM_RANK", "TORCHCOMM_SIZE"),
+              ("RANK", "WORLD_SIZE"),
               ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE")]
+
+
+def _torchcomm_rank_size(rank, size):
+    """torchcomms' own variables, TORCHCOMM_RANK/TORCHCOMM_SIZE: what torch.distributed sets
+    around each group's new_comm when it routes process groups through torchcomms (the group
+    rank, not the launcher's). Explicit arguments and COMMX_RANK/COMMX_WORLD_SIZE still win."""
+    if rank is not None or size is not None or os.environ.get("COMMX_RANK"):
+        return rank, size
+    r, n = os.environ.get("TORCHCOMM_RANK"), os.environ.get("TORCHCOMM_SIZE")
+    if r is None and n is None:
+        return rank, size
+    if r is None or n is None:
+        raise _C.InvalidArgumentError(
+            "InvalidArgument: new_comm: TORCHCOMM_RANK and TORCHCOMM_SIZE go together; only "
+            f"{'TORCHCOMM_RANK' if n is None else 'TORCHCOMM_SIZE'} is set")
+    return int(r), int(n)
 
 
 def _env_rank():
@@ -65,7 +83,8 @@ def new_comm(
     timeout: datetime.timedelta or seconds (default 600 s, env COMMX_TIMEOUT_SECONDS).
     store: a commx store or a torch.distributed store (default: from the environment: torchrun's
     MASTER_ADDR/MASTER_PORT, COMMX_STORE_FILE, ...). rank/size: explicit, else from the
-    environment (COMMX_RANK/COMMX_WORLD_SIZE, RANK/WORLD_SIZE, MPI, PMI).
+    environment (COMMX_RANK/COMMX_WORLD_SIZE, torchcomms' TORCHCOMM_RANK/TORCHCOMM_SIZE,
+    RANK/WORLD_SIZE, MPI, PMI).
     name: the comm's name (default "main"); ranks creating comms of one name on one store in
     the same order get the same comm.
     high_priority_stream is accepted for torchcomms compatibility and ignored (get_options()
@@ -74,6 +93,7 @@ def new_comm(
     reconfigure(uuid, init_handles) (handles from get_init_handle() of each process).
     """
     load_backend(backend)
+    rank, size = _torchcomm_rank_size(rank, size)
     cstore, owner = as_commx_store(store)
     options = CommOptions(
         abort_process_on_timeout_or_error=bool(abort_process_on_timeout_or_error),

@@ -93,6 +93,10 @@ class ReconfigurableComm:
         handles = sorted(init_handles) if isinstance(init_handles, (set, frozenset)) else list(
             init_handles)
         where = f"[comm '{self._name}'] reconfigure(uuid={uuid})"
+        if len(handles) > 1 and set(handles) == {self._handle}:
+            # torchcomms' gloo convention: every process lists its own handle once per member
+            # (its handles are alike); the members meet by name and uuid, ranks in arrival order.
+            return self._join_anonymous(uuid, len(handles), timeout, hints)
         if len(set(handles)) != len(handles):
             raise _C.InvalidArgumentError(f"InvalidArgument: {where}: a handle is listed twice")
         if self._handle not in handles:
@@ -105,13 +109,30 @@ class ReconfigurableComm:
         # reconfigure with other members (or another uuid) never meets this one.
         digest = hashlib.sha256("\n".join(handles).encode()).hexdigest()[:16]
         store = _C.PrefixStore(f"commx/reconfigure/{self._name}/{uuid}/{digest}", self._store)
+        return self._configure(store, handles.index(self._handle), len(handles), timeout)
+
+    def _join_anonymous(self, uuid, size, timeout, hints):
+        """Members known only by their number: each takes the next rank from a counter under
+        this comm's name and uuid (so a uuid is used by one reconfigure of `size` members)."""
+        if hints:
+            self._options.hints = {**self._options.hints, **hints}
+        store = _C.PrefixStore(f"commx/reconfigure/{self._name}/{uuid}/anonymous{size}",
+                               self._store)
+        rank = store.add("arrived", 1) - 1
+        if rank >= size:
+            raise _C.InvalidArgumentError(
+                f"InvalidArgument: [comm '{self._name}'] reconfigure(uuid={uuid}): more than the "
+                f"{size} members its handle list names joined (use a new uuid per reconfigure)")
+        return self._configure(store, rank, size, timeout)
+
+    def _configure(self, store, rank, size, timeout):
         if timeout is not None and not isinstance(timeout, timedelta):
             timeout = timedelta(seconds=float(timeout))
         old, self._comm = self._comm, None
         if old is not None:
             old.abort()
             self._retired.append(old)
-        self._comm = self._make_comm(store, handles.index(self._handle), len(handles), timeout)
+        self._comm = self._make_comm(store, rank, size, timeout)
         self._aborted = False
         return self._comm.barrier(async_op=True)
 

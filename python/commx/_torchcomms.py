@@ -7,7 +7,7 @@ import enum
 from datetime import timedelta
 
 from . import _C
-from . import _memory, _windows
+from . import _memory, _observers, _windows, coalescing
 from ._options import OPTIONS_BY_OP, BatchP2POptions, merge, with_options
 
 __all__ = [
@@ -329,6 +329,11 @@ def install():
     for name in _OPS:
         if name in OPTIONS_BY_OP:
             setattr(C, name, with_options(name, getattr(C, name)))
+        setattr(C, name, coalescing.joins_blocks(name, getattr(C, name)))
+    for name in _OPS + _observers.OBSERVED_EXTRA:
+        setattr(C, name, _observers.observed(name, getattr(C, name)))
+    C.start_coalescing = coalescing.start_coalescing
+    C.end_coalescing = coalescing.end_coalescing
     C.new_window = _windows.new_window(C.new_window)
     C.tensor_register = _memory.tensor_register
     C.tensor_deregister = _memory.tensor_deregister

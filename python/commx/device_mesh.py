@@ -21,10 +21,11 @@ BACKEND_NAME = "commx_comm"  # the backend name torch reports for these groups
 __all__ = ["init_device_mesh"]
 
 
-def _process_group(comm, group_name, global_ranks):
+def _process_group(comm, group_name, global_ranks, store=None):
     """A ProcessGroup over `comm`, registered with c10d as `group_name`; global_ranks: the
     global rank of each group rank."""
-    store = dist.HashStore()  # never used for rendezvous: the comm exists already
+    if store is None:
+        store = dist.HashStore()  # never used for rendezvous: the comm exists already
     pg = dist.ProcessGroup(store, comm.get_rank(), comm.get_size())
     device = comm.get_device()
     pg._register_backend(device, dist.ProcessGroup.BackendType.CUSTOM, BackendWrapper(comm))
@@ -81,3 +82,48 @@ def init_device_mesh(mesh_dim_comms, mesh_dim_names, _global_comm=None):
                          _init_backend=False, _rank=rank)
     dm._dim_group_names = list(names)
     return dm
+
+
+def _create_torchcomm_process_group(comm, group_name, backend_str=BACKEND_NAME,
+                                    global_ranks_mapping=None, prefix_store=None):
+    """torchcomms' helper: `comm` as a torch process group registered as `group_name`.
+
+    global_ranks_mapping: {global rank: group rank} (default: the identity, a group of all
+    ranks). prefix_store: the store the group keeps for torch (dist.HashStore() if none); the
+    comm needs no rendezvous. backend_str is accepted for torchcomms' signature; commx's groups
+    report BACKEND_NAME."""
+    if global_ranks_mapping is None:
+        global_ranks = range(comm.get_size())
+    else:
+        by_group_rank = sorted(global_ranks_mapping.items(), key=lambda kv: kv[1])
+        if [g for _, g in by_group_rank] != list(range(comm.get_size())):
+            raise commx.InvalidArgumentError(
+                f"InvalidArgument: [comm '{comm.get_name()}' rank {comm.get_rank()}] "
+                f"_create_torchcomm_process_group: global_ranks_mapping {global_ranks_mapping} "
+                f"must map onto group ranks 0..{comm.get_size() - 1} once each")
+        global_ranks = [g for g, _ in by_group_rank]
+    return _process_group(comm, group_name, global_ranks, store=prefix_store)
+
+
+def _flatten_with_comm(mesh, mesh_dim_name, comm, global_ranks, layout):
+    """torchcomms' helper: registers `comm` (over `global_ranks`, in that order) as the
+    flattened dimension `mesh_dim_name` of `mesh`, whose layout is `layout` (a torch
+    _MeshLayout of the dimensions it merges), and returns that 1-D DeviceMesh."""
+    if len(global_ranks) != comm.get_size():
+        raise commx.InvalidArgumentError(
+            f"InvalidArgument: [comm '{comm.get_name()}' rank {comm.get_rank()}] "
+            f"_flatten_with_comm('{mesh_dim_name}'): {len(global_ranks)} global ranks for a comm "
+            f"of {comm.get_size()}")
+    _process_group(comm, mesh_dim_name, list(global_ranks))
+    if hasattr(layout, "coalesce"):
+        flat_layout = layout.coalesce()
+    else:  # torch >= 2.13: collapse(), and _MeshLayout coalesces flat layouts itself
+        from torch.distributed._mesh_layout import _MeshLayout
+        flat_layout = _MeshLayout([layout.collapse()])
+    root = mesh._get_root_mesh()
+    flat = dist.DeviceMesh(comm.get_device().type, mesh_dim_names=(mesh_dim_name,),
+                           _init_backend=False, _rank=comm.get_rank(), _layout=flat_layout,
+                           _rank_map=root._rank_map, _root_mesh=root)
+    flat._dim_group_names = [mesh_dim_name]
+    root._flatten_mapping[mesh_dim_name] = flat
+    return flat

@@ -29,6 +29,7 @@ from torch.library import custom_op, register_autograd
 import commx
 
 __all__ = ["all_gather_single", "all_reduce", "all_to_all_single", "broadcast", "group_key",
+           "is_torch_compile_supported_and_enabled",
            "reduce_scatter_single"]
 
 _REDUCE_OPS = {"sum": commx.ReduceOp.SUM, "avg": commx.ReduceOp.AVG, "max": commx.ReduceOp.MAX,
@@ -247,3 +248,10 @@ def _op_name(op):
     name = getattr(getattr(op, "type", None), "name", None)  # commx.ReduceOp -> RedOpType
     return {"SUM": "sum", "AVG": "avg", "MAX": "max", "MIN": "min",
             "PRODUCT": "product"}.get(name, str(op))
+
+
+def is_torch_compile_supported_and_enabled(min_version=None, _current_version=None):
+    """torchcomms' switch for tracing comm methods (comm.all_reduce(...) inside torch.compile),
+    its opt-in TORCHCOMMS_PATCH_FOR_COMPILE mode. commx has no such mode: torch.compile traces
+    the functions of this module (which need no switch), not comm methods. Always False."""
+    return False

@@ -130,7 +130,9 @@ void bind_comm(py::module_& m) {
   auto timeout = py::arg("timeout") = py::none();
   auto async_op = py::arg(kAsync) = false;
 
-  py::class_<PyBatchOp>(m, "BatchSendRecv", "Sends and receives issued together.")
+  // dynamic_attr: Python keeps the batch's comm on it (BatchSendRecv.get_comm_backend, pickling).
+  py::class_<PyBatchOp>(m, "BatchSendRecv", py::dynamic_attr(),
+                        "Sends and receives issued together.")
       .def(
           "send",
           [](PyBatchOp& b, py::object t, int dst) -> PyBatchOp& {

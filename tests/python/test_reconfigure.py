@@ -98,3 +98,19 @@ def test_reconfigure_over_the_launchers_store():
     if not native_tcp_store():
         pytest.skip("libcommx has no TCP store")
     run_ranks(2, _from_launcher, with_store=False)
+
+
+def _own_handle_repeated(rank, size, store):
+    # torchcomms' gloo convention: each process lists its own handle once per member.
+    comm = commx.new_comm("cpu", "cpu", "alike", store=store, enable_reconfigure=True)
+    comm.reconfigure(uuid=7, init_handles=[comm.get_init_handle()] * size,
+                     timeout=timedelta(seconds=30)).wait()
+    assert comm.get_size() == size
+    _sum_check(comm, "own handle repeated")
+    got = comm.get_rank()
+    comm.finalize()
+    return got
+
+
+def test_reconfigure_with_the_own_handle_repeated():
+    assert sorted(run_ranks(3, _own_handle_repeated)) == [0, 1, 2]  # ranks in arrival order

@@ -15,7 +15,11 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+# c10d's types from torch._C, not torch.distributed: torch.distributed imports this package
+# (through torchcomms' module names) while it is itself still being imported.
 from torch._C._distributed_c10d import Backend as _C10dBackend
+from torch._C._distributed_c10d import ProcessGroup as _C10dProcessGroup
+from torch._C._distributed_c10d import Work as _C10dWork
 from torch._C._distributed_c10d import _create_work_from_future
 from torch.futures import Future
 
@@ -46,6 +50,16 @@ def device_backend(device_type):
     return env or ("cpu" if device_type == "cpu" else "cuda")
 
 
+def monitored_barrier_failure(where, missing, timeout, wait_all_ranks):
+    """gloo's monitoredBarrier error, which tools and tests match: rank 0 names the ranks that
+    did not check in ("Ranks 1, 3 failed ..." with wait_all_ranks, else the first one)."""
+    ms = int(timeout.total_seconds() * 1000)
+    who = (f"Ranks {', '.join(map(str, missing))}" if wait_all_ranks
+           else f"Rank {missing[0]}")
+    return _error(commx.TimeoutError, f"Timeout: [Rank 0]: {who} failed to pass "
+                                      f"monitoredBarrier in {ms} ms ({where})")
+
+
 def _reduce_op(op):
     R, D = commx.ReduceOp, dist.ReduceOp
     table = [(D.SUM, R.SUM), (D.PRODUCT, R.PRODUCT), (D.MIN, R.MIN), (D.MAX, R.MAX),
@@ -53,8 +67,10 @@ def _reduce_op(op):
     for theirs, ours in table:
         if op == theirs:
             return ours
+    if getattr(op, "op", None) == D.RedOpType.PREMUL_SUM and getattr(op, "factor", None) is not None:
+        return R.PREMUL_SUM(op.factor)  # e.g. FSDP's gradient divide factor: PREMUL_SUM(1/f)
     raise _error(commx.UnsupportedError, f"Unsupported: torch reduce op {op} has no commx counterpart "
-                                 "(PREMUL_SUM factors are not visible from Python)")
+                                 "(a PREMUL_SUM whose factor torch does not expose)")
 
 
 def _done(result=None):
@@ -67,7 +83,7 @@ def _nothing():
     pass
 
 
-class _CommxWork(dist.Work):
+class _CommxWork(_C10dWork):
     """A torch Work over commx Works issued with async_op=True: wait() waits for them (on CUDA:
     makes torch's current stream wait, as ProcessGroupNCCL does; `blocking`: blocks the host, for
     barrier), then copies results out of contiguous stand-ins (on the current stream)."""
@@ -150,10 +166,24 @@ class _Contiguous:
             self.copy_back.append((t, u))
         return u
 
+    def staged(self, t):
+        """A fresh buffer for output `t`, copied into `t` on exit in the order staged (for
+        outputs that overlap, where a direct write would race: the last one wins, as in c10d)."""
+        u = torch.empty_like(t, memory_format=torch.contiguous_format)
+        self.copy_back.append((t, u))
+        return u
+
     def finish(self):
         with torch.no_grad():  # outputs may be leaves that require grad
             for t, u in self.copy_back:
                 t.copy_(torch.view_as_complex(u) if t.is_complex() else u)
+
+
+def _overlapping(tensors):
+    """Whether any two of `tensors` share memory (e.g. the list [buf] * world_size)."""
+    spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size())
+                   for t in tensors if t.numel())
+    return any(b_start < a_end for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
 
 
 class _AsyncComm:
@@ -182,7 +212,7 @@ def _base_class():
             return _C10dBackend
         except TypeError:  # "No constructor defined!"
             pass
-    return dist.ProcessGroup
+    return _C10dProcessGroup
 
 
 class CommxProcessGroup(_base_class()):
@@ -190,6 +220,7 @@ class CommxProcessGroup(_base_class()):
     (one per device type)."""
 
     def __init__(self, store, rank, size, timeout, group_name="", global_ranks=None):
+        ensure_registered()
         super().__init__(rank, size)
         self._store = store
         self._rank, self._size = rank, size
@@ -356,10 +387,9 @@ class CommxProcessGroup(_base_class()):
                         break
             if missing:
                 self._store.set(f"{key}/failed", ",".join(map(str, missing)))
-                raise _error(commx.TimeoutError,
-                    f"Timeout: process group '{self._group_name}' monitored_barrier #{n}: "
-                    f"rank(s) {missing} did not arrive within "
-                    f"{timeout.total_seconds():g} s")
+                raise monitored_barrier_failure(
+                    f"process group '{self._group_name}' monitored_barrier #{n}", missing,
+                    timeout, wait_all_ranks)
             self._store.set(f"{key}/released", "1")
             return
         self._store.wait([f"{key}/released"], timeout)
@@ -390,7 +420,8 @@ class CommxProcessGroup(_base_class()):
     def allgather(self, output_lists, inputs, opts=None):
         def go(c, f):
             for outs, t in zip(output_lists, inputs):
-                c.all_gather([f(o, True) for o in outs], f(t))
+                put = f.staged if _overlapping(outs) else (lambda o: f(o, True))
+                c.all_gather([put(o) for o in outs], f(t))
         return self._run(inputs, go)
 
     def all_gather_single(self, output, input, opts=None):
@@ -579,4 +610,17 @@ def register():
                                       devices=["cpu", "cuda"])
 
 
-register()
+def _torch_distributed_ready():
+    """False while torch.distributed is itself being imported: it imports torchcomms' module
+    names, which may be commx's, before its own registration functions exist."""
+    return hasattr(dist, "register_rendezvous_handler") and hasattr(dist, "Backend")
+
+
+def ensure_registered():
+    """register(), once torch.distributed can take it (a group made through a BackendWrapper
+    calls this, so an import that came too early registers on first use)."""
+    if _torch_distributed_ready():
+        register()
+
+
+ensure_registered()

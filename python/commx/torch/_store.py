@@ -15,6 +15,7 @@ from datetime import timedelta
 from urllib.parse import parse_qs, urlparse
 
 import torch.distributed as dist
+from torch._C._distributed_c10d import Store as _C10dStore  # not dist.Store: see __init__.py
 
 import commx
 
@@ -30,7 +31,7 @@ def _as_bytes(value):
     return bytes(value)
 
 
-class CommxStore(dist.Store):
+class CommxStore(_C10dStore):
     """A torch.distributed Store over a commx store (a TCP store client with the job's token,
     a FileStore, ...): what torch and its process groups read and write goes through commx."""
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import commx
 
-from . import CommxProcessGroup
+from . import CommxProcessGroup, monitored_barrier_failure
 
 
 class BackendWrapper(CommxProcessGroup):
@@ -41,7 +41,27 @@ class BackendWrapper(CommxProcessGroup):
         return None if child is None else BackendWrapper(child)
 
     def monitored_barrier(self, opts, wait_all_ranks=False):
-        """A barrier within the timeout (a wrapped comm has no store to name the missing ranks
-        from: the comm's Timeout says which op waited)."""
+        """gloo's monitored barrier over the wrapped comm's point-to-point ops: every rank checks
+        in with rank 0 within the timeout; rank 0 names the ranks that did not (every one with
+        wait_all_ranks, else the first), then releases the others."""
+        import torch
         timeout = getattr(opts, "timeout", None) or self._timeout
-        self._wrapped.barrier(False, timeout=timeout)
+        comm = self._wrapped
+        token = torch.zeros(1, dtype=torch.int32, device=comm.get_device())
+        if self._rank != 0:
+            comm.send(token, 0, False, timeout=timeout)
+            comm.recv(token, 0, False, timeout=timeout)
+            return
+        missing = []
+        for r in range(1, self._size):
+            try:
+                comm.recv(token, r, False, timeout=timeout)
+            except commx.Error:
+                missing.append(r)
+                if not wait_all_ranks:
+                    break
+        if missing:
+            raise monitored_barrier_failure(f"comm '{comm.get_name()}'", missing, timeout,
+                                            wait_all_ranks)
+        for r in range(1, self._size):
+            comm.send(token, r, False, timeout=timeout)
