@@ -3,6 +3,7 @@
 
 #include <sched.h>
 
+#include <functional>
 #include <string>
 
 #include "commx/error.h"
@@ -21,8 +22,12 @@ std::string rank_list(std::span<const int> peers) {
   return s;
 }
 
-void check(std::span<const int> peers, const char* what, const WaitScope& sc, Clock::time_point now,
-           Clock::time_point start) {
+// Throws the error that ends the wait, if any. A peer that left, or the deadline, counts only if
+// what this rank waits for has not arrived meanwhile (`pred`, read again after the finding): a
+// peer may post its last step and exit, and this rank see the exit before it re-reads the step.
+// Returns true when it has arrived after all.
+bool check(const std::function<bool()>& pred, std::span<const int> peers, const char* what,
+           const WaitScope& sc, Clock::time_point now, Clock::time_point start) {
   if (sc.aborted && sc.aborted->load(std::memory_order_relaxed))
     throw Error(ErrorCode::kAborted, std::string("aborted while waiting for ") + what +
                                          " from rank(s) " + rank_list(peers));
@@ -46,26 +51,40 @@ void check(std::span<const int> peers, const char* what, const WaitScope& sc, Cl
   };
   if (sc.watch)
     for (int p : peers) {
-      if (!sc.watch->alive(p)) throw left(p, true);
-      if (sc.watch->verdict_of(p) >= 0) throw left(p, false);
+      if (!sc.watch->alive(p)) {
+        if (pred()) return true;
+        throw left(p, true);
+      }
+      if (sc.watch->verdict_of(p) >= 0) {
+        if (pred()) return true;
+        throw left(p, false);
+      }
     }
   if (sc.watch && sc.whole_group) {
     int d = sc.watch->any_dead();
-    if (d >= 0) throw left(d, true);
+    if (d >= 0) {
+      if (pred()) return true;
+      throw left(d, true);
+    }
   }
   // A peer stuck in an op of the other kind (p2p against a collective) is a mismatch of calls,
   // not a slow peer: said after a grace that no live exchange takes, or at the deadline.
   if (sc.watch && (now - start >= kCallMismatchGrace || now >= sc.deadline)) {
     std::string m = sc.watch->call_mismatch(
         peers, now, now >= sc.deadline ? std::chrono::nanoseconds(0) : kCallMismatchGrace);
-    if (!m.empty()) throw Error(ErrorCode::kInvalidArgument, m);
+    if (!m.empty()) {
+      if (pred()) return true;
+      throw Error(ErrorCode::kInvalidArgument, m);
+    }
   }
   if (now >= sc.deadline) {
+    if (pred()) return true;
     if (sc.watch && !peers.empty()) sc.watch->record_verdict(peers[0], true);
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count();
     throw Error(ErrorCode::kTimeout, "timed out after " + std::to_string(ms) + " ms waiting for " +
                                          what + " from rank(s) " + rank_list(peers));
   }
+  return false;
 }
 
 }  // namespace
@@ -86,7 +105,7 @@ void wait_slow(const std::function<bool()>& pred, ShmWord& word, std::span<const
     }
     auto now = Clock::now();
     if (now >= next_check) {
-      check(peers, what, sc, now, start);
+      if (check(pred, peers, what, sc, now, start)) return;
       next_check = now + std::chrono::milliseconds(1);
     }
     if (now < spin_end) continue;
@@ -116,7 +135,7 @@ void wait_slow(const std::function<bool()>& pred, ShmWord& word, std::span<const
     }
     word.waiters.fetch_sub(1, std::memory_order_seq_cst);
     if (ready || pred()) return;
-    check(peers, what, sc, Clock::now(), start);
+    if (check(pred, peers, what, sc, Clock::now(), start)) return;
   }
 }
 
