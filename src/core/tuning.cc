@@ -140,12 +140,16 @@ std::string_view TuningTable::lookup(std::string_view collective, int world_size
   }
   int ws = exact ? world_size : (best_below ? best_below : best_above);
   if (ws == 0) return {};
+  // A row measured on this very link wins over an "any" row for the same size, wherever each
+  // stands in the file (an older v1 table merged with a newer --tune run keeps its rows first).
+  std::string_view any_link;
   for (uint32_t i : group->second) {
     const TuningEntry& e = entries_[i];
-    if (applies(e) && e.world_size == ws && bytes >= e.min_bytes && bytes <= e.max_bytes)
-      return e.algorithm;
+    if (!applies(e) || e.world_size != ws || bytes < e.min_bytes || bytes > e.max_bytes) continue;
+    if (link == "any" || e.link == link) return e.algorithm;
+    if (any_link.empty()) any_link = e.algorithm;
   }
-  return {};
+  return any_link;
 }
 
 std::string TuningTable::to_text() const {

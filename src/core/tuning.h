@@ -34,7 +34,8 @@ class TuningTable {
 
   // The algorithm for `bytes` at `world_size` over `link`: entries of the exact world size first;
   // else those of the largest listed world size below it; else of the smallest above. Entries
-  // of another link are not considered ("any" on either side matches). Empty when no entry
+  // of another link are not considered ("any" on either side matches), and an entry of the link
+  // itself wins over an "any" entry for the same size. Empty when no entry
   // covers the size. The view lives as long as the table (tables from from_env() live for the
   // process). No allocation: it runs on every op.
   std::string_view lookup(std::string_view collective, int world_size, uint64_t bytes,

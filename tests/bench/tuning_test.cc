@@ -37,6 +37,20 @@ TEST(Tuning, Lookup) {
   EXPECT_EQ(t.lookup("broadcast", 2, 100), "");
 }
 
+// Rows of the link itself win over "any" rows for the same sizes, whatever their order (a v1
+// table with a newer --tune run merged after it).
+TEST(Tuning, LinkRowsWinOverAnyRows) {
+  TuningTable t = TuningTable::parse(
+      "all_reduce 2 0 max one_shot\n"       // v1: link any
+      "all_reduce 2 shm 0 1024 ring\n"
+      "all_reduce 2 tcp 0 max recursive_doubling\n");
+  EXPECT_EQ(t.lookup("all_reduce", 2, 512, "shm"), "ring");
+  EXPECT_EQ(t.lookup("all_reduce", 2, 4096, "shm"), "one_shot");  // no shm row that large
+  EXPECT_EQ(t.lookup("all_reduce", 2, 512, "tcp"), "recursive_doubling");
+  EXPECT_EQ(t.lookup("all_reduce", 2, 512, "nvlink"), "one_shot");
+  EXPECT_EQ(t.lookup("all_reduce", 2, 512), "one_shot");  // link unknown: the first row
+}
+
 TEST(Tuning, Errors) {
   EXPECT_THROW(TuningTable::parse("all_reduce 2 0 10"), Error);
   EXPECT_THROW(TuningTable::parse("all_reduce x 0 10 ring"), Error);
