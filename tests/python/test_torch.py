@@ -246,8 +246,9 @@ def _pg_dynamic(rank, size, port, device="cpu"):
             # the op, its Work holds the error.
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
-                if w.exception() is not None:
-                    raise w.exception()
+                error = w.exception()
+                if error is not None:
+                    raise error
     t = torch.ones(2, device=dev)
     dist.all_reduce(t)
     assert t.cpu().tolist() == [float(n)] * 2
