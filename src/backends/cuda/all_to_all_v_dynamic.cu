@@ -10,8 +10,9 @@
 //     half (E + 1 + i) of the receivers' buffers, region `sender`, then block barrier on
 //     flag_value(E + 1 + i, 0), then each receiver copies its regions out. The op uses the op
 //     counters E .. E + rounds, so the next op's flags and halves follow on.
-// Sender and receiver cut every piece among blocks the same way (copy_block over equal
-// lengths), so block b's barrier covers exactly the bytes block b reads.
+// Bytes go to blocks by their offset in the window, the same for sender and receiver and in every
+// round (copy_piece), so block b's barrier covers exactly the bytes block b reads, and the reuse
+// of a half two rounds later.
 #include "algorithms/dynamic_a2a_check.h"
 #include "cuda/all_to_all_v_dynamic.h"
 #include "cuda/launch.cuh"
@@ -44,18 +45,50 @@ __device__ __forceinline__ long long* row_slot(unsigned long long* pad, int p, i
          (p * kMaxRanks + sender) * kDynamicRowWords;
 }
 
-// Copies the part of [seg_at, seg_at + len) (stream bytes) inside [win, win + win_len):
-// from `from + (x - seg_at)` or `from + (x - win)` to the same on the other side.
+// Copies the part of [seg_at, seg_at + len) (stream bytes) inside [win, win + win_len), between
+// the window (`src` when `src_is_window`, else `dst`: its byte 0 is stream byte `win`) and the
+// segment (the other pointer: its byte 0 is stream byte `seg_at`). The bytes are dealt to the
+// grid's threads by their offset in the window (16-byte pack j to thread j mod the grid), not by
+// their offset in the piece: the rank that writes a window and the rank that reads it, in every
+// round, give each byte to the same block. Each block only reads what the same block of the peer
+// wrote, and a half is reused two rounds later only after that block's barrier of the round
+// between, so per-block barriers order every reuse (dealing by piece offset, which moves with
+// the segments' cuts from round to round, let a block overwrite bytes another block of the peer
+// still read).
 __device__ __forceinline__ void copy_piece(const Byte* src, bool src_is_window, Byte* dst,
                                            unsigned long long seg_at, unsigned long long len,
                                            unsigned long long win, unsigned long long win_len) {
-  const unsigned long long a = max(seg_at, win), b = min(seg_at + len, win + win_len);
-  if (a >= b) return;
-  const Byte* from = src + (src_is_window ? a - win : a - seg_at);
-  Byte* to = dst + (src_is_window ? a - seg_at : a - win);
-  const bool fa = (reinterpret_cast<uintptr_t>(from) & 15) == 0;
-  const bool ta = (reinterpret_cast<uintptr_t>(to) & 15) == 0;
-  copy_block(from, to, static_cast<int64_t>(b - a), fa, ta);
+  const unsigned long long lo = max(seg_at, win) - win, hi = min(seg_at + len, win + win_len) - win;
+  if (lo >= hi) return;
+  // Window offset x is at window + x and at segment + (x + win - seg_at).
+  const long long shift = static_cast<long long>(win) - static_cast<long long>(seg_at);
+  const Byte* from = src_is_window ? src : src + shift;
+  Byte* to = src_is_window ? dst + shift : dst;
+  const bool aligned = ((reinterpret_cast<uintptr_t>(from) | reinterpret_cast<uintptr_t>(to)) & 15) == 0;
+  constexpr int U = 4;
+  const unsigned long long threads = static_cast<unsigned long long>(gridDim.x) * blockDim.x;
+  const unsigned long long me = static_cast<unsigned long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const unsigned long long first = lo / 16, end = (hi + 15) / 16;  // packs touching [lo, hi)
+  unsigned long long j = first + (me + threads - first % threads) % threads;
+  // Whole packs inside [lo, hi), U at a time (loads first: more in flight).
+  const unsigned long long whole_first = (lo + 15) / 16, whole_end = hi / 16;
+  if (aligned) {
+    while (j < whole_first && j < end) {  // a partial head pack
+      for (unsigned long long x = max(j * 16, lo); x < min(j * 16 + 16, hi); ++x) to[x] = from[x];
+      j += threads;
+    }
+    for (; j + (U - 1) * threads < whole_end; j += U * threads) {
+      uint4 v[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) v[u] = *reinterpret_cast<const uint4*>(from + (j + u * threads) * 16);
+#pragma unroll
+      for (int u = 0; u < U; ++u) *reinterpret_cast<uint4*>(to + (j + u * threads) * 16) = v[u];
+    }
+    for (; j < whole_end; j += threads)
+      *reinterpret_cast<uint4*>(to + j * 16) = *reinterpret_cast<const uint4*>(from + j * 16);
+  }
+  for (; j < end; j += threads)  // unaligned packs, and a partial tail pack
+    for (unsigned long long x = max(j * 16, lo); x < min(j * 16 + 16, hi); ++x) to[x] = from[x];
 }
 
 __global__ void __launch_bounds__(kThreads) all_to_all_v_dynamic_kernel(PeerSet ps, DynamicArgs a) {
