@@ -155,6 +155,77 @@ TEST(CudaBackend, ChunkingThroughASmallBuffer) {
   EXPECT_EQ(err, "");
 }
 
+// A large two-shot all_reduce runs as one kernel over pieces that alternate buffer halves, each
+// block moving on with only its per-block barriers. Through a 1 MiB buffer (3 to 33 pieces):
+// sizes that end on a piece boundary and ones with a short last piece and a tail, each of
+// f32/bf16/f16, unaligned buffers, reduce to a non-zero root, results bit-identical on every
+// rank and to the one-shot's (same reduction order) on a comm whose buffer holds the whole op,
+// back-to-back ops of fresh data, graph capture and replay, and 3 ranks (uneven slices).
+TEST(CudaBackend, TwoShotPiecesInOneLaunch) {
+  REQUIRE_GPUS(1);
+  std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
+    auto small = make_comm(ctx, "cuda", "pieces", {{"buffer_bytes", "1M"}});
+    uint64_t seed = 500;
+    // 1047552 elements: exactly 8 pieces of f32 or 4 of bf16/f16 (523776-byte pieces at 2 ranks).
+    for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16})
+      for (int64_t n : {int64_t(1047552), (int64_t(1) << 21) + 3, 3 * (int64_t(1) << 18) + 9})
+        check_allreduce(*small, ctx, t, ReduceOp::SUM, n, seed++, algo("tree"));
+    check_allreduce(*small, ctx, DataType::kBFloat16, ReduceOp::SUM, (1 << 23) + 5, seed++,
+                    algo("tree"));
+    check_allreduce(*small, ctx, DataType::kBFloat16, ReduceOp::AVG, (1 << 20) + 5, seed++,
+                    algo("tree"), 1);
+    check_allreduce(*small, ctx, DataType::kFloat32, ReduceOp::MAX, (1 << 20) + 1, seed++,
+                    algo("tree"), 0, 1);
+    for (int i = 0; i < 8; ++i)
+      check_allreduce(*small, ctx, DataType::kFloat32, ReduceOp::SUM, 300001 + i, seed++,
+                      algo("tree"));
+    auto whole = make_comm(ctx, "cuda", "pieces_whole");
+    for (DataType t : {DataType::kFloat32, DataType::kBFloat16}) {
+      const int64_t n = (1 << 20) + 7;
+      auto pieces = check_allreduce(*small, ctx, t, ReduceOp::SUM, n, 990, algo("tree"));
+      auto one_shot = check_allreduce(*whole, ctx, t, ReduceOp::SUM, n, 990, algo("flat"));
+      RANK_CHECK(pieces == one_shot, std::string("two-shot in pieces differs from the one-shot: ") +
+                                         dtype_name(t));
+      const std::string key = std::string("pieces_bits_") + dtype_name(t);
+      if (ctx.rank == 0) ctx.store->set(key, pieces);
+      RANK_CHECK(ctx.store->get(key) == pieces, "two-shot in pieces differs between ranks");
+    }
+    // Graph capture of an op of 8 pieces, replayed with fresh data, then an eager op.
+    const Device dev = Device::cuda(ctx.device);
+    const DataType t = DataType::kFloat32;
+    const int64_t n = (1 << 20) + 3;
+    cudaStream_t s;
+    CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    DevBuf b(n * 4);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    small->all_reduce(Tensor(b.p, n, t, dev, s), ReduceOp::SUM, false, algo("tree"));
+    CU(cudaStreamEndCapture(s, &graph));
+    CU(cudaGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto v = gen_all(700 + rep, 2, n, t, ReduceKind::kSum);
+      to_dev(b.p, Buf(v[ctx.rank].begin(), v[ctx.rank].begin() + n * 4));
+      CU(cudaGraphLaunch(exec, s));
+      CU(cudaStreamSynchronize(s));
+      const std::string diff = mismatch(reduced(v, 0, n, t, ReduceOp::SUM).data(),
+                                        from_dev(b.p, n * 4).data(), n, t);
+      RANK_CHECK(diff.empty(), "graph two-shot in pieces, replay " + std::to_string(rep) + ": " + diff);
+    }
+    check_allreduce(*small, ctx, t, ReduceOp::SUM, 300007, seed++, algo("tree"));
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(s);
+  });
+  EXPECT_EQ(err, "");
+  err = run_ranks(3, gpu_count() >= 2 ? 2 : 1, [](RankCtx& ctx) {
+    auto small = make_comm(ctx, "cuda", "pieces3", {{"buffer_bytes", "1M"}});
+    check_allreduce(*small, ctx, DataType::kFloat32, ReduceOp::SUM, (1 << 20) + 7, 31, algo("tree"));
+    check_allreduce(*small, ctx, DataType::kBFloat16, ReduceOp::MIN, (1 << 20) + 1, 32, algo("tree"));
+  });
+  EXPECT_EQ(err, "") << "world 3";
+}
+
 TEST(CudaBackend, EveryCollectiveTwoRanks) {
   REQUIRE_GPUS(1);
   std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {

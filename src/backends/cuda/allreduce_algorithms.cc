@@ -39,22 +39,21 @@ void flat_enqueue(const PeerSet& ps, const AllReduceShape& a, const OpDesc& op, 
                         blocks_for(bytes_of(a), t.max_blocks), s);
 }
 
-// Two-shot (reduce-scatter into owners, then all-gather), in chunks that fit one buffer half:
-// the bandwidth path, and the one that always fits.
+// Two-shot (reduce-scatter into owners, then all-gather), in pieces that fit one buffer half, all
+// in one launch: the bandwidth path, and the one that always fits.
 bool two_shot_fits(const AllReduceShape&) { return true; }
 void two_shot_enqueue(const PeerSet& ps, const AllReduceShape& a, const OpDesc& op, const Tuning& t,
                       cudaStream_t s) {
-  const ReduceSpec rs = spec_of(a, op);
+  if (a.n <= 0) return;
   const int64_t es = static_cast<int64_t>(a.elem);
   const int64_t unit = (16 / es) * a.world;
+  // Pieces of whole packs per owner: every piece starts as aligned as the op's buffers.
   int64_t chunk = static_cast<int64_t>((a.half / 2 / a.world - 256) / a.elem) * a.world;
-  chunk = std::max<int64_t>(chunk / unit * unit, unit);
-  for (int64_t off = 0; off < a.n; off += chunk) {
-    const int64_t len = std::min(chunk, a.n - off);
-    launch_allreduce_two_shot(ps, static_cast<const char*>(a.in) + off * es,
-                          static_cast<char*>(a.out) + off * es, len, a.out_rank, rs,
-                          blocks_for(static_cast<uint64_t>(len * es) / a.world, t.max_blocks_large), s);
-  }
+  chunk = std::min(std::max<int64_t>(chunk / unit * unit, unit), a.n);
+  launch_allreduce_two_shot(ps, a.in, a.out, a.n, chunk, a.out_rank, spec_of(a, op),
+                            blocks_for(static_cast<uint64_t>(chunk * es) / a.world,
+                                       t.max_blocks_large),
+                            s);
 }
 
 const AllReduceAlgorithm kTable[] = {

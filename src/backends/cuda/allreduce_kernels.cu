@@ -250,62 +250,89 @@ __global__ void __launch_bounds__(kThreads) flat_ll128_kernel(PeerSet ps, const 
   finish_op(ps, epoch);
 }
 
+// Elements of each owner's slice of a piece of m elements: whole packs except the last slice.
+template <typename T>
+__device__ __forceinline__ int64_t slice_elems(int64_t m, int world) {
+  return ((m + world - 1) / world + kPack<T> - 1) / kPack<T> * kPack<T>;
+}
+
+// Two-shot in one launch: the op is cut into pieces of `chunk` elements (the last one shorter),
+// each a reduce-scatter into the owners then an all-gather, and each its own op counter
+// e = epoch + i, so its flags are flag_value(e, 0..1) and its buffer half that of e: piece i+1
+// fills the other half while the peers still read piece i's. Blocks move through the pieces on
+// their own, with only their per-block barriers; that is safe because a block touches the same
+// bytes of every buffer region in every piece (regions sized for a whole piece, grid-stride packs,
+// the tail's block by owns_tail), and block b of a rank writes a half again (piece i+2) only after
+// the barrier of piece i+1, which block b of every peer reaches after reading piece i.
+// The op takes the counters epoch .. epoch + pieces - 1, the same as a kernel per piece would.
+// Two blocks per SM (at most 64 registers): large ops launch up to 2 x SMs blocks, and a block
+// whose peer block is not yet resident only waits; the piece loop alone let ptxas take up to 127.
 template <typename T, int OP>
-__global__ void __launch_bounds__(kThreads) two_shot_kernel(PeerSet ps, const T* in, T* out, int64_t n,
-                                                         int out_rank, Reducer<T, OP> rd,
-                                                         bool aligned) {
+__global__ void __launch_bounds__(kThreads, 2)
+    two_shot_kernel(PeerSet ps, const T* in, T* out, int64_t n, int64_t chunk, int out_rank,
+                    Reducer<T, OP> rd, bool aligned) {
   constexpr int P = kPack<T>;
   const unsigned long long epoch = begin_op(ps);
   const int me = ps.rank, world = ps.world;
-  // Slice q of the tensor is owned (reduced) by rank q; slices are whole packs except the last.
-  const int64_t s = ((n + world - 1) / world + P - 1) / P * P;
-  const uint64_t sreg = align256(s * sizeof(T));
-  auto len = [&](int q) {
-    int64_t l = n - q * s;
-    return l < 0 ? int64_t(0) : (l > s ? s : l);
-  };
-  char* mine = half_of(ps, me, epoch);
-  // 1. Reduce-scatter: push slice q of the input into region `me` of owner q (next rank first).
-  for (int k = 1; k < world; ++k) {
-    const int q = (me + k) % world;
-    copy_block(in + q * s, reinterpret_cast<T*>(half_of(ps, q, epoch) + me * sreg), len(q), aligned,
-               true);
-  }
-  if (!block_barrier(ps, flag_value(epoch, 0))) return finish_op(ps, epoch);
-  // 2. Reduce the own slice in rank order, keep it, and push it to the peers' gather areas.
+  const int64_t pieces = (n + chunk - 1) / chunk;
+  const unsigned long long last = epoch + pieces - 1;
+  // Rank q's region of a half: reduce-scatter input at q * sreg, gather input at (world + q) * sreg.
+  const uint64_t sreg = align256(slice_elems<T>(chunk, world) * sizeof(T));
   const bool want_out = out_rank < 0 || out_rank == me;
-  {
-    const T* own = in + me * s;
-    T* res = out + me * s;
-    const uint64_t gather = world * sreg + me * sreg;
-    for_block_packs<T>(
-        len(me),
-        [&](int64_t e) {
-          T v[P];
-          reduce_pack(rd, world, me, own, aligned, mine, sreg, e, v);
-          if (want_out) store_pack(res + e, aligned, v);
-          for (int q = 0; q < world; ++q)
-            if (q != me && (out_rank < 0 || q == out_rank))
-              store_pack(reinterpret_cast<T*>(half_of(ps, q, epoch) + gather) + e, true, v);
-        },
-        [&](int64_t e) {
-          const T v = reduce_elem(rd, world, me, own, mine, sreg, e);
-          if (want_out) res[e] = v;
-          for (int q = 0; q < world; ++q)
-            if (q != me && (out_rank < 0 || q == out_rank))
-              reinterpret_cast<T*>(half_of(ps, q, epoch) + gather)[e] = v;
-        });
-  }
-  if (!block_barrier(ps, flag_value(epoch, 1))) return finish_op(ps, epoch);
-  // 3. All-gather: copy the other owners' slices out of the own gather area.
-  if (want_out) {
-    for (int q = 0; q < world; ++q) {
-      if (q == me) continue;
-      copy_block(reinterpret_cast<const T*>(mine + world * sreg + q * sreg), out + q * s, len(q), true,
-                 aligned);
+  for (int64_t i = 0; i < pieces; ++i) {
+    const unsigned long long e = epoch + i;
+    const int64_t base = i * chunk;
+    const int64_t m = min(chunk, n - base);
+    const T* pin = in + base;
+    T* pout = out + base;
+    // Slice q of the piece is owned (reduced) by rank q.
+    const int64_t s = slice_elems<T>(m, world);
+    auto len = [&](int q) {
+      int64_t l = m - q * s;
+      return l < 0 ? int64_t(0) : (l > s ? s : l);
+    };
+    char* mine = half_of(ps, me, e);
+    // 1. Reduce-scatter: push slice q of the piece into region `me` of owner q (next rank first).
+    for (int k = 1; k < world; ++k) {
+      const int q = (me + k) % world;
+      copy_block(pin + q * s, reinterpret_cast<T*>(half_of(ps, q, e) + me * sreg), len(q), aligned,
+                 true);
+    }
+    if (!block_barrier(ps, flag_value(e, 0))) return finish_op(ps, last);
+    // 2. Reduce the own slice in rank order, keep it, and push it to the peers' gather areas.
+    {
+      const T* own = pin + me * s;
+      T* res = pout + me * s;
+      const uint64_t gather = world * sreg + me * sreg;
+      for_block_packs<T>(
+          len(me),
+          [&](int64_t x) {
+            T v[P];
+            reduce_pack(rd, world, me, own, aligned, mine, sreg, x, v);
+            if (want_out) store_pack(res + x, aligned, v);
+            for (int q = 0; q < world; ++q)
+              if (q != me && (out_rank < 0 || q == out_rank))
+                store_pack(reinterpret_cast<T*>(half_of(ps, q, e) + gather) + x, true, v);
+          },
+          [&](int64_t x) {
+            const T v = reduce_elem(rd, world, me, own, mine, sreg, x);
+            if (want_out) res[x] = v;
+            for (int q = 0; q < world; ++q)
+              if (q != me && (out_rank < 0 || q == out_rank))
+                reinterpret_cast<T*>(half_of(ps, q, e) + gather)[x] = v;
+          });
+    }
+    if (!block_barrier(ps, flag_value(e, 1))) return finish_op(ps, last);
+    // 3. All-gather: copy the other owners' slices out of the own gather area.
+    if (want_out) {
+      for (int q = 0; q < world; ++q) {
+        if (q == me) continue;
+        copy_block(reinterpret_cast<const T*>(mine + world * sreg + q * sreg), pout + q * s, len(q),
+                   true, aligned);
+      }
     }
   }
-  finish_op(ps, epoch);
+  finish_op(ps, last);
 }
 
 template <typename T, int OP>
@@ -338,7 +365,8 @@ enum class Kind { kFlat, kFlatLL, kFlatLL128, kTwoShot, kReduceScatter, kReduceS
 
 template <typename T, int OP>
 void launch_typed(Kind kind, const PeerSet& ps, const void* in, const PtrList* ins, void* out,
-                  int64_t n, int out_rank, const ReduceSpec& rs, int blocks, cudaStream_t s) {
+                  int64_t n, int64_t chunk, int out_rank, const ReduceSpec& rs, int blocks,
+                  cudaStream_t s) {
   Reducer<T, OP> rd;
   rd.scale = static_cast<typename AccOf<T>::type>(rs.scale);
   rd.scaled = rs.scale != 1.0;
@@ -362,7 +390,7 @@ void launch_typed(Kind kind, const PeerSet& ps, const void* in, const PtrList* i
       break;
     case Kind::kTwoShot:
       launch_kernel(two_shot_kernel<T, OP>, blocks, kThreads, s, ps, static_cast<const T*>(in),
-                    static_cast<T*>(out), n, out_rank, rd, rs.aligned);
+                    static_cast<T*>(out), n, chunk, out_rank, rd, rs.aligned);
       break;
     case Kind::kReduceScatter:
       launch_kernel(reduce_scatter_kernel<T, OP>, blocks, kThreads, s, ps, *ins, static_cast<T*>(out),
@@ -373,25 +401,36 @@ void launch_typed(Kind kind, const PeerSet& ps, const void* in, const PtrList* i
 
 template <typename T>
 void launch_op(Kind kind, const PeerSet& ps, const void* in, const PtrList* ins, void* out,
-               int64_t n, int out_rank, const ReduceSpec& rs, int blocks, cudaStream_t s) {
+               int64_t n, int64_t chunk, int out_rank, const ReduceSpec& rs, int blocks,
+               cudaStream_t s) {
   switch (rs.red) {
-    case kRedSum: return launch_typed<T, kRedSum>(kind, ps, in, ins, out, n, out_rank, rs, blocks, s);
-    case kRedProd: return launch_typed<T, kRedProd>(kind, ps, in, ins, out, n, out_rank, rs, blocks, s);
-    case kRedMin: return launch_typed<T, kRedMin>(kind, ps, in, ins, out, n, out_rank, rs, blocks, s);
-    case kRedMax: return launch_typed<T, kRedMax>(kind, ps, in, ins, out, n, out_rank, rs, blocks, s);
+    case kRedSum:
+      return launch_typed<T, kRedSum>(kind, ps, in, ins, out, n, chunk, out_rank, rs, blocks, s);
+    case kRedProd:
+      return launch_typed<T, kRedProd>(kind, ps, in, ins, out, n, chunk, out_rank, rs, blocks, s);
+    case kRedMin:
+      return launch_typed<T, kRedMin>(kind, ps, in, ins, out, n, chunk, out_rank, rs, blocks, s);
+    case kRedMax:
+      return launch_typed<T, kRedMax>(kind, ps, in, ins, out, n, chunk, out_rank, rs, blocks, s);
   }
 }
 
+// `chunk`: the two-shot's piece (elements); the other kernels ignore it.
 void launch(Kind kind, const PeerSet& ps, const void* in, const PtrList* ins, void* out, int64_t n,
-            int out_rank, const ReduceSpec& rs, int blocks, cudaStream_t s) {
+            int64_t chunk, int out_rank, const ReduceSpec& rs, int blocks, cudaStream_t s) {
   switch (rs.dtype) {
-    case DataType::kFloat32: return launch_op<float>(kind, ps, in, ins, out, n, out_rank, rs, blocks, s);
-    case DataType::kFloat64: return launch_op<double>(kind, ps, in, ins, out, n, out_rank, rs, blocks, s);
-    case DataType::kFloat16: return launch_op<__half>(kind, ps, in, ins, out, n, out_rank, rs, blocks, s);
+    case DataType::kFloat32:
+      return launch_op<float>(kind, ps, in, ins, out, n, chunk, out_rank, rs, blocks, s);
+    case DataType::kFloat64:
+      return launch_op<double>(kind, ps, in, ins, out, n, chunk, out_rank, rs, blocks, s);
+    case DataType::kFloat16:
+      return launch_op<__half>(kind, ps, in, ins, out, n, chunk, out_rank, rs, blocks, s);
     case DataType::kBFloat16:
-      return launch_op<__nv_bfloat16>(kind, ps, in, ins, out, n, out_rank, rs, blocks, s);
-    case DataType::kInt32: return launch_op<int32_t>(kind, ps, in, ins, out, n, out_rank, rs, blocks, s);
-    case DataType::kInt64: return launch_op<int64_t>(kind, ps, in, ins, out, n, out_rank, rs, blocks, s);
+      return launch_op<__nv_bfloat16>(kind, ps, in, ins, out, n, chunk, out_rank, rs, blocks, s);
+    case DataType::kInt32:
+      return launch_op<int32_t>(kind, ps, in, ins, out, n, chunk, out_rank, rs, blocks, s);
+    case DataType::kInt64:
+      return launch_op<int64_t>(kind, ps, in, ins, out, n, chunk, out_rank, rs, blocks, s);
     default:
       throw Error(ErrorCode::kInternal, std::string("cuda kernels: no reduction for ") +
                                             dtype_name(rs.dtype));
@@ -445,7 +484,7 @@ uint64_t tree_bytes_needed(int64_t n, size_t elem, int world) {
 
 void launch_allreduce_flat(const PeerSet& ps, const void* in, void* out, int64_t n, int out_rank,
                            const ReduceSpec& rs, int blocks, cudaStream_t s) {
-  launch(Kind::kFlat, ps, in, nullptr, out, n, out_rank, rs, blocks, s);
+  launch(Kind::kFlat, ps, in, nullptr, out, n, 0, out_rank, rs, blocks, s);
 }
 
 uint64_t ll_bytes_needed(int64_t n, size_t elem, int world) {
@@ -455,7 +494,7 @@ uint64_t ll_bytes_needed(int64_t n, size_t elem, int world) {
 
 void launch_allreduce_ll(const PeerSet& ps, const void* in, void* out, int64_t n,
                          const ReduceSpec& rs, int blocks, cudaStream_t s) {
-  launch(Kind::kFlatLL, ps, in, nullptr, out, n, -1, rs, blocks, s);
+  launch(Kind::kFlatLL, ps, in, nullptr, out, n, 0, -1, rs, blocks, s);
 }
 
 uint64_t ll128_bytes_needed(int64_t n, size_t elem, int world) {
@@ -465,7 +504,7 @@ uint64_t ll128_bytes_needed(int64_t n, size_t elem, int world) {
 
 void launch_allreduce_ll128(const PeerSet& ps, const void* in, void* out, int64_t n,
                             const ReduceSpec& rs, int blocks, cudaStream_t s) {
-  launch(Kind::kFlatLL128, ps, in, nullptr, out, n, -1, rs, blocks, s);
+  launch(Kind::kFlatLL128, ps, in, nullptr, out, n, 0, -1, rs, blocks, s);
 }
 
 void preload_reduce_kernels() {
@@ -475,23 +514,24 @@ void preload_reduce_kernels() {
     for (DataType t : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
                        DataType::kBFloat16, DataType::kInt32, DataType::kInt64})
       for (int red : {kRedSum, kRedProd, kRedMin, kRedMax})
-        launch(k, PeerSet{}, nullptr, &none, nullptr, 0, -1, ReduceSpec{t, red, 1.0, true}, 1,
+        launch(k, PeerSet{}, nullptr, &none, nullptr, 0, 1, -1, ReduceSpec{t, red, 1.0, true}, 1,
                nullptr);
 }
 
-void launch_allreduce_two_shot(const PeerSet& ps, const void* in, void* out, int64_t n, int out_rank,
-                           const ReduceSpec& rs, int blocks, cudaStream_t s) {
-  launch(Kind::kTwoShot, ps, in, nullptr, out, n, out_rank, rs, blocks, s);
+void launch_allreduce_two_shot(const PeerSet& ps, const void* in, void* out, int64_t n,
+                               int64_t chunk, int out_rank, const ReduceSpec& rs, int blocks,
+                               cudaStream_t s) {
+  launch(Kind::kTwoShot, ps, in, nullptr, out, n, chunk, out_rank, rs, blocks, s);
 }
 
 void launch_reduce_scatter_ll(const PeerSet& ps, const PtrList& ins, void* out, int64_t n,
                               const ReduceSpec& rs, int blocks, cudaStream_t s) {
-  launch(Kind::kReduceScatterLL, ps, nullptr, &ins, out, n, -1, rs, blocks, s);
+  launch(Kind::kReduceScatterLL, ps, nullptr, &ins, out, n, 0, -1, rs, blocks, s);
 }
 
 void launch_reduce_scatter(const PeerSet& ps, const PtrList& ins, void* out, int64_t n,
                            const ReduceSpec& rs, int blocks, cudaStream_t s) {
-  launch(Kind::kReduceScatter, ps, nullptr, &ins, out, n, -1, rs, blocks, s);
+  launch(Kind::kReduceScatter, ps, nullptr, &ins, out, n, 0, -1, rs, blocks, s);
 }
 
 }  // namespace commx::cuda

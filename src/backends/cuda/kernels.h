@@ -46,9 +46,12 @@ uint64_t ll_bytes_needed(int64_t n, size_t elem, int world);
 void launch_allreduce_ll128(const PeerSet& ps, const void* in, void* out, int64_t n,
                             const ReduceSpec& rs, int blocks, cudaStream_t s);
 uint64_t ll128_bytes_needed(int64_t n, size_t elem, int world);
-// Two-shot: reduce-scatter by pushes into owners, owners reduce and push results back.
-void launch_allreduce_two_shot(const PeerSet& ps, const void* in, void* out, int64_t n, int out_rank,
-                           const ReduceSpec& rs, int blocks, cudaStream_t s);
+// Two-shot: reduce-scatter by pushes into owners, owners reduce and push results back; one launch
+// for any n, in pieces of `chunk` elements (tree_bytes_needed(chunk) must fit a buffer half), one
+// op counter and buffer half per piece.
+void launch_allreduce_two_shot(const PeerSet& ps, const void* in, void* out, int64_t n,
+                               int64_t chunk, int out_rank, const ReduceSpec& rs, int blocks,
+                               cudaStream_t s);
 // ins.p[q] = the n elements this rank contributes to rank q's result.
 void launch_reduce_scatter(const PeerSet& ps, const PtrList& ins, void* out, int64_t n,
                            const ReduceSpec& rs, int blocks, cudaStream_t s);

@@ -68,9 +68,19 @@ __device__ __forceinline__ void store_pack(T* p, bool aligned, const T (&v)[kPac
   }
 }
 
+// Whether this block owns the tail of a range of `npacks` whole packs and `len` elements: the
+// block that would own pack `npacks` if it were whole. So every pack-sized place of a range owned
+// by the same block whatever the range's length: a kernel that reuses a buffer region for pieces
+// of different lengths (the pipelined two-shot) needs no more than per-block flags either.
+template <typename T>
+__device__ __forceinline__ bool owns_tail(int64_t npacks, int64_t len) {
+  return npacks * kPack<T> < len &&
+         blockIdx.x == static_cast<unsigned>((npacks / blockDim.x) % gridDim.x);
+}
+
 // Visits the part of [0, len) that this block owns: whole packs by grid-stride (pack j belongs to
 // block (j / blockDim) % gridDim on every rank and in every phase, so per-block flags suffice),
-// and the tail (len % kPack) element by element in block 0.
+// and the tail (len % kPack) element by element in the block owns_tail names.
 template <typename T, typename FPack, typename FElem>
 __device__ __forceinline__ void for_block_packs(int64_t len, FPack&& f_pack, FElem&& f_elem) {
   const int64_t npacks = len / kPack<T>;
@@ -78,7 +88,7 @@ __device__ __forceinline__ void for_block_packs(int64_t len, FPack&& f_pack, FEl
   for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < npacks;
        j += stride)
     f_pack(j * kPack<T>);
-  if (blockIdx.x == 0)
+  if (owns_tail<T>(npacks, len))
     for (int64_t e = npacks * kPack<T> + threadIdx.x; e < len; e += blockDim.x) f_elem(e);
 }
 
@@ -104,7 +114,7 @@ __device__ __forceinline__ void copy_block(const T* src, T* dst, int64_t len, bo
     load_pack(src + j * P, src_aligned, v);
     store_pack(dst + j * P, dst_aligned, v);
   }
-  if (blockIdx.x == 0)
+  if (owns_tail<T>(npacks, len))
     for (int64_t e = npacks * P + threadIdx.x; e < len; e += blockDim.x) dst[e] = src[e];
 }
 
