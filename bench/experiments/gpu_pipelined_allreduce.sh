@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Usage (GPU machine, repository root): bash bench/experiments/gpu_pipelined_allreduce.sh BASE_DIR
-# The cuda backend's two-shot all_reduce in one launch over buffer-half pieces, against BASE_DIR
-# (the "before": a commx tree that launches one kernel per piece, e.g. a checkout of main).
-# Builds both trees at once, runs the GPU tests over the changed path (the two-shot in pieces, the
-# backend's chunking, graphs and timeouts, the all_reduce conformance suite on the cuda backend,
-# the call checks), then commx-bench's large all_reduce sweep (1 MiB - 256 MiB, bf16 and f32,
-# eager and graph, cuda and nccl) on each tree in turn, AB_ROUNDS times (base, new, base, new, ...:
-# drift of the machine hits both alike), compares the per-round medians (latency_ab.py; the nccl
-# rows are the same library on both sides, so their change is the noise), and runs the new tree
-# once more with 2 x 256 MiB halves (COMMX_CUDA_BUFFER_BYTES=256M), the one-piece reference the
-# pipelined kernel should approach. Every step is bounded (AB_*_S seconds). AB_TESTS=0 skips the
-# tests, AB_BENCH=0 the benchmark: on a warm machine a second call finds both builds done, so the
-# two halves can run as two calls of under 10 minutes each.
+# The cuda backend's two-shot all_reduce and FP8 collectives with all their buffer-half pieces
+# (rounds) in one launch, against BASE_DIR (the "before": a commx tree that launches one kernel per
+# piece, e.g. a checkout of main). Builds both trees at once, runs the GPU tests over the changed
+# paths (the two-shot in pieces, the backend's chunking, graphs and timeouts, the all_reduce
+# conformance suite on the cuda backend, the call checks, the FP8 kernels against the host codec),
+# then commx-bench's large all_reduce sweep (1 MiB - 256 MiB, bf16 and f32, eager and graph, cuda,
+# cuda+fp8 and nccl; AB_FP8=0 leaves FP8 out) on each tree in turn, AB_ROUNDS times (base, new,
+# base, new, ...: drift of the machine hits both alike), compares the per-round medians
+# (latency_ab.py; the nccl rows are the same library on both sides, so their change is the noise),
+# and runs the new tree once more with 2 x 256 MiB halves (COMMX_CUDA_BUFFER_BYTES=256M), the
+# one-piece reference the pipelined kernels should approach. Every step is bounded (AB_*_S
+# seconds). AB_TESTS=0 skips the tests, AB_BENCH=0 the benchmark: on a warm machine a second call
+# finds both builds done, so the two halves can run as two calls of under 10 minutes each.
 # Files in $OUT: machine.txt, tests.log, ab.md, ab.json, buf256M.md/.json, bench logs and the JSON
 # of every run in runs.tar.gz.
 set -uo pipefail
@@ -26,7 +27,9 @@ WORK=$(mktemp -d)
   nvidia-smi topo -m; nvcc --version | tail -1; echo "COMMX_NCCL_LIBRARY=${COMMX_NCCL_LIBRARY:-}"
   echo "new: $(git rev-parse --short HEAD 2>/dev/null)  base: $(git -C "$BASE" rev-parse --short HEAD 2>/dev/null)"
 } > "$OUT/machine.txt" 2>&1
+FP8=${AB_FP8:-1}
 TESTS="cuda_backend_test conformance_all_reduce_test cuda_call_check_test"
+[ "$FP8" != 0 ] && TESTS="$TESTS lowp_cuda_test"
 (cd "$BASE" && timeout "${AB_BUILD_S:-300}" bash -c ". '$PWD/scripts/gpu_env.sh' 2>/dev/null;
   cmake -G Ninja -S . -B build-ab -DCMAKE_BUILD_TYPE=Release -DCOMMX_WITH_CUDA=ON \
   ${PREFIX_PATH:+-DCMAKE_PREFIX_PATH=$PREFIX_PATH} > '$WORK/base_build.log' 2>&1 &&
@@ -55,13 +58,16 @@ test_step cuda_backend_test "${AB_BACKEND_S:-150}" $T/cuda_backend_test \
 test_step conformance_all_reduce_test "${AB_CONFORMANCE_S:-150}" $T/conformance_all_reduce_test \
   --gtest_filter='*/cuda_*'
 test_step cuda_call_check_test "${AB_CHECK_S:-90}" $T/cuda_call_check_test
+[ "$FP8" != 0 ] && test_step lowp_cuda_test "${AB_LOWP_S:-240}" $T/lowp_cuda_test
 summary
 fi
 [ "${AB_BENCH:-1}" = 0 ] && exit $rc
 
 NR=$(nvidia-smi -L | wc -l)
 [ "$NR" -gt 2 ] && NR=2
-ARGS="--ranks $NR --backend cuda,nccl --dtypes bf16,f32 --ops all_reduce --modes eager,graph --min 1M --max 256M --factor 4 --reps ${AB_REPS:-5}"
+BACKENDS=cuda,nccl
+[ "$FP8" != 0 ] && BACKENDS=cuda,cuda+fp8,nccl
+ARGS="--ranks $NR --backend $BACKENDS --dtypes bf16,f32 --ops all_reduce --modes eager,graph --min 1M --max 256M --factor 4 --reps ${AB_REPS:-5}"
 echo "command: commx-bench $ARGS" >> "$OUT/machine.txt"
 runs=()
 for r in $(seq 1 "${AB_ROUNDS:-3}"); do

@@ -212,6 +212,48 @@ TEST(CudaLowp, ChunksThroughASmallBufferE5M2AndBlock64) {
   EXPECT_EQ(err, "");
 }
 
+// With slots in the op counter's buffer half (the default), one launch runs every round of an op,
+// round i on op counter epoch + i. Through 1 MiB halves (2-8 rounds): each collective captured in
+// a CUDA graph and replayed, back-to-back all_reduces, the two-term gather, all bit-identical to
+// the host path; then a two-shot all_reduce in pieces, whose op counters must follow on.
+TEST(CudaLowp, RoundsOfALargeOpInOneLaunch) {
+  REQUIRE_GPUS(1);
+  std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
+    setenv("COMMX_CUDA_BUFFER_BYTES", "1M", 1);
+    CodecConfig cfg{lowp::Fp8Format::kE4M3, 256};
+    auto c = make_comm(ctx, "cuda", "lowp_rounds", lowp_hints(cfg, false));
+    check_case(*c, ctx, {Coll::kAllReduce, DataType::kBFloat16, ReduceKind::kSum, (1 << 21) + 5, 1},
+               cfg, false, true);
+    check_case(*c, ctx, {Coll::kReduceScatter, DataType::kFloat32, ReduceKind::kSum, 2000003, 2},
+               cfg, false, true);
+    check_case(*c, ctx, {Coll::kAllGather, DataType::kBFloat16, ReduceKind::kSum, 1500001, 3}, cfg,
+               false, true);
+    check_case(*c, ctx, {Coll::kAllToAll, DataType::kFloat16, ReduceKind::kSum, 1200003, 4}, cfg,
+               false, true);
+    for (int i = 0; i < 4; ++i)
+      check_case(*c, ctx,
+                 {Coll::kAllReduce, DataType::kFloat32, ReduceKind::kAvg, 700001 + 64 * i,
+                  10u + static_cast<uint64_t>(i)},
+                 cfg, false);
+    auto two = make_comm(ctx, "cuda", "lowp_rounds_x2", lowp_hints(cfg, true));
+    check_case(*two, ctx, {Coll::kAllReduce, DataType::kBFloat16, ReduceKind::kSum, 2000003, 20},
+               cfg, true);
+    const int64_t n = (1 << 20) + 3;
+    DevBuf d(n * 4);
+    to_dev(d.p, encode(DataType::kFloat32, std::vector<double>(n, ctx.rank + 1.0)));
+    OpOptions tree;
+    tree.hints["algorithm"] = "tree";
+    tree.hints["low_precision"] = "off";
+    c->all_reduce(Tensor(d.p, n, DataType::kFloat32, Device::cuda(ctx.device)), ReduceOp::MAX, false,
+                  tree)
+        .wait_blocking();
+    expect_close(DataType::kFloat32, decode(DataType::kFloat32, from_dev(d.p, n * 4)),
+                 std::vector<double>(n, ctx.world), {}, "two-shot MAX after FP8 rounds");
+    unsetenv("COMMX_CUDA_BUFFER_BYTES");
+  });
+  EXPECT_EQ(err, "");
+}
+
 TEST(CudaLowp, GraphCaptureAndReplay) {
   REQUIRE_GPUS(1);
   std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {

@@ -1,13 +1,15 @@
 // Low-precision collectives of the cuda backend (see lowp_cuda.h). Each rank's data area (both
 // halves of the registered buffer) is cut into slots, one per sending rank (all_reduce: plus one
-// per owner for the gather); a round moves one chunk of every rank's data through them in one
-// launch of the fused kernel (lowp_kernels.h): encode and write to the destination slots, barrier,
-// (reduce and re-encode or round,) barrier, decode. Rounds follow each other on the stream.
+// per owner for the gather); a round moves one chunk of every rank's data through them in the
+// fused kernel (lowp_kernels.h): encode and write to the destination slots, barrier, (reduce and
+// re-encode or round,) barrier, decode. With slots in the op counter's half (the default) one
+// launch runs every round of the op, alternating halves; else one launch per round.
 // Layer: backends (cuda).
 #include "cuda/lowp_cuda.h"
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <vector>
 
 #include "commx/error.h"
@@ -44,6 +46,8 @@ struct Rounds {
   int max_blocks;
   uint64_t cap = 0;   // bytes per slot
   int64_t chunk = 0;  // elements per slot and round
+  int64_t step = 0;   // elements per launch: every round (halves) or one
+
 
   // Cuts each rank's data area (the op counter's half: COMMX_CUDA_LOWP_HALVES=1, the default;
   // both halves, with barriers at both ends of an op: 0) into `slots` slots holding `terms`
@@ -59,6 +63,7 @@ struct Rounds {
       throw Error(ErrorCode::kInvalidArgument,
                   where + "the registered buffer is too small for low-precision chunks "
                           "(raise COMMX_CUDA_BUFFER_BYTES)");
+    step = halves() ? std::numeric_limits<int64_t>::max() / 2 : chunk;
   }
   static bool halves() {
     static const bool on = env_bool("COMMX_CUDA_LOWP_HALVES", true);
@@ -81,11 +86,14 @@ struct Rounds {
     const int64_t g = (units + kThreads / 32 - 1) / (kThreads / 32);
     return static_cast<int>(std::clamp<int64_t>(g, 1, max_blocks));
   }
-  // Round at element c0 of `total` (the longest per-rank length; the same on every rank).
+  // The rounds of one launch from element c0 of `total` (the longest per-rank length; the same on
+  // every rank); r's counts are what is left of each range from c0 (the kernel cuts the rounds).
   void launch(const LowpRound& r, int64_t c0, int64_t total) const {
     LowpRound x = r;
+    x.chunk = chunk;
+    x.rounds = (std::min(step, total - c0) + chunk - 1) / chunk;
     x.leading = c0 == 0;
-    x.trailing = c0 + chunk >= total;
+    x.trailing = c0 + step >= total;
     COMMX_CUDA_CHECK_CTX(
         launch_lowp_round(ps, x, dtype, plan.codec, grid(std::min(chunk, total)), s), where);
   }
@@ -105,16 +113,16 @@ void all_reduce(Rounds& rd, const Tensor& in, const Tensor& out, bool avg) {
   r.sr1 = rd.sr(0);
   r.sr2 = rd.sr(1);
   r.sr2b = rd.sr(4);
-  for (int64_t c0 = 0; c0 < longest; c0 += rd.chunk) {
+  for (int64_t c0 = 0; c0 < longest; c0 += rd.step) {
     for (int q = 0; q < w; ++q) {
-      const int64_t m = clamp_len(sl.len[q], c0, rd.chunk);
+      const int64_t m = clamp_len(sl.len[q], c0, rd.step);
       r.in[q] = elem_ptr(in, sl.off[q] + c0);
       r.n_in[q] = q == me ? 0 : m;
       r.out[q] = elem_ptr(out, sl.off[q] + c0);
       r.n_out[q] = m;
     }
     r.own = elem_ptr(in, sl.off[me] + c0);
-    r.n_own = clamp_len(sl.len[me], c0, rd.chunk);
+    r.n_own = clamp_len(sl.len[me], c0, rd.step);
     r.sr_off1 = c0;
     r.sr_off2 = sl.off[me] + c0;
     rd.launch(r, c0, longest);
@@ -127,8 +135,8 @@ void reduce_scatter(Rounds& rd, const std::vector<Tensor>& ins, const Tensor& ou
   LowpRound r = rd.round(LowpMode::kReduceScatter);
   r.avg = avg;
   r.sr1 = rd.sr(0);
-  for (int64_t c0 = 0; c0 < out.count; c0 += rd.chunk) {
-    const int64_t m = std::min(rd.chunk, out.count - c0);
+  for (int64_t c0 = 0; c0 < out.count; c0 += rd.step) {
+    const int64_t m = std::min(rd.step, out.count - c0);
     for (int q = 0; q < w; ++q) {
       r.in[q] = elem_ptr(ins[q], c0);
       r.n_in[q] = q == me ? 0 : m;
@@ -146,8 +154,8 @@ void all_gather(Rounds& rd, const Tensor& in, const std::vector<Tensor>& outs) {
   rd.layout(w, 1);
   LowpRound r = rd.round(LowpMode::kAllGather);
   r.sr1 = rd.sr(2);
-  for (int64_t c0 = 0; c0 < in.count; c0 += rd.chunk) {
-    const int64_t m = std::min(rd.chunk, in.count - c0);
+  for (int64_t c0 = 0; c0 < in.count; c0 += rd.step) {
+    const int64_t m = std::min(rd.step, in.count - c0);
     r.in[0] = elem_ptr(in, c0);
     r.n_in[0] = m;
     for (int q = 0; q < w; ++q) {
@@ -174,8 +182,8 @@ void all_to_all(Rounds& rd, const std::vector<Tensor>& ins, const std::vector<Te
   const int64_t n = ins[0].count;
   LowpRound r = rd.round(LowpMode::kAllToAll);
   r.sr1 = rd.sr(3);
-  for (int64_t c0 = 0; c0 < n; c0 += rd.chunk) {
-    const int64_t m = std::min(rd.chunk, n - c0);
+  for (int64_t c0 = 0; c0 < n; c0 += rd.step) {
+    const int64_t m = std::min(rd.step, n - c0);
     for (int q = 0; q < w; ++q) {
       r.in[q] = elem_ptr(ins[q], c0);
       r.n_in[q] = q == me ? 0 : m;

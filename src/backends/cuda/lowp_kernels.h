@@ -1,7 +1,9 @@
 // The fused low-precision kernel of the cuda backend: one launch moves one round (a chunk of every
 // rank's data) of an FP8 all_reduce, reduce_scatter, all_gather or all_to_all through the peers'
-// registered buffers. Each block of threads owns the same codec blocks on every rank and meets its
-// peers' twin blocks at per-block flags, so blocks pipeline independently:
+// registered buffers (with slots in the op counter's buffer half, the default: every round of the
+// op in one launch, round i taking op counter epoch + i). Each block of threads owns the same codec
+// blocks on every rank and in every round, and meets its peers' twin blocks at per-block flags, so
+// blocks pipeline independently:
 //   P1  encode this rank's data and write it into the destination ranks' slots
 //   B   per-block barrier
 //   P2  (reductions) the owner sums its codec blocks in FP32 in rank order and re-encodes them into
@@ -25,6 +27,9 @@ enum class LowpMode : int { kAllReduce, kReduceScatter, kAllGather, kAllToAll };
 
 struct LowpRound {
   LowpMode mode;
+  // `rounds` rounds of `chunk` elements (the slots' layout holds `chunk`): round i moves elements
+  // [i * chunk, i * chunk + chunk) of every range below (counts are the ranges' whole lengths).
+  int64_t rounds, chunk;
   // P1: what this rank sends to rank q (all_gather: in[0] goes to every rank).
   const char* in[kMaxRanks];
   int64_t n_in[kMaxRanks];
@@ -38,14 +43,17 @@ struct LowpRound {
   uint64_t recv_off, gather_off, cap;
   bool avg, two_term;
   bool leading, trailing;  // barrier before P1 (first round) / after the last phase (last round)
-  bool halves;  // slots in the op counter's buffer half (no leading/trailing barriers needed)
-  // Stochastic rounding: seed, streams of P1 and P2 (and P2's residual), offsets of element 0.
+  // Slots in the op counter's buffer half (no leading/trailing barriers needed); else both halves
+  // and one round per launch.
+  bool halves;
+  // Stochastic rounding: seed, streams of P1 and P2 (and P2's residual), offsets of element 0 of
+  // the first round.
   uint64_t seed, sr1, sr2, sr2b;
   int64_t sr_off1, sr_off2;
   unsigned long long* stats;  // codec counters (device), nullable
 };
 
-// Enqueues one round. `blocks` must be the same on every rank.
+// Enqueues r.rounds rounds. `blocks` must be the same on every rank.
 cudaError_t launch_lowp_round(const PeerSet& ps, const LowpRound& r, DataType dtype,
                               const lowp::CodecConfig& cfg, int blocks, cudaStream_t s);
 

@@ -7,8 +7,10 @@
 // stores, the next unit's loads in flight: fp8_device.cuh "Pairs"); other blocks go one at a time
 // through encode_block_warp. Slot layout of one encoded chunk of n values in nb blocks: nb scale
 // words, codes from code_off(nb) (4 * nb rounded up to 16, so that code stores are 16-byte
-// aligned), a second term (two-term gather) from enc_bytes(n). Instantiated per world size 2 and 4
-// and once for any size. Built with --fmad=false: every float step rounds like the host path.
+// aligned), a second term (two-term gather) from enc_bytes(n), all placed for the op's chunk (the
+// most a round holds), so a short last round puts every block where a whole one does. Instantiated
+// per world size 2 and 4 and once for any size. Built with --fmad=false: every float step rounds
+// like the host path.
 // Layer: backends (cuda).
 #pragma once
 
@@ -59,7 +61,7 @@ __device__ __forceinline__ uint8_t* slot(const PeerSet& ps, int r, uint64_t off,
 // its loads in flight while it computes.
 template <typename T, bool kE5, bool kSR, typename Dsts>
 __device__ __forceinline__ void encode_pairs(const T* src, int64_t npairs, const Dsts& d,
-                                             const LowpRound& r, g::StatAcc* st) {
+                                             const LowpRound& r, int64_t sr_off, g::StatAcc* st) {
   const int64_t e0 = 16 * (threadIdx.x & 31);
   const int64_t step = static_cast<int64_t>(gridDim.x) * kWarps;
   int64_t u = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
@@ -73,32 +75,34 @@ __device__ __forceinline__ void encode_pairs(const T* src, int64_t npairs, const
     if (un < npairs) g::fetch16<T>(src + un * 512 + e0, next);
     const g::PairCode pc = g::scale_pair<kE5>(v);
     const uint4 w = g::encode16<kE5, kSR>(v, pc, r.seed, r.sr1,
-                                          static_cast<uint64_t>(r.sr_off1 + u * 512 + e0), st);
+                                          static_cast<uint64_t>(sr_off + u * 512 + e0), st);
     g::store_pair(d, u, pc.sb, w);
     if (un >= npairs) return;
     u = un;
   }
 }
 
-// P1 of one destination set: encodes the n elements at `src` into `d`, pair by pair.
+// P1 of one destination set: encodes the n elements at `src` into `d` (slots laid out for
+// `lay_nb` blocks), pair by pair; `sr_off`: the stochastic-rounding index of element 0.
 template <typename T, bool kE5, typename Dsts>
-__device__ __forceinline__ void encode_units(const char* src, int64_t n, int64_t block, Dsts d,
-                                             const LowpRound& r, bool sr, g::StatAcc* st) {
+__device__ __forceinline__ void encode_units(const char* src, int64_t n, int64_t block,
+                                             int64_t lay_nb, Dsts d, const LowpRound& r,
+                                             int64_t sr_off, bool sr, g::StatAcc* st) {
   const int64_t nb = blocks_of(n, block);
-  d.code_off = code_off(nb);
+  d.code_off = code_off(lay_nb);
   const T* x0 = reinterpret_cast<const T*>(src);
   const int64_t nfp = aligned16(x0) ? full_pairs(n, block) : 0;
   if (sr)
-    encode_pairs<T, kE5, true>(x0, nfp, d, r, st);
+    encode_pairs<T, kE5, true>(x0, nfp, d, r, sr_off, st);
   else
-    encode_pairs<T, kE5, false>(x0, nfp, d, r, st);
+    encode_pairs<T, kE5, false>(x0, nfp, d, r, sr_off, st);
   FOR_UNITS(u, (nb + 1) / 2) {
     if (u < nfp) continue;
     for (int64_t j = 2 * u; j < nb && j < 2 * u + 2; ++j) {
       const T* x = x0 + j * block;
       const g::BufferSrc<T> in{x, (reinterpret_cast<uintptr_t>(x) % (4 * sizeof(T))) == 0,
                                min(block, n - j * block)};
-      const uint64_t idx0 = static_cast<uint64_t>(r.sr_off1 + j * block);
+      const uint64_t idx0 = static_cast<uint64_t>(sr_off + j * block);
       if (sr)
         g::encode_block_warp<kE5, true>(in, in.m, j, nb, block, d, st, r.seed, r.sr1, idx0);
       else
@@ -193,7 +197,8 @@ __device__ __forceinline__ bool owner_finishes(int64_t u, int64_t n, int64_t blo
 template <typename T, bool kE5, bool kSR, int kW, typename Dsts>
 __device__ __forceinline__ void reduce_encode_pairs(const g::ReduceSrc& rs, int64_t npairs,
                                                     const Dsts& d1, const Dsts& d2,
-                                                    const LowpRound& r, T* out, g::StatAcc* st) {
+                                                    const LowpRound& r, int64_t sr_off, T* out,
+                                                    g::StatAcc* st) {
   const int64_t e0 = 16 * (threadIdx.x & 31);
   const int64_t step = static_cast<int64_t>(gridDim.x) * kWarps;
   int64_t u = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
@@ -206,7 +211,7 @@ __device__ __forceinline__ void reduce_encode_pairs(const g::ReduceSrc& rs, int6
     sum_pair<T, kE5, kW>(rs, raw, v);
     const int64_t un = u + step;
     if (un < npairs) fetch_pair<T, kW>(rs, own_vec, un, raw);
-    const uint64_t idx = static_cast<uint64_t>(r.sr_off2 + u * 512 + e0);
+    const uint64_t idx = static_cast<uint64_t>(sr_off + u * 512 + e0);
     const g::PairCode c1 = g::scale_pair<kE5>(v);
     const uint4 w = g::encode16<kE5, kSR>(v, c1, r.seed, r.sr2, idx, st);
     g::store_pair(d1, u, c1.sb, w);
@@ -232,15 +237,16 @@ __device__ __forceinline__ void reduce_encode_pairs(const g::ReduceSrc& rs, int6
 }
 
 // P2 for all_reduce: reduce, then encode Q1 (and the residual Q2) into every rank's gather slot;
-// full pairs go to the peers only (see reduce_encode_pairs).
+// full pairs go to the peers only (see reduce_encode_pairs). The owner's result goes to `out`.
 template <typename T, bool kE5, bool kSR, int kW>
 __device__ __forceinline__ void reduce_encode_units(const PeerSet& ps, const LowpRound& r,
                                                     uint64_t base, const g::ReduceSrc& rs,
-                                                    int64_t block, g::StatAcc* st) {
+                                                    int64_t block, int64_t sr_off, T* out,
+                                                    g::StatAcc* st) {
   constexpr int kN = kW ? kW : kMaxRanks;
   const int world = kW ? kW : ps.world;
   const int64_t nb = blocks_of(rs.n, block);
-  const uint64_t q1 = enc_bytes(rs.n, block);
+  const uint64_t q1 = enc_bytes(r.chunk, block);
   g::EncDstsN<kN> all{}, all2{}, peers{}, peers2{};
 #pragma unroll (kW ? kW : 1)
   for (int q = 0; q < kN; ++q) {
@@ -254,15 +260,14 @@ __device__ __forceinline__ void reduce_encode_units(const PeerSet& ps, const Low
   }
   all.count = all2.count = world;
   peers.count = peers2.count = world - 1;
-  all.code_off = all2.code_off = peers.code_off = peers2.code_off = code_off(nb);
-  T* out = reinterpret_cast<T*>(r.out[ps.rank]);
+  all.code_off = all2.code_off = peers.code_off = peers2.code_off = rs.code_off;
   const int64_t nfp = full_pairs(rs.n, block);
-  reduce_encode_pairs<T, kE5, kSR, kW>(rs, nfp, peers, peers2, r, out, st);
+  reduce_encode_pairs<T, kE5, kSR, kW>(rs, nfp, peers, peers2, r, sr_off, out, st);
   FOR_UNITS(u, (nb + 1) / 2) {
     if (owner_finishes(u, rs.n, block)) continue;
     for (int64_t j = 2 * u; j < nb && j < 2 * u + 2; ++j) {
       const g::ReducedSrc<T, kE5, kW> a(rs, nb, block, j);
-      const uint64_t idx0 = static_cast<uint64_t>(r.sr_off2 + j * block);
+      const uint64_t idx0 = static_cast<uint64_t>(sr_off + j * block);
       const g::BlockCode c1 =
           g::encode_block_warp<kE5, kSR>(a, a.m, j, nb, block, all, st, r.seed, r.sr2, idx0);
       if (r.two_term) {
@@ -309,14 +314,15 @@ __device__ __forceinline__ void reduce_store_units(const g::ReduceSrc& rs, int64
   }
 }
 
-// P3: decodes the n elements encoded at `enc` (two-term: Q1 then Q2) into `out`; with
-// `skip_owned`, not the units the owner finished in P2.
+// P3: decodes the n elements encoded at `enc` (two-term: Q1 then Q2; a slot laid out for `lay`
+// elements) into `out`; with `skip_owned`, not the units the owner finished in P2.
 template <typename T, bool kE5>
-__device__ __forceinline__ void decode_units(const uint8_t* enc, int64_t n, int64_t block, T* out,
-                                             bool two_term, bool skip_owned) {
+__device__ __forceinline__ void decode_units(const uint8_t* enc, int64_t n, int64_t lay,
+                                             int64_t block, T* out, bool two_term,
+                                             bool skip_owned) {
   const int64_t nb = blocks_of(n, block);
-  const uint8_t* codes = enc + code_off(nb);
-  const uint8_t* enc2 = enc + enc_bytes(n, block);
+  const uint8_t* codes = enc + code_off(blocks_of(lay, block));
+  const uint8_t* enc2 = enc + enc_bytes(lay, block);
   const uint8_t* codes2 = enc2 + code_off(nb);
   const int lane = threadIdx.x & 31;
   const int64_t nfp = full_pairs(n, block);
@@ -384,79 +390,92 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   constexpr int kN = kW ? kW : kMaxRanks;
   const unsigned long long epoch = begin_op(ps);
   const int me = ps.rank, world = kW ? kW : ps.world;
+  const unsigned long long last = epoch + r.rounds - 1;
+  const int64_t lay_nb = blocks_of(r.chunk, block);
   g::StatAcc acc;
   g::StatAcc* st = r.stats ? &acc : nullptr;
-  // Slots in one buffer half per kernel (r.halves, by op counter, as the two-shot all_reduce):
-  // this kernel writes into a peer's half only after its own previous kernel ended, which passed
-  // a barrier with that peer's previous kernel, which started only after the peer's kernel
-  // before it (the last user of this half) had ended. No barrier at the op's ends is then needed.
-  // Slots over both halves (twice the chunk) need them.
-  const uint64_t base = r.halves ? (epoch & 1ull) * ps.half_bytes : 0;
-  // The first round's barrier: every peer's previous kernels have ended (a block can only arrive
-  // once its rank's whole previous kernel completed), so their buffers are free.
-  if (!r.halves && r.leading && !block_barrier(ps, flag_value(epoch, 0)))
-    return finish_op(ps, epoch);
+  // Round i: op counter e = epoch + i, elements [c0, c0 + chunk) of every range.
+  for (int64_t i = 0; i < r.rounds; ++i) {
+    const unsigned long long e = epoch + i;
+    const int64_t c0 = i * r.chunk;
+    auto part = [&](int64_t n) { return max(int64_t(0), min(r.chunk, n - c0)); };
+    auto at = [&](const char* p) { return p + c0 * static_cast<int64_t>(sizeof(T)); };
+    // Slots in one buffer half per round (r.halves, by op counter e, as the two-shot all_reduce):
+    // a block writes into a peer's half of e only once the peer is done with it at e - 2. In this
+    // kernel: its barrier of e - 1 met the peer's twin block, which had left e - 2 (the peer's
+    // other blocks use other bytes of the slots: each owns the same units in every round). In the
+    // first round: this rank's previous kernel, ended before this one started, met every block of
+    // the peer at e - 1. No barrier at the op's ends is then needed. Slots over both halves (twice
+    // the chunk, one round per launch) need them.
+    const uint64_t base = r.halves ? (e & 1ull) * ps.half_bytes : 0;
+    // The first round's barrier: every peer's previous kernels have ended (a block can only
+    // arrive once its rank's whole previous kernel completed), so their buffers are free.
+    if (!r.halves && r.leading && !block_barrier(ps, flag_value(e, 0))) return finish_op(ps, last);
 
-  // P1: the next rank first (no rank's links take every write at once).
-  if (r.mode == LowpMode::kAllGather) {
-    g::EncDstsN<kN> d{};
+    // P1: the next rank first (no rank's links take every write at once).
+    if (r.mode == LowpMode::kAllGather) {
+      g::EncDstsN<kN> d{};
 #pragma unroll (kW ? kW : 1)
-    for (int q = 0; q < kN; ++q)
-      if (q < world) d.p[q] = slot(ps, (me + q) % world, base + r.recv_off, r.cap, me);
-    d.count = world;
-    encode_units<T, kE5>(r.in[0], r.n_in[0], block, d, r, sr, st);
-  } else {
-    for (int k = 1; k < world; ++k) {
-      const int q = (me + k) % world;
-      g::EncDstsN<1> d{};
-      d.p[0] = slot(ps, q, base + r.recv_off, r.cap, me);
-      d.count = 1;
-      encode_units<T, kE5>(r.in[q], r.n_in[q], block, d, r, sr, st);
-    }
-  }
-  if (!block_barrier(ps, flag_value(epoch, 1))) return finish_op(ps, epoch);
-
-  if (r.mode == LowpMode::kAllReduce || r.mode == LowpMode::kReduceScatter) {
-    g::ReduceSrc rs{};
-    rs.own = r.own;
-#pragma unroll (kW ? kW : 1)
-    for (int p = 0; p < kN; ++p)
-      if (p < world) rs.recv[p] = slot(ps, me, base + r.recv_off, r.cap, p);
-    rs.rank = me;
-    rs.world = world;
-    rs.n = r.n_own;
-    rs.code_off = code_off(blocks_of(r.n_own, block));
-    rs.avg = r.avg;
-    if (r.mode == LowpMode::kReduceScatter) {
-      reduce_store_units<T, kE5, kW>(rs, block, reinterpret_cast<T*>(r.out[me]));
-    } else if (sr) {
-      reduce_encode_units<T, kE5, true, kW>(ps, r, base, rs, block, st);
+      for (int q = 0; q < kN; ++q)
+        if (q < world) d.p[q] = slot(ps, (me + q) % world, base + r.recv_off, r.cap, me);
+      d.count = world;
+      encode_units<T, kE5>(at(r.in[0]), part(r.n_in[0]), block, lay_nb, d, r, r.sr_off1 + c0, sr,
+                           st);
     } else {
-      reduce_encode_units<T, kE5, false, kW>(ps, r, base, rs, block, st);
+      for (int k = 1; k < world; ++k) {
+        const int q = (me + k) % world;
+        g::EncDstsN<1> d{};
+        d.p[0] = slot(ps, q, base + r.recv_off, r.cap, me);
+        d.count = 1;
+        encode_units<T, kE5>(at(r.in[q]), part(r.n_in[q]), block, lay_nb, d, r, r.sr_off1 + c0,
+                             sr, st);
+      }
     }
-    if (!block_barrier(ps, flag_value(epoch, 2))) return finish_op(ps, epoch);
-  }
+    if (!block_barrier(ps, flag_value(e, 1))) return finish_op(ps, last);
 
-  if (r.mode != LowpMode::kReduceScatter) {
-    const bool all_reduce = r.mode == LowpMode::kAllReduce;
-    const uint64_t area = base + (all_reduce ? r.gather_off : r.recv_off);
-    for (int k = 0; k < world; ++k) {
-      const int q = (me + k) % world;
-      if (q == me && r.mode == LowpMode::kAllToAll) continue;  // copied by the host side
-      decode_units<T, kE5>(slot(ps, me, area, r.cap, q), r.n_out[q], block,
-                           reinterpret_cast<T*>(r.out[q]), all_reduce && r.two_term,
-                           all_reduce && q == me);
+    if (r.mode == LowpMode::kAllReduce || r.mode == LowpMode::kReduceScatter) {
+      g::ReduceSrc rs{};
+      rs.own = at(r.own);
+#pragma unroll (kW ? kW : 1)
+      for (int p = 0; p < kN; ++p)
+        if (p < world) rs.recv[p] = slot(ps, me, base + r.recv_off, r.cap, p);
+      rs.rank = me;
+      rs.world = world;
+      rs.n = part(r.n_own);
+      rs.code_off = code_off(lay_nb);
+      rs.avg = r.avg;
+      T* out = reinterpret_cast<T*>(const_cast<char*>(at(r.out[me])));
+      if (r.mode == LowpMode::kReduceScatter) {
+        reduce_store_units<T, kE5, kW>(rs, block, out);
+      } else if (sr) {
+        reduce_encode_units<T, kE5, true, kW>(ps, r, base, rs, block, r.sr_off2 + c0, out, st);
+      } else {
+        reduce_encode_units<T, kE5, false, kW>(ps, r, base, rs, block, r.sr_off2 + c0, out, st);
+      }
+      if (!block_barrier(ps, flag_value(e, 2))) return finish_op(ps, last);
     }
-    // Peers may write these slots again in the next round: all_reduce's next writes follow a
-    // barrier that needs this block's arrival; the others need one here.
-    if (!r.halves && !all_reduce && !block_barrier(ps, flag_value(epoch, 2)))
-      return finish_op(ps, epoch);
+
+    if (r.mode != LowpMode::kReduceScatter) {
+      const bool all_reduce = r.mode == LowpMode::kAllReduce;
+      const uint64_t area = base + (all_reduce ? r.gather_off : r.recv_off);
+      for (int k = 0; k < world; ++k) {
+        const int q = (me + k) % world;
+        if (q == me && r.mode == LowpMode::kAllToAll) continue;  // copied by the host side
+        decode_units<T, kE5>(slot(ps, me, area, r.cap, q), part(r.n_out[q]), r.chunk, block,
+                             reinterpret_cast<T*>(const_cast<char*>(at(r.out[q]))),
+                             all_reduce && r.two_term, all_reduce && q == me);
+      }
+      // Peers may write these slots again in the next round: all_reduce's next writes follow a
+      // barrier that needs this block's arrival; the others need one here.
+      if (!r.halves && !all_reduce && !block_barrier(ps, flag_value(e, 2)))
+        return finish_op(ps, last);
+    }
+    // all_reduce's last round: peers may still decode their gather slots, which the next op's
+    // kernels (buffer halves by op counter) may overwrite.
+    if (!r.halves && r.trailing && r.mode == LowpMode::kAllReduce)
+      block_barrier(ps, flag_value(e, 3));
   }
-  // all_reduce's last round: peers may still decode their gather slots, which the next op's
-  // kernels (buffer halves by op counter) may overwrite.
-  if (!r.halves && r.trailing && r.mode == LowpMode::kAllReduce)
-    block_barrier(ps, flag_value(epoch, 3));
-  finish_round(ps, r, epoch, acc);
+  finish_round(ps, r, last, acc);
 }
 
 // Blocks of `kernel` that fit on the device at once: the per-block barriers need every block of
