@@ -320,10 +320,10 @@ template <typename T, bool kE5>
 __device__ __forceinline__ void decode_units(const uint8_t* enc, int64_t n, int64_t lay,
                                              int64_t block, T* out, bool two_term,
                                              bool skip_owned) {
-  const int64_t nb = blocks_of(n, block);
-  const uint8_t* codes = enc + code_off(blocks_of(lay, block));
+  const int64_t nb = blocks_of(n, block), lay_codes = code_off(blocks_of(lay, block));
+  const uint8_t* codes = enc + lay_codes;
   const uint8_t* enc2 = enc + enc_bytes(lay, block);
-  const uint8_t* codes2 = enc2 + code_off(nb);
+  const uint8_t* codes2 = enc2 + lay_codes;
   const int lane = threadIdx.x & 31;
   const int64_t nfp = full_pairs(n, block);
   FOR_UNITS(u, (nb + 1) / 2) {
