@@ -48,7 +48,6 @@ struct Rounds {
   int64_t chunk = 0;  // elements per slot and round
   int64_t step = 0;   // elements per launch: every round (halves) or one
 
-
   // Cuts each rank's data area (the op counter's half: COMMX_CUDA_LOWP_HALVES=1, the default;
   // both halves, with barriers at both ends of an op: 0) into `slots` slots holding `terms`
   // encoded chunks each. An encoded chunk in a slot has its scales and its codes each padded to

@@ -69,9 +69,9 @@ __device__ __forceinline__ void store_pack(T* p, bool aligned, const T (&v)[kPac
 }
 
 // Whether this block owns the tail of a range of `npacks` whole packs and `len` elements: the
-// block that would own pack `npacks` if it were whole. So every pack-sized place of a range owned
-// by the same block whatever the range's length: a kernel that reuses a buffer region for pieces
-// of different lengths (the pipelined two-shot) needs no more than per-block flags either.
+// block that would own pack `npacks` if it were whole. So every pack-sized place of a range has
+// the same owner whatever the range's length: a kernel that reuses a buffer region for pieces of
+// different lengths (the two-shot in one launch) needs no more than per-block flags either.
 template <typename T>
 __device__ __forceinline__ bool owns_tail(int64_t npacks, int64_t len) {
   return npacks * kPack<T> < len &&
