@@ -11,7 +11,7 @@
 # (latency_ab.py; the nccl rows are the same library on both sides, so their change is the noise),
 # and runs the new tree once more with 2 x 256 MiB halves (COMMX_CUDA_BUFFER_BYTES=256M), the
 # one-piece reference the pipelined kernels should approach. Every step is bounded (AB_*_S
-# seconds). AB_TESTS=0 skips the tests, AB_BENCH=0 the benchmark: on a warm machine a second call
+# seconds). AB_EXTRA_TESTS names more test binaries to build and run. AB_TESTS=0 skips the tests, AB_BENCH=0 the benchmark: on a warm machine a second call
 # finds both builds done, so the two halves can run as two calls of under 10 minutes each.
 # Files in $OUT: machine.txt, tests.log, ab.md, ab.json, buf256M.md/.json, bench logs and the JSON
 # of every run in runs.tar.gz.
@@ -30,6 +30,9 @@ WORK=$(mktemp -d)
 FP8=${AB_FP8:-1}
 TESTS="cuda_backend_test conformance_all_reduce_test cuda_call_check_test"
 [ "$FP8" != 0 ] && TESTS="$TESTS lowp_cuda_test"
+# AB_EXTRA_TESTS: more GPU test binaries of the new tree, built and run whole after the others.
+EXTRA=${AB_EXTRA_TESTS:-}
+TESTS="$TESTS $EXTRA"
 (cd "$BASE" && timeout "${AB_BUILD_S:-300}" bash -c ". '$PWD/scripts/gpu_env.sh' 2>/dev/null;
   cmake -G Ninja -S . -B build-ab -DCMAKE_BUILD_TYPE=Release -DCOMMX_WITH_CUDA=ON \
   ${PREFIX_PATH:+-DCMAKE_PREFIX_PATH=$PREFIX_PATH} > '$WORK/base_build.log' 2>&1 &&
@@ -59,6 +62,7 @@ test_step conformance_all_reduce_test "${AB_CONFORMANCE_S:-150}" $T/conformance_
   --gtest_filter='*/cuda_*'
 test_step cuda_call_check_test "${AB_CHECK_S:-90}" $T/cuda_call_check_test
 [ "$FP8" != 0 ] && test_step lowp_cuda_test "${AB_LOWP_S:-240}" $T/lowp_cuda_test
+for t in $EXTRA; do test_step "$t" "${AB_EXTRA_S:-200}" $T/$t; done
 summary
 fi
 [ "${AB_BENCH:-1}" = 0 ] && exit $rc
