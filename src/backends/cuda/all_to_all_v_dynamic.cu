@@ -58,8 +58,9 @@ __device__ __forceinline__ long long* row_slot(unsigned long long* pad, int p, i
 __device__ __forceinline__ void copy_piece(const Byte* src, bool src_is_window, Byte* dst,
                                            unsigned long long seg_at, unsigned long long len,
                                            unsigned long long win, unsigned long long win_len) {
-  const unsigned long long lo = max(seg_at, win) - win, hi = min(seg_at + len, win + win_len) - win;
-  if (lo >= hi) return;
+  const unsigned long long a = max(seg_at, win), b = min(seg_at + len, win + win_len);
+  if (a >= b) return;  // before subtracting `win`: a segment that ends before the window is empty
+  const unsigned long long lo = a - win, hi = b - win;
   // Window offset x is at window + x and at segment + (x + win - seg_at).
   const long long shift = static_cast<long long>(win) - static_cast<long long>(seg_at);
   const Byte* from = src_is_window ? src : src + shift;
