@@ -3,28 +3,12 @@
 // (conformance/reference.h: its data, reduction and comparison). Layer: tests.
 #pragma once
 
-#include <dlfcn.h>
 #include <cstdlib>
 
 #include "conformance/reference.h"
 #include "cuda/gpu_check.h"
 
 namespace commx::testing {
-
-// NCCL can be loaded (asked in a child so the parent stays CUDA-free).
-inline bool nccl_loadable() {
-  static int cached = -1;
-  if (cached >= 0) return cached;
-  pid_t pid = fork();
-  if (pid == 0) {
-    const char* p = std::getenv("COMMX_NCCL_LIBRARY");
-    _exit(dlopen(p ? p : "libnccl.so.2", RTLD_NOW | RTLD_LOCAL) ? 0 : 1);
-  }
-  int st = 0;
-  waitpid(pid, &st, 0);
-  cached = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-  return cached;
-}
 
 inline std::vector<std::vector<double>> gen_all(DataType t, int64_t n, uint64_t seed, int world,
                                                 ReduceKind k) {

@@ -3,6 +3,7 @@
 // reports each rank's failures. Layer: tests.
 #pragma once
 
+#include <dlfcn.h>
 #include <execinfo.h>
 #include <pthread.h>
 #include <signal.h>
@@ -29,6 +30,21 @@
 namespace commx::testing {
 
 // Number of GPUs, asked in a child process so that the parent stays CUDA-free for fork().
+// NCCL can be loaded (asked in a child so the parent stays CUDA-free).
+inline bool nccl_loadable() {
+  static int cached = -1;
+  if (cached >= 0) return cached;
+  pid_t pid = fork();
+  if (pid == 0) {
+    const char* p = std::getenv("COMMX_NCCL_LIBRARY");
+    _exit(dlopen(p ? p : "libnccl.so.2", RTLD_NOW | RTLD_LOCAL) ? 0 : 1);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  cached = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  return cached;
+}
+
 inline int gpu_count() {
   static int cached = -1;
   if (cached >= 0) return cached;

@@ -385,6 +385,13 @@ Timeout CudaBackend::host_bound(const OpDesc& op) const {
   return op.timeout + op.timeout / 10 + std::chrono::milliseconds(200);
 }
 
+bool CudaBackend::enqueue_hierarchical(const OpDesc& op, cudaStream_t s,
+                                       const std::string& where) {
+  std::optional<InterLowp> lowp;
+  if (auto plan = lowp_.plan(op, where)) lowp = InterLowp{*plan, lowp_.device_stats()};
+  return hier_->enqueue(op, s, where, lowp);
+}
+
 std::optional<Work> CudaBackend::enqueue(const OpDesc& op, cudaStream_t s,
                                          const std::string& where) {
   // Every kernel of the op carries its call; captured into a graph, it replays with it.
@@ -392,7 +399,8 @@ std::optional<Work> CudaBackend::enqueue(const OpDesc& op, cudaStream_t s,
   const OpFingerprint fp = fingerprint_of(op, p2p ? 0 : collectives_++);
   call_ = device_call(fp);
   recent_calls_.note(fp);
-  if ((hier_ && hier_->enqueue(op, s, where)) || enqueue_native(op, s, where)) return std::nullopt;
+  if ((hier_ && enqueue_hierarchical(op, s, where)) || enqueue_native(op, s, where))
+    return std::nullopt;
   if (!native_problem_.empty() && !nccl_ready_)
     throw Error(ErrorCode::kUnsupported, where + native_problem_);
   return delegate(op, s);

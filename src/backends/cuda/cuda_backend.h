@@ -52,6 +52,8 @@ class CudaBackend : public DeviceBackend {
   Timeout host_bound(const OpDesc& op) const override;
   // Enqueues `op` on `s` through the peer-memory kernels; false when the op is not covered.
   bool enqueue_native(const OpDesc& op, cudaStream_t s, const std::string& where);
+  // The hierarchical path (hier_), its inter-host step in FP8 when the op runs in low precision.
+  bool enqueue_hierarchical(const OpDesc& op, cudaStream_t s, const std::string& where);
   void enqueue_allreduce(const OpDesc& op, const AllReduceAlgorithm& preferred, int out_rank,
                          cudaStream_t s, const std::string& where);
   Work delegate(const OpDesc& op, cudaStream_t s);

@@ -118,12 +118,13 @@ void Hierarchy::connect_inter(const std::string& where) {
   // NCCL connects its peers during the first collective of each algorithm (ring, tree, PAT): a
   // host-side handshake that would block an op's enqueue, outside every timeout, if a peer never
   // came. Run every NCCL call the inter step makes, small and large (NCCL picks the algorithm by
-  // size), while all ranks are here. (NCCL_RUNTIME_CONNECT=0 would do it too, but for every NCCL
+  // size), while all ranks are here. all_to_all: the low-precision step's exchange
+  // (hierarchy_lowp.cc). (NCCL_RUNTIME_CONNECT=0 would do it too, but for every NCCL
   // comm of the process, torch's included.)
   const int64_t big = 1 << 20;  // elements per rank: 4 MiB of f32
   const int hosts = layout_.hosts, me = layout_.host;
-  float* buf = nullptr;
-  const size_t bytes = sizeof(float) * static_cast<size_t>(big) * hosts;
+  float* buf = nullptr;  // two areas of `big` elements per host: all_to_all's input and output
+  const size_t bytes = 2 * sizeof(float) * static_cast<size_t>(big) * hosts;
   COMMX_CUDA_CHECK_CTX(cudaMalloc(reinterpret_cast<void**>(&buf), bytes), where);
   COMMX_CUDA_CHECK_CTX(cudaMemset(buf, 0, bytes), where);
   const Device dev = Device::cuda(device_);
@@ -137,6 +138,10 @@ void Hierarchy::connect_inter(const std::string& where) {
     d.input = d.output = part(me, n);  // in place, as NCCL lays it out
     if (type == OpType::kReduceScatterSingle) d.input = all;
     if (type == OpType::kAllGatherSingle) d.output = all;
+    if (type == OpType::kAllToAllSingle) {
+      d.input = all;
+      d.output = Tensor(buf + big * hosts, n * hosts, DataType::kFloat32, dev);
+    }
     // Grouped broadcasts (enqueue_all_gather): pieces out of order, so that NCCL does not take
     // them for one buffer.
     if (type == OpType::kAllGather)
@@ -147,7 +152,7 @@ void Hierarchy::connect_inter(const std::string& where) {
   try {
     for (int64_t n : {int64_t{1}, big})
       for (OpType t : {OpType::kAllReduce, OpType::kAllGatherSingle, OpType::kAllGather,
-                       OpType::kReduceScatterSingle})
+                       OpType::kReduceScatterSingle, OpType::kAllToAllSingle})
         run(t, n);
   } catch (...) {
     cudaFree(buf);
@@ -168,6 +173,13 @@ PeerSet Hierarchy::peers(const OpDesc& op) const {
                        op);
 }
 
+void Hierarchy::run_inter(OpDesc d) {
+  lower_op(d, layout_.host, layout_.hosts);
+  Work w = inter_->run(d, false);
+  std::lock_guard<std::mutex> g(mu_);
+  last_inter_ = std::move(w);
+}
+
 void Hierarchy::inter_all_reduce(const OpDesc& op, const void* in, void* out, int64_t count,
                                  ReduceKind kind, cudaStream_t s) {
   OpDesc d;
@@ -177,10 +189,7 @@ void Hierarchy::inter_all_reduce(const OpDesc& op, const void* in, void* out, in
   d.input = Tensor(const_cast<void*>(in), count, op.input.dtype, op.input.device, s);
   d.output = Tensor(out, count, op.input.dtype, op.input.device, s);
   d.op = ReduceOp(kind);
-  lower_op(d, layout_.host, layout_.hosts);
-  Work w = inter_->run(d, false);
-  std::lock_guard<std::mutex> g(mu_);
-  last_inter_ = std::move(w);
+  run_inter(std::move(d));
 }
 
 void Hierarchy::local_exchange(const OpDesc& op, const PtrList& src, const PtrList& dst,
@@ -198,10 +207,10 @@ void Hierarchy::local_reduce_scatter(const OpDesc& op, const ReduceSpec& rs, con
   COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
 }
 
-char* Hierarchy::scratch(uint64_t bytes, bool capturing, cudaStream_t s, bool* async,
-                         const std::string& where) {
+char* Hierarchy::scratch(Scratch& pool, uint64_t bytes, bool capturing, cudaStream_t s,
+                         bool* async, const std::string& where) {
   *async = false;
-  if (bytes <= scratch_bytes_) return scratch_;
+  if (bytes <= pool.bytes) return pool.p;
   if (capturing) {
     // No cudaMalloc inside a capture: a graph allocation, freed by the same graph.
     void* p = nullptr;
@@ -212,14 +221,14 @@ char* Hierarchy::scratch(uint64_t bytes, bool capturing, cudaStream_t s, bool* a
   // Earlier ops may still use the old buffer: keep it until finalize.
   void* p = nullptr;
   COMMX_CUDA_CHECK_CTX(cudaMalloc(&p, bytes), where + "scratch: ");
-  if (scratch_) old_scratch_.push_back(scratch_);
-  scratch_ = static_cast<char*>(p);
-  scratch_bytes_ = bytes;
-  return scratch_;
+  if (pool.p) pool.old.push_back(pool.p);
+  pool.p = static_cast<char*>(p);
+  pool.bytes = bytes;
+  return pool.p;
 }
 
-bool Hierarchy::enqueue_reduce_scatter(const OpDesc& op, cudaStream_t s,
-                                       const std::string& where) {
+bool Hierarchy::enqueue_reduce_scatter(const OpDesc& op, cudaStream_t s, const std::string& where,
+                                       const std::optional<InterLowp>& lowp) {
   const DataType t = op.output.dtype;
   const ReduceKind kind = op.op.kind;
   if (!native_reduce_supported(t, kind)) return false;
@@ -238,6 +247,8 @@ bool Hierarchy::enqueue_reduce_scatter(const OpDesc& op, cudaStream_t s,
                                 : ReduceKind::kSum;
   auto across_hosts = [&](void* in) {
     // Chunk h of `in` goes to host h (NCCL rank order).
+    if (lowp && across == ReduceKind::kSum)
+      return inter_reduce_scatter_lowp(op, *lowp, in, op.output.data, n, s, where);
     OpDesc d;
     d.type = OpType::kReduceScatterSingle;
     d.seq = op.seq;
@@ -245,10 +256,7 @@ bool Hierarchy::enqueue_reduce_scatter(const OpDesc& op, cudaStream_t s,
     d.input = Tensor(in, hosts * n, t, op.output.device, s);
     d.output = Tensor(op.output.data, n, t, op.output.device, s);
     d.op = ReduceOp(across);
-    lower_op(d, layout_.host, layout_.hosts);
-    Work w = inter_->run(d, false);
-    std::lock_guard<std::mutex> g(mu_);
-    last_inter_ = std::move(w);
+    run_inter(std::move(d));
   };
   // One rank per host (host h = rank h): plain NCCL unless a scale is due.
   if (local == 1 && op.inputs_one_buffer() &&
@@ -260,7 +268,7 @@ bool Hierarchy::enqueue_reduce_scatter(const OpDesc& op, cudaStream_t s,
   //    rank (h, q)'s block, at tmp + h * n (scaled once for AVG / PREMUL_SUM).
   const bool capturing = is_capturing(s);
   bool async = false;
-  char* tmp = scratch(static_cast<uint64_t>(hosts * n * es), capturing, s, &async, where);
+  char* tmp = scratch(partials_, static_cast<uint64_t>(hosts * n * es), capturing, s, &async, where);
   bool al = aligned16(tmp) && (n * es) % 16 == 0;
   for (int r = 0; r < world_; ++r) al = al && aligned16(block(r));
   ReduceSpec rs = make_reduce_spec(t, op.op, world_, al);
@@ -294,12 +302,7 @@ bool Hierarchy::enqueue_all_gather(const OpDesc& op, cudaStream_t s, const std::
   for (int h = 0; h < hosts; ++h)
     d.outputs.emplace_back(block(rank_of(h, me)), static_cast<int64_t>(nb), DataType::kUInt8,
                            op.input.device, s);
-  lower_op(d, layout_.host, layout_.hosts);
-  Work w = inter_->run(d, false);
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    last_inter_ = std::move(w);
-  }
+  run_inter(std::move(d));
   // 2. Within the host, per source host: every local rank shares what it received.
   for (int h = 0; h < hosts && local > 1; ++h) {
     PtrList src{}, dst{};
@@ -312,13 +315,14 @@ bool Hierarchy::enqueue_all_gather(const OpDesc& op, cudaStream_t s, const std::
   return true;
 }
 
-bool Hierarchy::enqueue(const OpDesc& op, cudaStream_t s, const std::string& where) {
+bool Hierarchy::enqueue(const OpDesc& op, cudaStream_t s, const std::string& where,
+                        const std::optional<InterLowp>& lowp) {
   if (!inter_) return false;
   // The per-host steps move equal pieces; the forms with per-peer counts go to NCCL.
   if (op.collective == Collective::kAllGather && op.equal_split())
     return enqueue_all_gather(op, s, where);
   if (op.collective == Collective::kReduceScatter && op.equal_split())
-    return enqueue_reduce_scatter(op, s, where);
+    return enqueue_reduce_scatter(op, s, where, lowp);
   if (op.collective != Collective::kAllReduce) return false;
   const DataType t = op.input.dtype;
   const ReduceKind kind = op.op.kind;
@@ -343,15 +347,23 @@ bool Hierarchy::enqueue(const OpDesc& op, cudaStream_t s, const std::string& whe
   auto reduce_scatter = [&](const PtrList& ins, char* dst, int64_t len) {
     local_reduce_scatter(op, rs, ins, dst, len, s, where);
   };
+  // The step across hosts; in FP8 when the op runs in low precision (its sums are SUMs here:
+  // AVG and PREMUL_SUM scaled in the local step).
+  auto across_hosts = [&](const void* from, void* to, int64_t count) {
+    if (lowp && across == ReduceKind::kSum)
+      inter_all_reduce_lowp(op, *lowp, from, to, count, s, where);
+    else
+      inter_all_reduce(op, from, to, count, across, s);
+  };
   if (local == 1) {
     // Only the scale needs a kernel (one rank: the reduce-scatter is a scaled copy).
     if (rs.scale == 1.0) {
-      inter_all_reduce(op, in, out, n, across, s);
+      across_hosts(in, out, n);
     } else {
       PtrList ins{};
       ins.p[0] = in;
       reduce_scatter(ins, out, n);
-      inter_all_reduce(op, out, out, n, across, s);
+      across_hosts(out, out, n);
     }
     return true;
   }
@@ -369,7 +381,7 @@ bool Hierarchy::enqueue(const OpDesc& op, cudaStream_t s, const std::string& whe
     COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);
   }
   const int64_t shard = plan.owned(me, local);
-  if (shard > 0) inter_all_reduce(op, out + me * s0 * es, out + me * s0 * es, shard, across, s);
+  if (shard > 0) across_hosts(out + me * s0 * es, out + me * s0 * es, shard);
   if (s0 > 0) {
     PtrList src{}, dst{};
     for (int q = 0; q < local; ++q) {
@@ -410,11 +422,11 @@ void Hierarchy::finalize() {
   inter_.reset();
   if (pm_) pm_->close();
   DeviceGuard g(device_);
-  for (char* p : old_scratch_) cudaFree(p);
-  old_scratch_.clear();
-  if (scratch_) cudaFree(scratch_);
-  scratch_ = nullptr;
-  scratch_bytes_ = 0;
+  for (Scratch* pool : {&partials_, &lowp_}) {
+    for (char* p : pool->old) cudaFree(p);
+    if (pool->p) cudaFree(pool->p);
+    *pool = Scratch{};
+  }
 }
 
 }  // namespace commx::cuda

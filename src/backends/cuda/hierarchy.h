@@ -9,6 +9,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,8 +19,17 @@
 #include "cuda/kernel_params.h"
 #include "cuda/peer_memory.h"
 #include "cuda/tuning.h"
+#include "lowp/lowp_config.h"
 
 namespace commx::cuda {
+
+// How the inter-host step of an op runs in low precision (FP8 on the wire between hosts, FP32
+// sums): the plan the comm's low-precision settings chose for the op, and the device counters
+// of the codec.
+struct InterLowp {
+  lowp::LowpPlan plan;
+  unsigned long long* stats = nullptr;
+};
 
 // Collective over the comm: every rank publishes its place (hostname + boot id, GPU bus id)
 // through the store and groups the ranks by host (host_layout; forced by ranks_per_host > 0).
@@ -43,10 +53,12 @@ class Hierarchy {
   // Empty when the path is usable on every rank; else why not (peer memory within a host, a GPU
   // shared by an inter-host group): the backend then sends every op through NCCL.
   const std::string& problem() const { return problem_; }
-  // Enqueues an all_reduce, all_gather(_single) or reduce_scatter(_single) on `s`; false when the op is not one this path
-  // covers (other ops, reductions the kernels lack, algorithm hint "nccl" or DDA disabled): the
-  // caller delegates.
-  bool enqueue(const OpDesc& op, cudaStream_t s, const std::string& where);
+  // Enqueues an all_reduce, all_gather(_single) or reduce_scatter(_single) on `s`; false when the
+  // op is not one this path covers (other ops, reductions the kernels lack, algorithm hint
+  // "nccl" or DDA disabled): the caller delegates. With `lowp`, the inter-host step of an
+  // all_reduce or reduce_scatter moves FP8 (hierarchy_lowp.cc); the steps within a host do not.
+  bool enqueue(const OpDesc& op, cudaStream_t s, const std::string& where,
+               const std::optional<InterLowp>& lowp = std::nullopt);
   // An error the inter-host NCCL comm reported asynchronously, else null.
   std::exception_ptr inter_error() const;
   // The comm rank of local index `local` on this host.
@@ -60,18 +72,38 @@ class Hierarchy {
  private:
   Hierarchy() = default;
   PeerSet peers(const OpDesc& op) const;
+  // Runs `d` (a whole-buffer op over this rank's inter-host group, lowered here) on the inter-host
+  // NCCL comm; its Work is kept for inter_error().
+  void run_inter(OpDesc d);
   // `count` elements of in -> out across hosts (this rank's inter-host group) on `s`.
   void inter_all_reduce(const OpDesc& op, const void* in, void* out, int64_t count,
                         ReduceKind kind, cudaStream_t s);
+  // The same summed in low precision, with the semantics and bits of the host path's FP8
+  // all_reduce (lowp_collectives.h) over the hosts: FP8 slices to their owner hosts, FP32 sums in
+  // host order (the own slice exact), one re-encode, FP8 all-gather, decode.
+  void inter_all_reduce_lowp(const OpDesc& op, const InterLowp& lp, const void* in, void* out,
+                             int64_t count, cudaStream_t s, const std::string& where);
+  // Chunk h of `in` (`count` elements each) summed across hosts into `out` on host h, in low
+  // precision (the first half of the above; the FP32 sum is rounded to the dtype once).
+  void inter_reduce_scatter_lowp(const OpDesc& op, const InterLowp& lp, const void* in, void* out,
+                                 int64_t count, cudaStream_t s, const std::string& where);
   // reduce_scatter(_single): a local reduce-scatter per destination host into a scratch buffer,
   // then an inter-host NCCL reduce-scatter of the partials into the output.
-  bool enqueue_reduce_scatter(const OpDesc& op, cudaStream_t s, const std::string& where);
+  bool enqueue_reduce_scatter(const OpDesc& op, cudaStream_t s, const std::string& where,
+                              const std::optional<InterLowp>& lowp);
   // Local reduce-scatter of ins.p[q] (`len` elements each) into dst, in chunks of the buffer.
   void local_reduce_scatter(const OpDesc& op, const ReduceSpec& rs, const PtrList& ins, char* dst,
                             int64_t len, cudaStream_t s, const std::string& where);
-  // A device buffer of `bytes`: the comm's scratch (grown outside captures), else, inside a
-  // capture, a stream-ordered allocation (*async = true: free it with cudaFreeAsync on s).
-  char* scratch(uint64_t bytes, bool capturing, cudaStream_t s, bool* async,
+  // A scratch buffer that grows on demand; outgrown ones are kept until finalize (earlier ops
+  // may still use them).
+  struct Scratch {
+    char* p = nullptr;
+    uint64_t bytes = 0;
+    std::vector<char*> old;
+  };
+  // A device buffer of `bytes`: `pool`'s (grown outside captures), else, inside a capture, a
+  // stream-ordered allocation (*async = true: free it with cudaFreeAsync on s).
+  char* scratch(Scratch& pool, uint64_t bytes, bool capturing, cudaStream_t s, bool* async,
                 const std::string& where);
   // all_gather(_single): inter-host grouped broadcasts, then one local exchange per host.
   bool enqueue_all_gather(const OpDesc& op, cudaStream_t s, const std::string& where);
@@ -92,9 +124,8 @@ class Hierarchy {
   mutable std::mutex mu_;  // last_inter_ is polled by Work hooks from other threads
   Work last_inter_;
   std::string problem_;
-  char* scratch_ = nullptr;  // reduce_scatter partials
-  uint64_t scratch_bytes_ = 0;
-  std::vector<char*> old_scratch_;  // outgrown scratch buffers, freed at finalize
+  Scratch partials_;  // reduce_scatter's partial results per destination host
+  Scratch lowp_;      // the encoded slices and FP32 sums of the low-precision inter-host step
 };
 
 }  // namespace commx::cuda

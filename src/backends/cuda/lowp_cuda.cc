@@ -205,9 +205,13 @@ void LowpCuda::init(const Hints& comm_hints, const std::string& where) {
                        where);
 }
 
+std::optional<lowp::LowpPlan> LowpCuda::plan(const OpDesc& op, const std::string& where) const {
+  return lowp::lowp_choice(settings_, op, where);
+}
+
 bool LowpCuda::maybe_enqueue(const OpDesc& op, const PeerSet& ps, int max_blocks,
                              cudaStream_t s, const std::string& where) {
-  auto plan = lowp::lowp_choice(settings_, op, where);
+  auto plan = this->plan(op, where);
   if (!plan) return false;
   const DataType dtype = op.dtype();
   Rounds rd{ps, s, where, *plan, d_stats_, op.seq, dtype, max_blocks};

@@ -7,6 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <optional>
 #include <string>
 
 #include "commx/backend.h"
@@ -24,6 +25,10 @@ class LowpCuda {
   // get at most `max_blocks` blocks of threads.
   bool maybe_enqueue(const OpDesc& op, const PeerSet& ps, int max_blocks, cudaStream_t s,
                      const std::string& where);
+  // The low-precision plan of `op` (the comm's settings and the op's hints), or nullopt.
+  std::optional<lowp::LowpPlan> plan(const OpDesc& op, const std::string& where) const;
+  // The device counters the codec adds to (kNumStats of fp8_codec_cuda.h).
+  unsigned long long* device_stats() const { return d_stats_; }
   // Codec counters of every low-precision op so far (waits for the device).
   lowp::CodecStats stats() const;
   void close();
