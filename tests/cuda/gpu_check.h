@@ -108,6 +108,19 @@ inline std::vector<uint8_t> from_dev(const void* src, size_t bytes) {
   return b;
 }
 
+// What `issue()` enqueues on `s`, captured (this thread's capture mode) into an executable graph.
+template <typename F>
+cudaGraphExec_t capture_graph(cudaStream_t s, F&& issue) {
+  cudaGraph_t g;
+  cudaGraphExec_t exec = nullptr;
+  CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  issue();
+  CU(cudaStreamEndCapture(s, &g));
+  CU(cudaGraphInstantiate(&exec, g, 0));
+  cudaGraphDestroy(g);
+  return exec;
+}
+
 inline double fold(ReduceOp op, const std::vector<double>& xs, int world) {
   double acc = xs[0];
   for (size_t i = 1; i < xs.size(); ++i) {

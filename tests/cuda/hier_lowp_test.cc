@@ -133,15 +133,9 @@ void check_all_reduce(Comm& c, RankCtx& ctx, int local, DataType t, ReduceOp op,
   DevBuf buf(n * es + 16);
   cudaStream_t s;
   CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaGraphExec_t exec = nullptr;
-  if (graph) {
-    cudaGraph_t g;
-    CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    c.all_reduce(Tensor(buf.p, n, t, dev, s), op, false);
-    CU(cudaStreamEndCapture(s, &g));
-    CU(cudaGraphInstantiate(&exec, g, 0));
-    cudaGraphDestroy(g);
-  }
+  cudaGraphExec_t exec =
+      graph ? capture_graph(s, [&] { c.all_reduce(Tensor(buf.p, n, t, dev, s), op, false); })
+            : nullptr;
   for (int rep = 0; rep < (graph ? 2 : 1); ++rep) {
     auto in = rank_inputs(t, n, ctx.world, seed + 1000 * rep);
     CU(cudaMemcpyAsync(buf.p, in[ctx.rank].bytes.data(), n * es, cudaMemcpyHostToDevice, s));

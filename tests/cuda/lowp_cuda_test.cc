@@ -121,15 +121,8 @@ void check_case(Comm& c, RankCtx& ctx, const Case& k, const CodecConfig& cfg, bo
   DevBuf din(in[ctx.rank].n * es + 16), dout(olen * es + 16);
   cudaStream_t s;
   CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaGraphExec_t exec = nullptr;
-  if (graph) {
-    cudaGraph_t g;
-    CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    issue(c, k, ctx, din.p, dout.p, s);
-    CU(cudaStreamEndCapture(s, &g));
-    CU(cudaGraphInstantiate(&exec, g, 0));
-    cudaGraphDestroy(g);
-  }
+  cudaGraphExec_t exec =
+      graph ? capture_graph(s, [&] { issue(c, k, ctx, din.p, dout.p, s); }) : nullptr;
   const std::string what = std::string(coll_name(k.coll)) + " " + dtype_name(k.dtype) + " " +
                            reduce_kind_name(k.kind) + " n " + std::to_string(k.n) +
                            (two_term ? " fp8x2" : "") + (graph ? " graph" : "") + " block " +
