@@ -22,38 +22,19 @@ BASE=$(cd "${1:?usage: gpu_pipelined_allreduce.sh BASE_DIR}" && pwd)
 OUT=${OUT:-$(results_dir)/$(date -u +%H%M)_pipelined_allreduce}
 mkdir -p "$OUT"
 WORK=$(mktemp -d)
-{
-  date -u; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
-  nvidia-smi topo -m; nvcc --version | tail -1; echo "COMMX_NCCL_LIBRARY=${COMMX_NCCL_LIBRARY:-}"
-  echo "new: $(git rev-parse --short HEAD 2>/dev/null)  base: $(git -C "$BASE" rev-parse --short HEAD 2>/dev/null)"
-} > "$OUT/machine.txt" 2>&1
+rc=0
+. bench/experiments/ab_lib.sh
+ab_machine
 FP8=${AB_FP8:-1}
 TESTS="cuda_backend_test conformance_all_reduce_test cuda_call_check_test"
 [ "$FP8" != 0 ] && TESTS="$TESTS lowp_cuda_test"
 # AB_EXTRA_TESTS: more GPU test binaries of the new tree, built and run whole after the others.
 EXTRA=${AB_EXTRA_TESTS:-}
 TESTS="$TESTS $EXTRA"
-(cd "$BASE" && timeout "${AB_BUILD_S:-300}" bash -c ". '$PWD/scripts/gpu_env.sh' 2>/dev/null;
-  cmake -G Ninja -S . -B build-ab -DCMAKE_BUILD_TYPE=Release -DCOMMX_WITH_CUDA=ON \
-  ${PREFIX_PATH:+-DCMAKE_PREFIX_PATH=$PREFIX_PATH} > '$WORK/base_build.log' 2>&1 &&
-  ninja -C build-ab -j$(nproc) commx_backend_cuda commx_backend_nccl commx-bench \
-  >> '$WORK/base_build.log' 2>&1") &
-base_pid=$!
-timeout "${AB_BUILD_S:-300}" bash -c ". scripts/gpu_env.sh; gpu_build build-ab '$WORK/build.log' \
-  commx_backend_cuda commx_backend_nccl commx-bench $TESTS" || {
-  tail -30 "$WORK/build.log" > "$OUT/build_failed.log"; wait $base_pid; exit 1; }
-wait $base_pid || { tail -30 "$WORK/base_build.log" > "$OUT/base_build_failed.log"; BASE=""; }
-echo "build ok${BASE:+ (and $BASE)}: $(date -u +%T)"
+ab_build "${AB_BUILD_S:-300}" "commx_backend_cuda commx_backend_nccl commx-bench" \
+  commx_backend_cuda commx_backend_nccl commx-bench $TESTS || exit 1
 
-rc=0
 T=build-ab/bin
-# test_step NAME LIMIT BINARY ARGS...: one GPU test binary, its output appended to tests.log.
-test_step() {
-  local name=$1 limit=$2; shift 2
-  echo "=== $name" >> "$OUT/tests.log"
-  timeout "$limit" "$@" >> "$OUT/tests.log" 2>&1 || { rc=1; echo "=== $name FAILED" >> "$OUT/tests.log"; }
-}
-summary() { grep -E "^=== |^\[ +(OK|FAILED|PASSED|SKIPPED) +\]|rank [0-9]+ failed" "$OUT/tests.log" | tail -60; }
 # The changed path first: pieces in one launch, the chunking, graphs, a peer that never arrives.
 if [ "${AB_TESTS:-1}" != 0 ]; then
 test_step cuda_backend_test "${AB_BACKEND_S:-150}" $T/cuda_backend_test \
@@ -63,7 +44,7 @@ test_step conformance_all_reduce_test "${AB_CONFORMANCE_S:-150}" $T/conformance_
 test_step cuda_call_check_test "${AB_CHECK_S:-90}" $T/cuda_call_check_test
 [ "$FP8" != 0 ] && test_step lowp_cuda_test "${AB_LOWP_S:-240}" $T/lowp_cuda_test
 for t in $EXTRA; do test_step "$t" "${AB_EXTRA_S:-200}" $T/$t; done
-summary
+ab_summary
 fi
 [ "${AB_BENCH:-1}" = 0 ] && exit $rc
 
@@ -73,21 +54,8 @@ BACKENDS=cuda,nccl
 [ "$FP8" != 0 ] && BACKENDS=cuda,cuda+fp8,nccl
 ARGS="--ranks $NR --backend $BACKENDS --dtypes bf16,f32 --ops all_reduce --modes eager,graph --min 1M --max 256M --factor 4 --reps ${AB_REPS:-5}"
 echo "command: commx-bench $ARGS" >> "$OUT/machine.txt"
-runs=()
-for r in $(seq 1 "${AB_ROUNDS:-3}"); do
-  for side in base new; do
-    [ $side = base ] && [ -z "$BASE" ] && continue
-    dir=build-ab; [ $side = base ] && dir=$BASE/build-ab
-    timeout "${AB_BENCH_S:-120}" "$dir/bin/commx-bench" $ARGS --json "$WORK/${side}_$r.json" \
-      --md /dev/null > "$WORK/${side}_$r.log" 2>&1 || { rc=1; echo "bench $side round $r failed"; }
-    runs+=("$side=$WORK/${side}_$r.json")
-  done
-  # After every round: the comparison so far (a run cut short still leaves it).
-  python3 bench/experiments/latency_ab.py --md "$OUT/ab.md" --json "$OUT/ab.json" "${runs[@]}" > /dev/null 2>&1
-  (cd "$WORK" && tar czf "$OUT/runs.tar.gz" ./*.json ./*.log) 2>/dev/null
-done
-python3 bench/experiments/latency_ab.py --md "$OUT/ab.md" --json "$OUT/ab.json" "${runs[@]}" || rc=1
-cat "$OUT/ab.md"
+for r in $(seq 1 "${AB_ROUNDS:-3}"); do ab_bench "$r" "${AB_BENCH_S:-120}" $ARGS; done
+ab_report
 
 # The reference: the new tree with halves that hold a 256 MiB op whole (one piece).
 echo "command (reference): COMMX_CUDA_BUFFER_BYTES=256M commx-bench $ARGS" >> "$OUT/machine.txt"

@@ -1,0 +1,60 @@
+# Shared steps of the A/B experiments on a GPU machine (sourced from the repository root of the
+# "new" tree, after scripts/gpu_env.sh): both trees built at once, GPU test steps into
+# $OUT/tests.log, and rounds of commx-bench alternating base and new, compared by latency_ab.py.
+# Uses OUT, WORK (a scratch folder), BASE (the "before" tree; emptied when it fails to build) and
+# rc (set to 1 by any failed step).
+
+# ab_machine: the machine, the compilers and both trees' commits into $OUT/machine.txt.
+ab_machine() {
+  {
+    date -u; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
+    nvidia-smi topo -m; nvcc --version | tail -1; echo "COMMX_NCCL_LIBRARY=${COMMX_NCCL_LIBRARY:-}"
+    echo "new: $(git rev-parse --short HEAD 2>/dev/null)  base: $(git -C "$BASE" rev-parse --short HEAD 2>/dev/null)"
+  } > "$OUT/machine.txt" 2>&1
+}
+
+# ab_build LIMIT "BASE_TARGETS" TARGETS...: builds BASE/build-ab and ./build-ab at once, each
+# within LIMIT seconds. Returns 1 when the new tree fails (its log tail in build_failed.log).
+ab_build() {
+  local limit=$1 base_targets=$2; shift 2
+  (cd "$BASE" && timeout "$limit" bash -c ". '$PWD/scripts/gpu_env.sh' 2>/dev/null;
+    cmake -G Ninja -S . -B build-ab -DCMAKE_BUILD_TYPE=Release -DCOMMX_WITH_CUDA=ON \
+    ${PREFIX_PATH:+-DCMAKE_PREFIX_PATH=$PREFIX_PATH} > '$WORK/base_build.log' 2>&1 &&
+    ninja -C build-ab -j$(nproc) $base_targets >> '$WORK/base_build.log' 2>&1") &
+  local base_pid=$!
+  timeout "$limit" bash -c ". scripts/gpu_env.sh; gpu_build build-ab '$WORK/build.log' $*" || {
+    tail -30 "$WORK/build.log" > "$OUT/build_failed.log"; wait $base_pid; return 1; }
+  wait $base_pid || { tail -30 "$WORK/base_build.log" > "$OUT/base_build_failed.log"; BASE=""; }
+  echo "build ok${BASE:+ (and $BASE)}: $(date -u +%T)"
+}
+
+# test_step NAME LIMIT BINARY ARGS...: one GPU test binary, its output appended to tests.log.
+test_step() {
+  local name=$1 limit=$2; shift 2
+  echo "=== $name" >> "$OUT/tests.log"
+  timeout "$limit" "$@" >> "$OUT/tests.log" 2>&1 || { rc=1; echo "=== $name FAILED" >> "$OUT/tests.log"; }
+}
+ab_summary() { grep -E "^=== |^\[ +(OK|FAILED|PASSED|SKIPPED) +\]|rank [0-9]+ failed" "$OUT/tests.log" | tail -60; }
+
+# ab_bench TAG LIMIT ARGS...: commx-bench ARGS on base, then new (WORK/<side>_<TAG>.json), added
+# to the runs compared; then the comparison so far into $OUT/ab.md / ab.json (a run cut short
+# still leaves it) and every run's JSON and log into $OUT/runs.tar.gz.
+ab_runs=()
+ab_bench() {
+  local tag=$1 limit=$2 side dir; shift 2
+  for side in base new; do
+    [ $side = base ] && [ -z "$BASE" ] && continue
+    dir=build-ab; [ $side = base ] && dir=$BASE/build-ab
+    timeout "$limit" "$dir/bin/commx-bench" "$@" --json "$WORK/${side}_$tag.json" --md /dev/null \
+      > "$WORK/${side}_$tag.log" 2>&1 || { rc=1; echo "bench $side $tag failed"; }
+    ab_runs+=("$side=$WORK/${side}_$tag.json")
+  done
+  python3 bench/experiments/latency_ab.py --md "$OUT/ab.md" --json "$OUT/ab.json" "${ab_runs[@]}" > /dev/null 2>&1
+  (cd "$WORK" && tar czf "$OUT/runs.tar.gz" ./*.json ./*.log) 2>/dev/null
+}
+
+# ab_report: the final comparison, printed (rc 1 when it fails).
+ab_report() {
+  python3 bench/experiments/latency_ab.py --md "$OUT/ab.md" --json "$OUT/ab.json" "${ab_runs[@]}" || rc=1
+  cat "$OUT/ab.md"
+}
