@@ -71,9 +71,29 @@ from ._memory import HostMemAllocator, get_mem_allocator  # noqa: F401
 from ._windows import TensorWindow, TorchCommWinAccessType, TorchCommWindowAttr  # noqa: F401
 from . import coalescing  # noqa: F401
 from .coalescing import coalesce  # noqa: F401
+from ._timeout import Timeout  # noqa: F401
 
 _torchcomms.install()
 _pickle.install()
+
+
+def _load_functional():
+    """Comm methods become traceable by torch.compile once commx.functional is loaded: at once
+    when torch is already imported or the compile mode is on (TORCHCOMMS_PATCH_FOR_COMPILE=1),
+    else whenever a program imports commx.functional (commx itself works without torch)."""
+    import sys
+    from . import _tracing
+    torch = sys.modules.get("torch")
+    if not _tracing.patch_mode and getattr(torch, "compiler", None) is None:
+        return  # no torch, or torch still importing (torch.distributed loading commx.torch)
+    try:
+        from . import functional  # noqa: F401
+    except ImportError:
+        if _tracing.patch_mode:
+            raise
+
+
+_load_functional()
 
 # torchcomms' type names, so code written against torchcomms reads the same.
 TorchComm = Comm
@@ -102,7 +122,7 @@ __all__ = [
     "OpName", "P2POpType", "RedOpType", "RemovableHandle", "available_backends",
     "is_backend_built", "launcher_store", "ReconfigurableComm", "TorchCommBackend", "coalesce",
     "HostMemAllocator", "TensorWindow", "TorchCommWinAccessType", "TorchCommWindowAttr",
-    "get_mem_allocator", *_option_names,
+    "get_mem_allocator", "Timeout", *_option_names,
 ]
 # Needing torch, imported by name: commx.objcol (object collectives), commx.device_mesh
 # (init_device_mesh over comms), commx.functional (compile/autograd-aware collectives).
