@@ -60,6 +60,11 @@ def _op_spec(op):
     return {"prod": "product"}.get(kind, kind)
 
 
+@torch._dynamo.assume_constant_result
+def _rank(comm):
+    return comm.get_rank()
+
+
 def _done(result, async_op):
     return CompletedWork(result) if async_op else None
 
@@ -173,7 +178,7 @@ def all_to_all_v_single(self, output, input, output_split_sizes, input_split_siz
 def gather(self, output_tensor_list, input_tensor, root, async_op=False, hints=None,
            timeout=None):
     gathered = comm_ops.gather(input_tensor, root, group_key(self))
-    if self.get_rank() == root:
+    if _rank(self) == root:
         for out, block in zip(output_tensor_list, gathered.split(input_tensor.shape[0])):
             out.copy_(block)
     return _done(output_tensor_list, async_op)
@@ -258,8 +263,24 @@ def _method(name, method, traced):
     return call
 
 
+def _constant(name, method):
+    """A getter whose answer is fixed for the comm's life, read once while tracing."""
+    def get(self):
+        return method(self)
+    get.__name__ = name
+    get.__qualname__ = f"Comm.{name}"
+    get.__doc__ = method.__doc__
+    get._commx_traceable = True
+    return torch._dynamo.assume_constant_result(get)
+
+
 def install():
-    """Wraps commx.Comm's collective methods (once)."""
+    """Wraps commx.Comm's collective methods (once); rank, size and name read inside a traced
+    function become constants of the graph."""
+    for name in ("get_rank", "get_size", "get_name"):
+        method = getattr(_C.Comm, name)
+        if not getattr(method, "_commx_traceable", False):
+            setattr(_C.Comm, name, _constant(name, method))
     for name, traced in TRACED.items():
         method = getattr(_C.Comm, name)
         if not getattr(method, "_commx_traceable", False):

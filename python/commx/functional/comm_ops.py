@@ -1,14 +1,15 @@
 """The custom ops behind comm methods that commx.functional's differentiable collectives do not
 cover: reduce, gather, scatter, send, recv, barrier (torch.ops.commx.*). Each returns new
 tensors (the methods copy them into the caller's tensors), so the graph stays functional.
-send and barrier return nothing and are registered as side-effecting, so no compiler pass
-drops them. They have no gradient (an error names the op when one is needed).
+All of them, and commx.functional's ops, are registered as side-effecting, so no compiler pass
+drops one whose result is unused. They have no gradient (an error names the op when one is needed).
 Layer: PyTorch integration (Python, over commx)."""
 
 import torch
 from torch.library import custom_op
 
-from . import _comm, _reduce_op, _rows
+from . import (_all_gather_single, _all_reduce, _all_to_all_single, _broadcast,
+               _reduce_scatter_single, _comm, _reduce_op, _rows)
 
 
 @custom_op("commx::reduce", mutates_args=())
@@ -94,5 +95,9 @@ def _(anchor, comm):
     return None
 
 
-for _op in (send, barrier):
+# Every rank must issue every collective of its graph, used or not: a rank whose compiler
+# dropped an op with an unused result (gather off the root, say) would pair its next op with
+# the peers' dropped one. Side-effecting ops are never eliminated as dead code.
+for _op in (reduce, gather, scatter, recv, send, barrier, _all_reduce, _all_gather_single,
+            _reduce_scatter_single, _all_to_all_single, _broadcast):
     torch.fx.node.has_side_effect(_op._opoverload)
