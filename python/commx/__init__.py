@@ -77,21 +77,7 @@ _torchcomms.install()
 _pickle.install()
 
 
-def _load_functional():
-    """Comm methods become traceable by torch.compile once commx.functional is loaded: at once
-    when torch is already imported or the compile mode is on (TORCHCOMMS_PATCH_FOR_COMPILE=1),
-    else whenever a program imports commx.functional (commx itself works without torch)."""
-    import sys
-    from . import _tracing
-    torch = sys.modules.get("torch")
-    if not _tracing.patch_mode and getattr(torch, "compiler", None) is None:
-        return  # no torch, or torch still importing (torch.distributed loading commx.torch)
-    try:
-        from . import functional  # noqa: F401
-    except ImportError:
-        if _tracing.patch_mode:
-            raise
-
+from ._tracing import load_functional as _load_functional  # noqa: E402
 
 _load_functional()
 
