@@ -276,6 +276,7 @@ def _version_tuple(version):
 
 # Comm methods traceable by torch.compile, torchcomms' async tensors and wait ops.
 _tracing.is_compiling = torch.compiler.is_compiling
-from . import async_tensor, wait_ops, comm_ops, comm_methods  # noqa: E402,F401
+from . import async_tensor, wait_ops, comm_ops, comm_methods, batch_methods  # noqa: E402,F401
 
 comm_methods.install()
+batch_methods.install()
