@@ -121,7 +121,9 @@ def _traced_methods(rank, size, store):
     premul = ReduceOp.PREMUL_SUM(0.5)
     splits = [1, 2] if rank == 0 else [2, 1]  # rows each rank sends, and receives, per peer
 
-    def step(x, lst, v_in, rs_in, a2a_in, recv_buf, s_out, s_in):
+    def step(x, lst, v_in, rs_in, a2a_in, recv_buf, s_out, s_in, batch, b_send, b_recv):
+        batch.send(b_send, peer)  # added each time the graph runs; issued outside
+        batch.recv(b_recv, peer)
         work = comm.all_reduce(x, ReduceOp.SUM, async_op=True)
         work.wait()
         comm.barrier(async_op=False)
@@ -162,16 +164,22 @@ def _traced_methods(rank, size, store):
     lst = [torch.zeros(4) for _ in range(size)]
     recv_buf = torch.zeros(4)
     s_out = torch.zeros(3)
+    batch = comm.batch_op_create()
+    b_recv = torch.zeros(2)
     out = compiled(_v(rank), lst, torch.full((2 + rank,), float(rank + 1)),
                    torch.arange(4.0) * (rank + 1), torch.arange(4.0) + 100 * rank, recv_buf,
-                   s_out, [torch.full((3,), 7.0 * (i + 1) + rank) for i in range(size)])
+                   s_out, [torch.full((3,), 7.0 * (i + 1) + rank) for i in range(size)],
+                   batch, torch.full((2,), 50.0 + rank), b_recv)
+    added = len(batch.ops)
+    batch.issue(async_op=False)
     comm.finalize()
     x10, r, b, v_out, rs, rsv, a2a, a2av, g, p = out
     return dict(x10=x10.tolist(), r=r.tolist(), b=b.tolist(), lst=[t.tolist() for t in lst],
                 v_out=[t.tolist() for t in v_out], rs=rs.tolist(), rsv=rsv.tolist(),
                 a2a=[t.tolist() for t in a2a], a2av=a2av.tolist(),
                 g=[t.tolist() for t in g], recv=recv_buf.tolist(), s_out=s_out.tolist(),
-                p=p.tolist(), targets=recorder.targets)
+                p=p.tolist(), batch_ops=added, b_recv=b_recv.tolist(),
+                targets=recorder.targets)
 
 
 def test_comm_methods_compile_fullgraph_and_match_references():
@@ -201,10 +209,11 @@ def test_comm_methods_compile_fullgraph_and_match_references():
         assert res["recv"] == total.tolist()  # the peer's x after the all_reduce
         assert res["s_out"] == [7.0 * (rank + 1) + 1] * 3  # root 1's block `rank`
         assert res["p"] == [(0.5 * 1 + 0.5 * 2) * 2] * 2  # premul sum, then sum
+        assert res["batch_ops"] == 2 and res["b_recv"] == [50.0 + (1 - rank)] * 2
         ops = [t for t in res["targets"] if t.startswith("commx.")]
         for op in ("all_reduce", "barrier", "reduce", "broadcast", "all_gather_single",
                    "all_to_all_single", "reduce_scatter_single", "gather", "scatter", "send",
-                   "recv"):
+                   "recv", "batch_add"):
             assert f"commx.{op}.default" in ops, (op, ops)
 
 
@@ -289,13 +298,21 @@ def test_mode_off_keeps_work_results():
         assert kind == "Work" and values == (_v(0) + _v(1)).tolist()
 
 
-def test_mode_switch_from_environment():
-    code = ("import torch, commx, commx.functional as f; "
-            "print(f.is_torch_compile_supported_and_enabled(), "
-            "f.is_torch_compile_supported_and_enabled('99.0'))")
-    env = dict(os.environ)
-    for value, want in (("1", "True False"), ("", "False False")):
-        env["TORCHCOMMS_PATCH_FOR_COMPILE"] = value
+def test_mode_switch_from_environment(monkeypatch):
+    # the switch is read when commx is imported: a fresh interpreter for each value (commx only,
+    # no torch, so this stays fast)
+    code = "import commx._tracing as t; print(t.patch_mode)"
+    for var, value, want in (("TORCHCOMMS_PATCH_FOR_COMPILE", "1", "True"),
+                             ("COMMX_PATCH_FOR_COMPILE", "true", "True"),
+                             ("TORCHCOMMS_PATCH_FOR_COMPILE", "0", "False")):
+        env = {k: v for k, v in os.environ.items() if not k.endswith("_PATCH_FOR_COMPILE")}
+        env[var] = value
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                             text=True, timeout=120)
-        assert out.stdout.strip() == want, out.stderr
+                             text=True, timeout=60)
+        assert out.stdout.strip() == want, (var, value, out.stderr)
+    from commx import _tracing
+    monkeypatch.setattr(_tracing, "patch_mode", True)
+    assert commx.functional.is_torch_compile_supported_and_enabled()
+    assert not commx.functional.is_torch_compile_supported_and_enabled("99.0")
+    monkeypatch.setattr(_tracing, "patch_mode", False)
+    assert not commx.functional.is_torch_compile_supported_and_enabled()
