@@ -71,9 +71,15 @@ from ._memory import HostMemAllocator, get_mem_allocator  # noqa: F401
 from ._windows import TensorWindow, TorchCommWinAccessType, TorchCommWindowAttr  # noqa: F401
 from . import coalescing  # noqa: F401
 from .coalescing import coalesce  # noqa: F401
+from ._timeout import Timeout  # noqa: F401
 
 _torchcomms.install()
 _pickle.install()
+
+
+from ._tracing import load_functional as _load_functional  # noqa: E402
+
+_load_functional()
 
 # torchcomms' type names, so code written against torchcomms reads the same.
 TorchComm = Comm
@@ -102,7 +108,7 @@ __all__ = [
     "OpName", "P2POpType", "RedOpType", "RemovableHandle", "available_backends",
     "is_backend_built", "launcher_store", "ReconfigurableComm", "TorchCommBackend", "coalesce",
     "HostMemAllocator", "TensorWindow", "TorchCommWinAccessType", "TorchCommWindowAttr",
-    "get_mem_allocator", *_option_names,
+    "get_mem_allocator", "Timeout", *_option_names,
 ]
 # Needing torch, imported by name: commx.objcol (object collectives), commx.device_mesh
 # (init_device_mesh over comms), commx.functional (compile/autograd-aware collectives).

@@ -8,6 +8,7 @@ from ._backends import BackendHandle, load_backend
 from ._stores import as_commx_store
 from ._reconfigure import ReconfigurableComm
 from ._torchcomms import CommOptions
+from ._tracing import load_functional
 
 
 # Where new_comm finds the rank, in order: the C++ core's variables (src/core/env.cc), with
@@ -92,6 +93,7 @@ def new_comm(
     enable_reconfigure: meet nobody now; returns a ReconfigurableComm whose members are set by
     reconfigure(uuid, init_handles) (handles from get_init_handle() of each process).
     """
+    load_functional()  # torch may have finished importing since commx was imported
     load_backend(backend)
     rank, size = _torchcomm_rank_size(rank, size)
     cstore, owner = as_commx_store(store)

@@ -313,6 +313,8 @@ def _reduce_op_type(self):
 
 def install():
     C = _C.Comm
+    if hasattr(C, "_native_timeout"):
+        return  # installed by an earlier import of commx (one that failed after this point)
     C._native_timeout = C.get_timeout
     C.get_timeout = _get_timeout
     C.get_options = _get_options

@@ -13,7 +13,7 @@ block. Sync ops in a block have finished when their call returns. barrier cannot
 
 import contextlib
 
-from . import _C
+from . import _C, _tracing
 
 __all__ = ["CoalescedWork", "CoalescingManager", "coalesce"]
 
@@ -65,6 +65,11 @@ class CoalescingManager:
 def coalesce(comm):
     """A coalescing block on `comm` (see the module's doc); yields a CoalescingManager."""
     manager = CoalescingManager()
+    if _tracing.is_compiling():
+        # Under torch.compile every op of the block is in the graph and has completed when the
+        # graph moves past it (commx.functional.comm_methods), so the block is only a scope.
+        yield manager
+        return
     comm.start_coalescing()
     try:
         yield manager

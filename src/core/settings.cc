@@ -219,6 +219,10 @@ const std::vector<SettingSpec>& table() {
       {"COMMX_TORCH_BACKEND_CUDA", T::kString, "cuda",
        "commx backend behind torch's \"commx\" process group for CUDA tensors", "python.md", 0, 0,
        nullptr, nullptr, false, "Python"},
+      {"COMMX_PATCH_FOR_COMPILE", T::kBool, "0",
+       "compile mode (also TORCHCOMMS_PATCH_FOR_COMPILE): eager comm methods return async tensors "
+       "and are recorded by autograd",
+       "python.md", 0, 0, nullptr, nullptr, false, "Python"},
       {"COMMX_TORCH_PG_BASE", T::kChoice, "unset",
        "process_group: register the torch backend on the ProcessGroup base (tests)", "python.md", 0,
        0, "process_group", nullptr, false, "Python"},

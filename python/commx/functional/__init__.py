@@ -27,6 +27,7 @@ import torch
 from torch.library import custom_op, register_autograd
 
 import commx
+from commx import _tracing
 
 __all__ = ["all_gather_single", "all_reduce", "all_to_all_single", "broadcast", "group_key",
            "is_torch_compile_supported_and_enabled",
@@ -62,6 +63,8 @@ def _comm(key):
 
 
 def _reduce_op(key, op):
+    if op.startswith("premul_sum:"):  # comm methods' PREMUL_SUM(factor), factor after the colon
+        return commx.ReduceOp.PREMUL_SUM(float(op.split(":", 1)[1]))
     if op not in _REDUCE_OPS:
         raise commx.InvalidArgumentError(
             f"InvalidArgument: [comm '{_comm(key).get_name()}'] functional collective: reduce op "
@@ -250,8 +253,30 @@ def _op_name(op):
             "PRODUCT": "product"}.get(name, str(op))
 
 
-def is_torch_compile_supported_and_enabled(min_version=None, _current_version=None):
-    """torchcomms' switch for tracing comm methods (comm.all_reduce(...) inside torch.compile),
-    its opt-in TORCHCOMMS_PATCH_FOR_COMPILE mode. commx has no such mode: torch.compile traces
-    the functions of this module (which need no switch), not comm methods. Always False."""
-    return False
+def is_torch_compile_supported_and_enabled(min_version="2.12", _current_version=None):
+    """torchcomms' test of its compile mode: comm methods (comm.all_reduce(t, op, async_op))
+    traced by torch.compile and recorded by autograd. commx traces comm methods whenever
+    torch.compile meets them; the switch (TORCHCOMMS_PATCH_FOR_COMPILE=1 or
+    COMMX_PATCH_FOR_COMPILE=1, read at import) adds the eager half: async tensors from
+    async_op=True and autograd through the methods. True when the switch is on and torch is at
+    least `min_version`."""
+    if not _tracing.patch_mode:
+        return False
+    version = _current_version or torch.__version__
+    return _version_tuple(version) >= _version_tuple(min_version)
+
+
+def _version_tuple(version):
+    parts = []
+    for piece in str(version).split("+")[0].split(".")[:3]:
+        digits = "".join(itertools.takewhile(str.isdigit, piece))
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+# Comm methods traceable by torch.compile, torchcomms' async tensors and wait ops.
+_tracing.is_compiling = torch.compiler.is_compiling
+from . import async_tensor, wait_ops, comm_ops, comm_methods, batch_methods  # noqa: E402,F401
+
+comm_methods.install()
+batch_methods.install()
