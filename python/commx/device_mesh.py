@@ -15,10 +15,11 @@ import torch.distributed.distributed_c10d as c10d
 
 import commx
 from commx.torch._wrapper import BackendWrapper
+from commx._native_mesh import init_native_device_mesh  # noqa: F401  (comms without groups)
 
 BACKEND_NAME = "commx_comm"  # the backend name torch reports for these groups
 
-__all__ = ["init_device_mesh"]
+__all__ = ["init_device_mesh", "init_native_device_mesh"]
 
 
 def _process_group(comm, group_name, global_ranks, store=None):
