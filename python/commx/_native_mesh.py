@@ -14,8 +14,8 @@ them, and the functional collectives of the module are replaced by functions tha
 group first. funcol.scatter and funcol.gather, which torch 2.15 lacks, are added the same way.
 
 What a dispatched collective returns:
-- eager, no gradient needed: a TorchCommsAsyncTensor (commx._async_tensor) over the output of
-  the comm's async op, waited on first use or by .wait();
+- eager, no gradient needed: a TorchCommsAsyncTensor (commx.functional.async_tensor) over the
+  output of the comm's async op, waited on first use or by .wait();
 - a gradient needed, or under torch.compile: the result of commx.functional's custom ops
   (torch.ops.commx.*), which complete before returning, trace into the graph (fullgraph) and
   have backwards (all_reduce <-> all_reduce, all_gather <-> reduce_scatter, all_to_all <->
@@ -32,7 +32,7 @@ from torch.library import custom_op
 
 import commx
 from . import functional as _fc
-from ._async_tensor import wrap_in_flight
+from .functional.async_tensor import TorchCommsAsyncTensor, wrap_result
 
 DEFAULT_BACKEND = "torchcomms"  # the name torchcomms registers its comms under
 
@@ -178,6 +178,27 @@ def _rows(t, n):
     return t.new_empty((n, *t.shape[1:]))
 
 
+class _Works:
+    """The Works of a coalesced block, as one: waits for all of them."""
+
+    def __init__(self, works):
+        self._works = list(works)
+
+    def wait(self):
+        for w in self._works:
+            w.wait()
+        return True
+
+    def is_completed(self):
+        return all(w.is_completed() for w in self._works)
+
+
+def wrap_in_flight(outputs, works):
+    """`outputs` (a tensor or a list) in flight: TorchCommsAsyncTensors that wait for `works`
+    (one Work or a list of them) on first use."""
+    return wrap_result(outputs, _Works(works) if isinstance(works, list) else works)
+
+
 # -- the collectives on a mesh's comm ------------------------------------------------------------
 # Each takes torch's arguments and the key; eager ones use the comm's async op, the others the
 # custom ops of commx.functional.
@@ -288,7 +309,7 @@ def all_to_all_single(self, output_split_sizes, input_split_sizes, group, tag=""
 
 def _coalesced(results):
     """In flight: one TorchCommsAsyncTensor per output, all waiting for the block's Works."""
-    if results and all(hasattr(r, "elem") and hasattr(r, "work") for r in results):
+    if results and all(isinstance(r, TorchCommsAsyncTensor) for r in results):
         works = [r.work for r in results]
         return wrap_in_flight([r.elem for r in results], works)
     return results
