@@ -30,6 +30,9 @@ def _process_group(comm, group_name, global_ranks, store=None):
     pg = dist.ProcessGroup(store, comm.get_rank(), comm.get_size())
     device = comm.get_device()
     pg._register_backend(device, dist.ProcessGroup.BackendType.CUSTOM, BackendWrapper(comm))
+    # The wrapper is the group's default backend too, which c10d asks for what is not per device
+    # (the group's sequence number).
+    pg._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
     pg._set_group_name(group_name)
     world = c10d._world
     world.pg_map[pg] = (BACKEND_NAME, store)
