@@ -2,7 +2,10 @@
 caches and graph capture pickle what a graph holds). A Comm or BatchSendRecv pickles to a
 reference: unpickled in the same process it is the same live object (a BatchSendRecv that is
 gone comes back empty on its comm); a comm is never re-created from a pickle, since making one
-is collective. ReduceOp pickles by value. Layer: Python bindings (pure Python over commx._C)."""
+is collective. A window (comm.new_window()) pickles to a reference as well; its registered
+buffer is kept with its comm from the first pickling on, so a pickle whose window is gone
+unpickles to a window over the same buffer (same size, dtype and memory). ReduceOp pickles by
+value. Layer: Python bindings (pure Python over commx._C)."""
 
 import itertools
 import pickle
@@ -58,6 +61,32 @@ def _batch_from_key(key, comm):
     return batch
 
 
+def _window_reduce(window):
+    key = _key(window, "window")
+    # The buffer outlives the window object: its comm keeps what a re-made window needs.
+    kept = getattr(window._comm, "_pickled_windows", None)
+    if kept is None:
+        kept = window._comm._pickled_windows = {}
+    if window._native is not None or key not in kept:
+        kept[key] = (window._native, window._tensor, window._shape, window._dtype)
+    return _window_from_key, (key, window._comm)
+
+
+def _window_from_key(key, comm):
+    window = _alive(key)
+    if window is None:  # gone: a window over the buffer it had, found again under the same key
+        from ._windows import TensorWindow
+        window = TensorWindow(comm)
+        native, tensor, shape, dtype = getattr(comm, "_pickled_windows", {}).get(
+            key, (None, None, None, None))
+        window._native, window._tensor, window._shape, window._dtype = \
+            native, tensor, shape, dtype
+        with _lock:
+            window._pickle_key = key
+            _live[key] = weakref.ref(window)
+    return window
+
+
 def _reduce_op_reduce(op):
     return _reduce_op_from, (op._type_name, op.factor if op._type_name == "PREMUL_SUM" else None)
 
@@ -92,3 +121,4 @@ def install():
     _C.ReduceOp.__reduce__ = _reduce_op_reduce
     from ._windows import TensorWindow
     TensorWindow.get_comm_backend = lambda self: _backend_of(self._comm)
+    TensorWindow.__reduce__ = _window_reduce

@@ -15,10 +15,11 @@ import torch.distributed.distributed_c10d as c10d
 
 import commx
 from commx.torch._wrapper import BackendWrapper
+from commx._native_mesh import init_native_device_mesh  # noqa: F401  (comms without groups)
 
 BACKEND_NAME = "commx_comm"  # the backend name torch reports for these groups
 
-__all__ = ["init_device_mesh"]
+__all__ = ["init_device_mesh", "init_native_device_mesh"]
 
 
 def _process_group(comm, group_name, global_ranks, store=None):
@@ -29,6 +30,9 @@ def _process_group(comm, group_name, global_ranks, store=None):
     pg = dist.ProcessGroup(store, comm.get_rank(), comm.get_size())
     device = comm.get_device()
     pg._register_backend(device, dist.ProcessGroup.BackendType.CUSTOM, BackendWrapper(comm))
+    # The wrapper is the group's default backend too, which c10d asks for what is not per device
+    # (the group's sequence number).
+    pg._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
     pg._set_group_name(group_name)
     world = c10d._world
     world.pg_map[pg] = (BACKEND_NAME, store)

@@ -138,6 +138,7 @@ class _Coalesced:
 
     def __init__(self):
         self.works, self.finishes, self.results, self.p2p = [], [], [], []
+        self.has_collective = False
 
     def add(self, works, finish, tensors):
         self.works += works
@@ -202,6 +203,19 @@ class _AsyncComm:
         return issue
 
 
+def _collective(method):
+    """Counts the call as one collective of the group (c10d's sequence number): at once, or,
+    inside a coalescing block, once for the whole block when it ends."""
+    def counted(self, *args, **kwargs):
+        if self._coalescing is None:
+            self._seq_collective += 1
+        else:
+            self._coalescing.has_collective = True
+        return method(self, *args, **kwargs)
+    counted.__name__, counted.__doc__ = method.__name__, method.__doc__
+    return counted
+
+
 def _base_class():
     """c10d Backend where Python may subclass it (torch >= 2.12); else ProcessGroup (torch 2.11
     and older, where init_process_group takes a ProcessGroup subclass as the group itself).
@@ -230,6 +244,7 @@ class CommxProcessGroup(_base_class()):
         self._comms = {}
         self._coalescing = None  # _Coalesced while between start_coalescing and end_coalescing
         self._barriers = 0  # monitored barriers so far (their store keys are numbered)
+        self._seq_collective = 0  # collectives issued so far (sends and receives not counted)
 
     # Queried by c10d through Python attribute lookup: plain properties here, or the lookup
     # reaches the C++ property again and recurses.
@@ -262,6 +277,12 @@ class CommxProcessGroup(_base_class()):
         return _C10dBackend.Options(BACKEND_NAME, self._timeout)
 
     # -- plumbing -----------------------------------------------------------------------------
+    def _get_sequence_number_for_group(self):
+        """ProcessGroup._get_sequence_number_for_group(): the collectives this group issued so
+        far, as ProcessGroupNCCL counts them (one per collective or coalesced block of
+        collectives, none for send/recv); equal on every member while they stay in step."""
+        return self._seq_collective
+
     def getBackendName(self):
         return BACKEND_NAME
 
@@ -337,6 +358,8 @@ class CommxProcessGroup(_base_class()):
             raise _error(commx.InvalidArgumentError,
                 f"InvalidArgument: process group '{self._group_name}' rank {self._rank}: "
                 "end_coalescing without start_coalescing")
+        if group.has_collective:
+            self._seq_collective += 1
         if group.p2p:
             tensors = [t for _, t, _ in group.p2p]
 
@@ -395,6 +418,7 @@ class CommxProcessGroup(_base_class()):
         self._store.wait([f"{key}/released"], timeout)
 
     # -- collectives --------------------------------------------------------------------------
+    @_collective
     def allreduce(self, tensors, opts=None):
         op = _reduce_op(opts.reduceOp) if opts is not None else commx.ReduceOp.SUM
         if len(tensors) == 1 and self._coalescing is None:
@@ -409,14 +433,17 @@ class CommxProcessGroup(_base_class()):
     def allreduce_coalesced(self, tensors, opts=None):
         return self.allreduce(tensors, opts)
 
+    @_collective
     def reduce(self, tensors, opts):
         op, root = _reduce_op(opts.reduceOp), opts.rootRank
         return self._run(tensors, lambda c, f: [c.reduce(f(t, True), root, op) for t in tensors])
 
+    @_collective
     def broadcast(self, tensors, opts):
         root = opts.rootRank
         return self._run(tensors, lambda c, f: [c.broadcast(f(t, True), root) for t in tensors])
 
+    @_collective
     def allgather(self, output_lists, inputs, opts=None):
         def go(c, f):
             for outs, t in zip(output_lists, inputs):
@@ -424,11 +451,13 @@ class CommxProcessGroup(_base_class()):
                 c.all_gather([put(o) for o in outs], f(t))
         return self._run(inputs, go)
 
+    @_collective
     def all_gather_single(self, output, input, opts=None):
         return self._run([output], lambda c, f: c.all_gather_single(f(output, True), f(input)))
 
     _allgather_base = all_gather_single
 
+    @_collective
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         def go(c, f):
             for o, i in zip(outputs, inputs):
@@ -437,6 +466,7 @@ class CommxProcessGroup(_base_class()):
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced
 
+    @_collective
     def reduce_scatter(self, outputs, input_lists, opts):
         op = _reduce_op(opts.reduceOp)
 
@@ -445,6 +475,7 @@ class CommxProcessGroup(_base_class()):
                 c.reduce_scatter(f(o, True), [f(i) for i in ins], op)
         return self._run(outputs, go)
 
+    @_collective
     def reduce_scatter_single(self, output, input, opts):
         op = _reduce_op(opts.reduceOp)
         return self._run([output],
@@ -452,6 +483,7 @@ class CommxProcessGroup(_base_class()):
 
     _reduce_scatter_base = reduce_scatter_single
 
+    @_collective
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts):
         op = _reduce_op(opts.reduceOp)
 
@@ -462,6 +494,7 @@ class CommxProcessGroup(_base_class()):
 
     reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
 
+    @_collective
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         def go(c, f):
             if not output_split_sizes and not input_split_sizes:
@@ -476,10 +509,12 @@ class CommxProcessGroup(_base_class()):
 
     alltoall_base = all_to_all_single
 
+    @_collective
     def alltoall(self, outputs, inputs, opts=None):
         return self._run(outputs, lambda c, f: c.all_to_all([f(o, True) for o in outputs],
                                                             [f(i) for i in inputs]))
 
+    @_collective
     def gather(self, output_lists, inputs, opts):
         root = opts.rootRank
 
@@ -488,6 +523,7 @@ class CommxProcessGroup(_base_class()):
             c.gather(outs, f(inputs[0]), root)
         return self._run(inputs, go)
 
+    @_collective
     def scatter(self, outputs, input_lists, opts):
         root = opts.rootRank
 
@@ -496,6 +532,7 @@ class CommxProcessGroup(_base_class()):
             c.scatter(f(outputs[0], True), ins, root)
         return self._run(outputs, go)
 
+    @_collective
     def barrier(self, opts=None):
         # Blocks the host when waited, on GPUs too (as torch's barrier does).
         comm = next(iter(self._comms.values()), None) or self.comm_for(torch.device("cpu"))
