@@ -10,6 +10,8 @@ namespace commx {
 
 enum class WorkStatus { kNotStarted, kInProgress, kCompleted, kTimedOut, kError };
 const char* work_status_name(WorkStatus s);
+// The status of an op that failed with `e`: kTimedOut for an Error of code kTimeout, else kError.
+WorkStatus failed_status(const std::exception_ptr& e);
 
 // What a backend implements for each op it issues.
 class WorkState {

@@ -2,7 +2,6 @@
 // Layer: core.
 #include "core/host_work.h"
 
-#include "commx/error.h"
 
 namespace commx {
 
@@ -46,13 +45,7 @@ void HostWork::set_completed() {
 }
 
 void HostWork::set_failed(std::exception_ptr e) {
-  WorkStatus s = WorkStatus::kError;
-  try {
-    std::rethrow_exception(e);
-  } catch (const Error& err) {
-    if (err.code() == ErrorCode::kTimeout) s = WorkStatus::kTimedOut;
-  } catch (...) {
-  }
+  const WorkStatus s = failed_status(e);
   {
     std::lock_guard<std::mutex> g(mu_);
     status_ = s;

@@ -224,4 +224,14 @@ const char* work_status_name(WorkStatus s) {
   return "?";
 }
 
+WorkStatus failed_status(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& err) {
+    if (err.code() == ErrorCode::kTimeout) return WorkStatus::kTimedOut;
+  } catch (...) {
+  }
+  return WorkStatus::kError;
+}
+
 }  // namespace commx

@@ -49,12 +49,7 @@ class TcpStoreClient : public Store {
   }
 
   void set(const std::string& key, const Bytes& value) override {
-    wire::Writer w;
-    w.query(Query::kSet);
-    w.str(wk(key));
-    w.bytes(value);
-    std::lock_guard<std::mutex> g(mu_);
-    request_locked(w, "SET", key);
+    write_value(Query::kSet, "SET", key, value);
   }
 
   Bytes get(const std::string& key) override {
@@ -126,12 +121,7 @@ class TcpStoreClient : public Store {
   }
 
   void append(const std::string& key, const Bytes& value) override {
-    wire::Writer w;
-    w.query(Query::kAppend);
-    w.str(wk(key));
-    w.bytes(value);
-    std::lock_guard<std::mutex> g(mu_);
-    request_locked(w, "APPEND", key);
+    write_value(Query::kAppend, "APPEND", key, value);
   }
 
   std::vector<Bytes> multi_get(const std::vector<std::string>& keys) override {
@@ -171,6 +161,15 @@ class TcpStoreClient : public Store {
   }
 
  private:
+  // A request that sends `value` for `key` and expects no answer (set, append).
+  void write_value(Query q, const char* op, const std::string& key, const Bytes& value) {
+    wire::Writer w;
+    w.query(q);
+    w.str(wk(key));
+    w.bytes(value);
+    std::lock_guard<std::mutex> g(mu_);
+    request_locked(w, op, key);
+  }
   static std::string wk(const std::string& key) { return "/" + key; }
 
   // `keys` in pieces the server accepts in one request.

@@ -99,14 +99,7 @@ void EventWork::poll() {
   if (status_ != WorkStatus::kInProgress) return;
   std::exception_ptr e = hooks_.poll_error ? hooks_.poll_error() : nullptr;
   if (e) {
-    WorkStatus s = WorkStatus::kError;
-    try {
-      std::rethrow_exception(e);
-    } catch (const Error& err) {
-      if (err.code() == ErrorCode::kTimeout) s = WorkStatus::kTimedOut;
-    } catch (...) {
-    }
-    fail(e, s);
+    fail(e, failed_status(e));
     return;
   }
   cudaError_t q;
