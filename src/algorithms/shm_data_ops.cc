@@ -82,11 +82,7 @@ void shm_broadcast(ShmColl& c, void* buf, size_t bytes, int root) {
       // (+10% latency at small sizes); its peers check its call before reading its data.
       if (k == 0) st.check_sigs_or_defer(s);
     } else {
-      st.arrive(s);
-      if (k == 0)
-        st.agree(s);
-      else
-        st.wait(root, s);
+      st.await_root(root, s, k);
       std::memcpy(static_cast<char*>(buf) + pc.off, st.of(root, s), pc.len);
     }
   }
@@ -259,11 +255,7 @@ void shm_scatter(ShmColl& c, std::span<const void* const> ins, void* out, size_t
       std::memcpy(static_cast<char*>(out) + pc.off, static_cast<const char*>(ins[me]) + pc.off,
                   pc.len);
     } else {
-      st.arrive(s);
-      if (k == 0)
-        st.agree(s);
-      else
-        st.wait(root, s);
+      st.await_root(root, s, k);
       std::memcpy(static_cast<char*>(out) + pc.off, st.of(root, s) + block * me, pc.len);
     }
   }

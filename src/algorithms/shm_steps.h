@@ -94,6 +94,15 @@ class Steps {
     wait_all(s);
     check_all_sigs(s);
   }
+  // A non-root's step k of a rooted op (broadcast, scatter): arrives, then waits until the root's
+  // data of step s is there (the first step agrees with every peer first).
+  void await_root(int root, uint64_t s, size_t k) {
+    arrive(s);
+    if (k == 0)
+      agree(s);
+    else
+      wait(root, s);
+  }
 
  private:
   ShmColl& c_;

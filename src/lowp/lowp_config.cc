@@ -2,6 +2,7 @@
 // Layer: algorithms (low-precision).
 #include "lowp/lowp_config.h"
 
+#include <optional>
 #include <string>
 
 #include "commx/error.h"
@@ -66,6 +67,38 @@ void check_block(const std::string& what, int64_t b) {
     bad(what, std::to_string(b), "a multiple of 16 in [16, " + std::to_string(kMaxBlock) + "]");
 }
 
+// A setting that a comm hint and an environment variable (which wins) both set.
+struct Key {
+  const char* hint;
+  const char* env;
+};
+constexpr Key kMinBytes{"low_precision_min_bytes", "COMMX_LOW_PRECISION_MIN_BYTES"};
+constexpr Key kBlock{"low_precision_block", "COMMX_LOW_PRECISION_BLOCK"};
+constexpr Key kRounding{"low_precision_rounding", "COMMX_LOW_PRECISION_ROUNDING"};
+constexpr Key kSeed{"low_precision_seed", "COMMX_LOW_PRECISION_SEED"};
+constexpr Key kGather{"low_precision_gather", "COMMX_LOW_PRECISION_GATHER"};
+
+// A value read for a Key and how errors name where it came from.
+struct Found {
+  std::string what;  // "comm hint low_precision_block", "environment variable COMMX_..."
+  std::string value;
+};
+
+// Applies the settings of both sources from one of them: `get(key)` is the value it gives.
+template <class Get>
+void apply_shared(LowpSettings& s, Get&& get) {
+  if (std::optional<Found> v = get(kMinBytes)) s.min_bytes = int_or_throw(v->what, v->value);
+  if (std::optional<Found> v = get(kBlock)) {
+    s.codec.block = int_or_throw(v->what, v->value);
+    check_block(v->what, s.codec.block);
+  }
+  if (std::optional<Found> v = get(kRounding))
+    s.codec.stochastic = rounding_or_throw(v->what, v->value);
+  if (std::optional<Found> v = get(kSeed))
+    s.codec.seed = static_cast<uint64_t>(int_or_throw(v->what, v->value));
+  if (std::optional<Found> v = get(kGather)) s.two_term_gather = gather_or_throw(v->what, v->value);
+}
+
 const char* const kSwitchEnv[kNumLowpCollectives] = {
     "COMMX_LOW_PRECISION_ENABLE_ALLREDUCE", "COMMX_LOW_PRECISION_ENABLE_ALLGATHER",
     "COMMX_LOW_PRECISION_ENABLE_REDUCESCATTER", "COMMX_LOW_PRECISION_ENABLE_ALLTOALL"};
@@ -98,18 +131,10 @@ LowpSettings resolve_lowp_settings(const Hints& hints) {
     s.enabled = m.on;
     if (m.format) s.codec.format = *m.format;
   }
-  if (auto v = hint("low_precision_min_bytes"))
-    s.min_bytes = int_or_throw("comm hint low_precision_min_bytes", *v);
-  if (auto v = hint("low_precision_block")) {
-    s.codec.block = int_or_throw("comm hint low_precision_block", *v);
-    check_block("comm hint low_precision_block", s.codec.block);
-  }
-  if (auto v = hint("low_precision_rounding"))
-    s.codec.stochastic = rounding_or_throw("comm hint low_precision_rounding", *v);
-  if (auto v = hint("low_precision_seed"))
-    s.codec.seed = static_cast<uint64_t>(int_or_throw("comm hint low_precision_seed", *v));
-  if (auto v = hint("low_precision_gather"))
-    s.two_term_gather = gather_or_throw("comm hint low_precision_gather", *v);
+  apply_shared(s, [&](const Key& k) -> std::optional<Found> {
+    if (auto v = hint(k.hint)) return Found{std::string("comm hint ") + k.hint, *v};
+    return std::nullopt;
+  });
 
   // Environment overrides (RCCL_LOW_PRECISION_ENABLE is the seed-compatible alias).
   if (auto v = env_first({"COMMX_LOW_PRECISION_ENABLE", "RCCL_LOW_PRECISION_ENABLE"})) {
@@ -124,19 +149,10 @@ LowpSettings resolve_lowp_settings(const Hints& hints) {
   }
   for (int c = 0; c < kNumLowpCollectives; ++c)
     s.per_collective[c] = env_bool(kSwitchEnv[c], s.per_collective[c]);
-  if (auto v = env_str("COMMX_LOW_PRECISION_MIN_BYTES"))
-    s.min_bytes = int_or_throw("environment variable COMMX_LOW_PRECISION_MIN_BYTES", *v);
-  if (auto v = env_str("COMMX_LOW_PRECISION_BLOCK")) {
-    s.codec.block = int_or_throw("environment variable COMMX_LOW_PRECISION_BLOCK", *v);
-    check_block("environment variable COMMX_LOW_PRECISION_BLOCK", s.codec.block);
-  }
-  if (auto v = env_str("COMMX_LOW_PRECISION_ROUNDING"))
-    s.codec.stochastic = rounding_or_throw("environment variable COMMX_LOW_PRECISION_ROUNDING", *v);
-  if (auto v = env_str("COMMX_LOW_PRECISION_SEED"))
-    s.codec.seed =
-        static_cast<uint64_t>(int_or_throw("environment variable COMMX_LOW_PRECISION_SEED", *v));
-  if (auto v = env_str("COMMX_LOW_PRECISION_GATHER"))
-    s.two_term_gather = gather_or_throw("environment variable COMMX_LOW_PRECISION_GATHER", *v);
+  apply_shared(s, [](const Key& k) -> std::optional<Found> {
+    if (auto v = env_str(k.env)) return Found{std::string("environment variable ") + k.env, *v};
+    return std::nullopt;
+  });
   return s;
 }
 
