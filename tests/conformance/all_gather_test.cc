@@ -11,15 +11,6 @@ namespace {
 class AllGather : public ConformanceTest {};
 class AllGatherLarge : public ConformanceTest {};
 
-// Every rank's piece laid end to end.
-Buf concat(const std::vector<Buf>& pieces, const std::vector<size_t>& counts, DataType t) {
-  Buf out;
-  for (size_t r = 0; r < pieces.size(); ++r)
-    out.insert(out.end(), pieces[r].begin(), pieces[r].begin() + counts[r] * dtype_size(t));
-  out.push_back(0);
-  return out;
-}
-
 TEST_P(AllGather, ListSingleInPlaceAndV) {
   run_world(GetParam(), [](Rank& r) {
     const int n = r.size, me = r.rank;
@@ -38,7 +29,7 @@ TEST_P(AllGather, ListSingleInPlaceAndV) {
         ++seed;
         const bool async = seed % 2 == 0;
         const auto pieces = gen_all(seed, n, count, t, ReduceKind::kSum);
-        const Buf whole = concat(pieces, std::vector<size_t>(n, count), t);
+        const Buf whole = gathered(pieces, count, t);
         Buffer in = r.upload(pieces[me], count, t);
         // List form.
         std::vector<Buffer> outs;
@@ -98,7 +89,7 @@ TEST_P(AllGatherLarge, OddSize) {
     Buffer in = r.upload(pieces[r.rank], count, t);
     Buffer out = r.blank(count * r.size, t);
     r.comm().all_gather_single(out.tensor(), in.tensor());
-    r.expect(concat(pieces, std::vector<size_t>(r.size, count), t), out,
+    r.expect(gathered(pieces, count, t), out,
              describe("all_gather_single", t, count));
   });
 }

@@ -11,17 +11,6 @@ namespace {
 class AllToAll : public ConformanceTest {};
 class AllToAllLarge : public ConformanceTest {};
 
-// What rank `me` receives when rank p sends elements [offs[p], offs[p] + lens[p]) of src[p].
-Buf received(const std::vector<Buf>& src, const std::vector<size_t>& offs,
-             const std::vector<size_t>& lens, DataType t) {
-  const size_t es = dtype_size(t);
-  Buf out;
-  for (size_t p = 0; p < src.size(); ++p)
-    out.insert(out.end(), src[p].begin() + offs[p] * es, src[p].begin() + (offs[p] + lens[p]) * es);
-  out.push_back(0);
-  return out;
-}
-
 void even_cases(Rank& r, DataType t, size_t count, uint64_t seed) {
   const int n = r.size, me = r.rank;
   const bool async = seed % 2 == 0;

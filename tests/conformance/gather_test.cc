@@ -14,7 +14,6 @@ TEST_P(Gather, ListAndSingleToEveryRoot) {
     const int n = r.size, me = r.rank;
     uint64_t seed = 1;
     for (DataType t : r.dtypes()) {
-      const size_t es = dtype_size(t);
       for (OpType type : {OpType::kGather, OpType::kGatherSingle}) {
         if (r.claims(type, t)) continue;
         Buffer in = r.blank(1, t), out = r.blank(n, t);
@@ -34,9 +33,7 @@ TEST_P(Gather, ListAndSingleToEveryRoot) {
         const int root = static_cast<int>(seed % n);
         const bool async = seed % 2 == 0;
         const auto pieces = gen_all(seed, n, count, t, ReduceKind::kSum);
-        Buf whole;
-        for (const Buf& p : pieces) whole.insert(whole.end(), p.begin(), p.begin() + count * es);
-        whole.push_back(0);
+        const Buf whole = gathered(pieces, count, t);
         Buffer in = r.upload(pieces[me], count, t);
         if (r.claims(OpType::kGather, t)) {
           // The output list is read on the root only.

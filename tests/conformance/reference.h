@@ -255,6 +255,34 @@ inline Buf reduced(const std::vector<Buf>& data, size_t offset, size_t count, Da
   return out;
 }
 
+// Elements [offset, offset + count) of `b` (one spare byte, as gen gives).
+inline Buf piece(const Buf& b, size_t offset, size_t count, DataType t) {
+  const size_t es = dtype_size(t);
+  Buf out(b.begin() + offset * es, b.begin() + (offset + count) * es);
+  out.push_back(0);
+  return out;
+}
+
+// What a rank receives when every rank p sends it elements [offs[p], offs[p] + lens[p]) of its
+// data src[p], laid end to end in rank order: the result of all_gather (offsets 0), gather at
+// the root, and all_to_all and its _v form (offsets of the receiver's block in each sender's data).
+inline Buf received(const std::vector<Buf>& src, const std::vector<size_t>& offs,
+                    const std::vector<size_t>& lens, DataType t) {
+  const size_t es = dtype_size(t);
+  Buf out;
+  for (size_t p = 0; p < src.size(); ++p)
+    out.insert(out.end(), src[p].begin() + offs[p] * es, src[p].begin() + (offs[p] + lens[p]) * es);
+  out.push_back(0);
+  return out;
+}
+
+// The first `count` elements of every rank's data end to end: all_gather's result, gather's at
+// the root.
+inline Buf gathered(const std::vector<Buf>& src, size_t count, DataType t) {
+  return received(src, std::vector<size_t>(src.size(), 0), std::vector<size_t>(src.size(), count),
+                  t);
+}
+
 // Whether `got` equals `want` element by element. Exact, except that AVG and PREMUL_SUM on
 // floating types may differ by one rounding of the scaling (a backend may multiply by 1/n where
 // the reference divides by n, or scale each input before summing): one ulp of the dtype at the

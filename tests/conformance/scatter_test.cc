@@ -32,7 +32,7 @@ TEST_P(Scatter, EveryDtypeAndRoot) {
         for (int q = 0; q < n && me == root; ++q) ins.push_back(in.slice(q * count, count));
         Buffer out = r.blank(count, t);
         r.comm().scatter(out.tensor(), ins, root, /*async_op=*/seed % 2 == 0).wait();
-        Buf want(src.begin() + me * count * dtype_size(t), src.end());
+        const Buf want = piece(src, me * count, count, t);
         r.expect(want, out, describe("scatter", t, count, root));
       }
     }

@@ -1,6 +1,7 @@
 // Collective-by-collective checks run inside rank processes; shared by the cuda and nccl backend
-// tests. all_reduce and reduce are checked against the one reference of the C++ tests
-// (conformance/reference.h: its data, reduction and comparison). Layer: tests.
+// tests. Every expected result comes from the one reference of the C++ tests
+// (conformance/reference.h: its data, reductions, gathered and received pieces, and comparison);
+// this header only runs the ops on device buffers. Layer: tests.
 #pragma once
 
 #include <cstdlib>
@@ -9,13 +10,6 @@
 #include "cuda/gpu_check.h"
 
 namespace commx::testing {
-
-inline std::vector<std::vector<double>> gen_all(DataType t, int64_t n, uint64_t seed, int world,
-                                                ReduceKind k) {
-  std::vector<std::vector<double>> v;
-  for (int r = 0; r < world; ++r) v.push_back(gen(t, n, seed, r, k));
-  return v;
-}
 
 // all_reduce (or reduce to `root` >= 0) of n elements at element offset `off` of a fresh buffer,
 // on reference.h's data for case `seed`, checked against its reduction. Returns the raw result
@@ -57,31 +51,23 @@ inline void check_collectives(Comm& c, RankCtx& ctx, int64_t n, uint64_t seed, b
   const size_t es = 4, un = static_cast<size_t>(n);
   const std::string sz = " n=" + std::to_string(n);
   const std::vector<Buf> all = gen_all(seed, W, un * W, t, ReduceKind::kSum);  // W*n per rank
-  // Elements [off, off + count) of `b`, as bytes.
-  auto part = [&](const Buf& b, size_t off, size_t count) {
-    return Buf(b.begin() + off * es, b.begin() + (off + count) * es);
+  auto part = [&](const Buf& b, size_t off, size_t count) { return piece(b, off, count, t); };
+  auto upload = [&](void* dst, const Buf& b, size_t count) {
+    to_dev(dst, Buf(b.begin(), b.begin() + count * es));
   };
-  auto upload = [&](void* dst, const Buf& b, size_t count) { to_dev(dst, part(b, 0, count)); };
   // The `count` elements at device address `p` against `want`.
   auto expect = [&](const Buf& want, const void* p, size_t count, const std::string& what) {
     const std::vector<uint8_t> got = from_dev(p, count * es);
     const std::string diff = mismatch(want.data(), got.data(), count, t);
     RANK_CHECK(diff.empty(), what + ": " + diff);
   };
-  auto concat_first_n = [&] {
-    Buf b;
-    for (int r = 0; r < W; ++r) {
-      const Buf p = part(all[r], 0, un);
-      b.insert(b.end(), p.begin(), p.end());
-    }
-    return b;
-  };
+  const Buf all_first_n = gathered(all, un, t);  // all_gather's and gather's result
   // all_gather_single and list.
   {
     DevBuf in(n * es), out(W * n * es);
     upload(in.p, all[me], un);
     c.all_gather_single(Tensor(out.p, W * n, t, dev), Tensor(in.p, n, t, dev)).wait_blocking();
-    expect(concat_first_n(), out.p, un * W, "all_gather_single" + sz);
+    expect(all_first_n, out.p, un * W, "all_gather_single" + sz);
     std::vector<std::unique_ptr<DevBuf>> outs;
     std::vector<Tensor> ts;
     for (int r = 0; r < W; ++r) {
@@ -108,11 +94,7 @@ inline void check_collectives(Comm& c, RankCtx& ctx, int64_t n, uint64_t seed, b
     c.all_to_all_single(Tensor(out.p, 0, t, dev), Tensor(in.p, 0, t, dev)).wait_blocking();
     DevBuf a2a(W * n * es);
     c.all_to_all_single(Tensor(a2a.p, W * n, t, dev), Tensor(in.p, W * n, t, dev)).wait_blocking();
-    Buf aref;
-    for (int r = 0; r < W; ++r) {
-      const Buf p = part(all[r], me * un, un);
-      aref.insert(aref.end(), p.begin(), p.end());
-    }
+    const Buf aref = received(all, std::vector<size_t>(W, me * un), std::vector<size_t>(W, un), t);
     expect(aref, a2a.p, un * W, "all_to_all_single" + sz);
   }
   // broadcast from the last rank, gather and scatter at root 1 % W.
@@ -125,7 +107,7 @@ inline void check_collectives(Comm& c, RankCtx& ctx, int64_t n, uint64_t seed, b
     DevBuf in(n * es), out(W * n * es);
     upload(in.p, all[me], un);
     c.gather_single(Tensor(out.p, W * n, t, dev), Tensor(in.p, n, t, dev), root).wait_blocking();
-    if (me == root) expect(concat_first_n(), out.p, un * W, "gather_single" + sz);
+    if (me == root) expect(all_first_n, out.p, un * W, "gather_single" + sz);
     std::vector<Tensor> ins;
     DevBuf sc(W * n * es);
     upload(sc.p, all[me], un * W);
@@ -147,24 +129,25 @@ inline void check_collectives(Comm& c, RankCtx& ctx, int64_t n, uint64_t seed, b
       tin += in_splits[q];
       tout += out_splits[q];
     }
-    // Rank q's input: all it sends, in destination order.
-    auto source = [&](int q) {
-      int64_t total = 0;
-      for (int d = 0; d < W; ++d) total += split(q, d);
-      return gen(seed + 1, q, static_cast<size_t>(total), t, ReduceKind::kSum);
-    };
+    // Rank q's input: all it sends, in destination order; this rank's block of it starts at
+    // offs[q] and holds lens[q] elements.
+    std::vector<Buf> sources;
+    std::vector<size_t> offs(W, 0), lens(W);
+    for (int q = 0; q < W; ++q) {
+      size_t total = 0;
+      for (int d = 0; d < W; ++d) {
+        if (d == me) offs[q] = total;
+        total += static_cast<size_t>(split(q, d));
+      }
+      sources.push_back(gen(seed + 1, q, total, t, ReduceKind::kSum));
+      lens[q] = static_cast<size_t>(out_splits[q]);
+    }
     DevBuf in(tin * es + 4), out(tout * es + 4);
-    upload(in.p, source(me), static_cast<size_t>(tin));
+    upload(in.p, sources[me], static_cast<size_t>(tin));
     c.all_to_all_v_single(Tensor(out.p, tout, t, dev), Tensor(in.p, tin, t, dev), out_splits,
                           in_splits).wait_blocking();
-    Buf ref;
-    for (int q = 0; q < W; ++q) {
-      int64_t qoff = 0;
-      for (int d = 0; d < me; ++d) qoff += split(q, d);
-      const Buf p = part(source(q), static_cast<size_t>(qoff), static_cast<size_t>(out_splits[q]));
-      ref.insert(ref.end(), p.begin(), p.end());
-    }
-    expect(ref, out.p, static_cast<size_t>(tout), "all_to_all_v_single");
+    expect(received(sources, offs, lens, t), out.p, static_cast<size_t>(tout),
+           "all_to_all_v_single");
     DevBuf sbuf(n * es + 4), rbuf(n * es + 4);
     upload(sbuf.p, all[me], un);
     const int prev = (me + W - 1) % W;
@@ -268,9 +251,7 @@ inline void check_graph_replay(Comm& c, RankCtx& ctx, const std::string& tag) {
     expect(reduced(va, 0, n1, t, ReduceOp::SUM), a.p, n1,
            "graph ll+flat (sum then max of equal values)");
     expect(reduced(vb, 0, n2, t, ReduceOp::SUM), b.p, n2, "graph tree");
-    Buf gref(vg[0].begin(), vg[0].begin() + ng * 4);
-    gref.insert(gref.end(), vg[1].begin(), vg[1].begin() + ng * 4);
-    expect(gref, gout.p, 2 * ng, "graph all_gather");
+    expect(gathered(vg, ng, t), gout.p, 2 * ng, "graph all_gather");
   }
   // Eager ops still agree with the replays' flag epochs afterwards.
   check_allreduce(c, ctx, t, ReduceOp::SUM, 4097, 77);

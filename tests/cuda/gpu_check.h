@@ -84,6 +84,14 @@ inline std::vector<double> gen(DataType t, int64_t n, uint64_t seed, int rank, R
   return v;
 }
 
+// gen for every rank 0..world-1.
+inline std::vector<std::vector<double>> gen_all(DataType t, int64_t n, uint64_t seed, int world,
+                                                ReduceKind k) {
+  std::vector<std::vector<double>> v;
+  for (int r = 0; r < world; ++r) v.push_back(gen(t, n, seed, r, k));
+  return v;
+}
+
 inline std::vector<uint8_t> encode(DataType t, const std::vector<double>& v) {
   std::vector<uint8_t> b(v.size() * dtype_size(t));
   for (size_t i = 0; i < v.size(); ++i) encode1(t, v[i], b.data() + i * dtype_size(t));
