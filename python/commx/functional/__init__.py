@@ -20,7 +20,6 @@ on the comms it was traced with, as torch's own functional collectives are on th
 Layer: PyTorch integration (Python, over commx)."""
 
 import itertools
-import threading
 from typing import Optional
 
 import torch
@@ -28,6 +27,7 @@ from torch.library import custom_op, register_autograd
 
 import commx
 from commx import _tracing
+from commx.functional._keys import key_of
 
 __all__ = ["all_gather_single", "all_reduce", "all_to_all_single", "broadcast", "group_key",
            "is_torch_compile_supported_and_enabled",
@@ -37,20 +37,12 @@ _REDUCE_OPS = {"sum": commx.ReduceOp.SUM, "avg": commx.ReduceOp.AVG, "max": comm
                "min": commx.ReduceOp.MIN, "product": commx.ReduceOp.PRODUCT}
 
 _comms = {}  # key -> comm; a comm keeps its key for life (comm._functional_key)
-_lock = threading.Lock()
-_counter = itertools.count()
 
 
 @torch._dynamo.assume_constant_result
 def group_key(comm):
     """The name a comm has inside traced graphs (given once, kept for the comm's life)."""
-    key = getattr(comm, "_functional_key", None)
-    if key is None:
-        with _lock:
-            key = f"{comm.get_name()}#{next(_counter)}"
-            comm._functional_key = key
-            _comms[key] = comm
-    return key
+    return key_of(comm, _comms, comm.get_name())
 
 
 def _comm(key):

@@ -4,29 +4,20 @@ allows. While tracing, send/recv become commx::batch_add, a side-effecting op th
 tensor to the batch each time the graph runs (the batch is named by a key, as comms are).
 Layer: PyTorch integration (Python, over commx)."""
 
-import itertools
-import threading
 import weakref
 
 import torch
 from torch.library import custom_op
 
 from commx import _C, _tracing
+from commx.functional._keys import key_of
 
 _batches = weakref.WeakValueDictionary()  # key -> batch
-_counter = itertools.count()
-_lock = threading.Lock()
 
 
 @torch._dynamo.assume_constant_result
 def batch_key(batch):
-    key = getattr(batch, "_functional_key", None)
-    if key is None:
-        with _lock:
-            key = f"batch#{next(_counter)}"
-            batch._functional_key = key
-            _batches[key] = batch
-    return key
+    return key_of(batch, _batches, "batch")
 
 
 @custom_op("commx::batch_add", mutates_args=())
