@@ -11,8 +11,9 @@
 # (latency_ab.py; the nccl rows are the same library on both sides, so their change is the noise),
 # and runs the new tree once more with 2 x 256 MiB halves (COMMX_CUDA_BUFFER_BYTES=256M), the
 # one-piece reference the pipelined kernels should approach. Every step is bounded (AB_*_S
-# seconds). AB_EXTRA_TESTS names more test binaries to build and run. AB_TESTS=0 skips the tests, AB_BENCH=0 the benchmark: on a warm machine a second call
-# finds both builds done, so the two halves can run as two calls of under 10 minutes each.
+# seconds). AB_EXTRA_TESTS names more test binaries to build and run. AB_TESTS=0 skips the
+# tests, AB_BENCH=0 the benchmark: a second run on the same machine finds both builds done, so
+# the two halves can run one after the other, each under 10 minutes.
 # Files in $OUT: machine.txt, tests.log, ab.md, ab.json, buf256M.md/.json, bench logs and the JSON
 # of every run in runs.tar.gz.
 set -uo pipefail
