@@ -89,6 +89,21 @@ def init_agent_store_env(rank, size, port):
                       WORLD_SIZE=str(size), TORCHELASTIC_USE_AGENT_STORE="True")
 
 
+def init_commx_process_group(rank, size, port, timeout):
+    """torch.distributed on backend "commx" (cpu tensors) over the parent's store on `port`:
+    env:// through torchrun's agent-store variables where torch's TCPStore can join a native
+    store, else tcp://."""
+    import torch.distributed as dist
+    import commx.torch as ct
+    ct.set_device_backend("cpu", "cpu")
+    if native_tcp_store():
+        init_agent_store_env(rank, size, port)
+        dist.init_process_group("commx", timeout=timeout)
+    else:
+        dist.init_process_group("commx", init_method=f"tcp://{HOST}:{port}", rank=rank,
+                                world_size=size, timeout=timeout)
+
+
 def _entry(fn, rank, size, port, queue, args, with_store):
     try:
         os.environ.pop("MASTER_ADDR", None)

@@ -13,21 +13,14 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 
-from ranks import init_agent_store_env, native_tcp_store, run_ranks  # noqa: E402
+from ranks import init_commx_process_group, run_ranks  # noqa: E402
 
 # Bounds every wait; generous for 8 ranks sharing 2 busy cores, far below a hang.
 GROUP_TIMEOUT = timedelta(seconds=30)
 
 
 def _init(rank, size, port, timeout=GROUP_TIMEOUT):
-    import commx.torch as ct
-    ct.set_device_backend("cpu", "cpu")
-    if native_tcp_store():
-        init_agent_store_env(rank, size, port)
-        dist.init_process_group("commx", timeout=timeout)
-    else:
-        dist.init_process_group("commx", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=size, timeout=timeout)
+    init_commx_process_group(rank, size, port, timeout)
 
 
 def _check_sum(group, members, rank, tag):

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 
 import commx  # noqa: E402
-from ranks import init_agent_store_env, native_tcp_store, run_ranks  # noqa: E402
+from ranks import init_commx_process_group, run_ranks  # noqa: E402
 
 T = timedelta(seconds=30)
 
@@ -53,14 +53,7 @@ WANT = [1, 5, 5, 6]
 
 
 def _process_group_backend(rank, size, port):
-    import commx.torch as ct
-    ct.set_device_backend("cpu", "cpu")
-    if native_tcp_store():
-        init_agent_store_env(rank, size, port)
-        dist.init_process_group("commx", timeout=T)
-    else:
-        dist.init_process_group("commx", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=size, timeout=T)
+    init_commx_process_group(rank, size, port, T)
     world = dist.group.WORLD
     out = {"world": _steps(world, rank, size)}
     # a subgroup counts its own collectives only, and the world's count is left as it was
