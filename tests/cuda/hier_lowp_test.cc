@@ -160,11 +160,18 @@ void check_reduce_scatter(Comm& c, RankCtx& ctx, int local, DataType t, int64_t 
   auto in = rank_inputs(t, ctx.world * n, ctx.world, seed);
   DevBuf din(ctx.world * n * es + 16), dout(n * es + 16);
   to_dev(din.p, in[ctx.rank].bytes);
+  const Buf want = reduce_scatter_ref(in, hosts, local, n, ctx.rank);
+  const std::string what = std::string(dtype_name(t)) + " n " + std::to_string(n);
   c.reduce_scatter_single(Tensor(dout.p, n, t, dev), Tensor(din.p, ctx.world * n, t, dev),
                           ReduceOp::SUM)
       .wait_blocking();
-  expect_bits(from_device(dout.p, t, n), reduce_scatter_ref(in, hosts, local, n, ctx.rank),
-              std::string("reduce_scatter_single ") + dtype_name(t) + " n " + std::to_string(n));
+  expect_bits(from_device(dout.p, t, n), want, "reduce_scatter_single " + what);
+  // The list form (its lowered op has per-rank inputs and no single input tensor).
+  std::vector<Tensor> ins;
+  for (int r = 0; r < ctx.world; ++r) ins.emplace_back(din.c() + r * n * es, n, t, dev);
+  CU(cudaMemset(dout.p, 0, n * es));
+  c.reduce_scatter(Tensor(dout.p, n, t, dev), ins, ReduceOp::SUM).wait_blocking();
+  expect_bits(from_device(dout.p, t, n), want, "reduce_scatter (list) " + what);
 }
 
 TEST(CudaHierLowp, TwoHostsOfOneRank) {

@@ -64,8 +64,8 @@ void reduce_to_owner(const OpDesc& op, const InterLowp& lp, const LowpStep& st, 
   d.seq = op.seq;
   d.timeout = op.timeout;
   const int64_t all = static_cast<int64_t>(hosts * st.stride);
-  d.input = Tensor(buf + st.send, all, DataType::kUInt8, op.input.device, s);
-  d.output = Tensor(buf + st.recv, all, DataType::kUInt8, op.input.device, s);
+  d.input = Tensor(buf + st.send, all, DataType::kUInt8, op.output.device, s);
+  d.output = Tensor(buf + st.recv, all, DataType::kUInt8, op.output.device, s);
   run_inter(std::move(d));
   const int64_t mine = st.slices.len[host];
   float* acc = reinterpret_cast<float*>(buf + st.acc);
