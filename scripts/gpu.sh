@@ -10,7 +10,8 @@
 #   moe      the MoE layer step alone
 #   scaling  the 2/4/8-GPU scaling comparison (scripts/gpu_scaling.sh)
 #   vmm      the GPU suites over VMM peer memory (scripts/gpu_vmm.sh; VMM_STEPS picks steps)
-#   hier     the hierarchical (multi-host) path with forced hosts (scripts/gpu_hier.sh)
+#   hier     the hierarchical (multi-host) path with forced hosts: its tests, FP8 between hosts
+#            included, and its benchmark over NVLink and a TCP link (scripts/gpu_hier.sh)
 #   lowp     the FP8 collectives: tests, benchmarks against NCCL bf16/f32 and NCCL's native FP8,
 #            and the training-quality check (scripts/gpu_lowp.sh)
 # Results go to $OUT (default bench/results/<machine>_<date>, results_dir in scripts/gpu_env.sh):
