@@ -8,6 +8,9 @@
 #include "commx/error.h"
 #include "cuda/kernels.h"
 #include "cuda/launch.cuh"
+#include "cuda/protocol_ll.cuh"
+#include "cuda/protocol_ll128.cuh"
+#include "cuda/protocol_simple.cuh"
 #include "cuda/reduce_device.cuh"
 #include "cuda/sync_device.cuh"
 #include "cuda/tuning.h"
@@ -40,8 +43,7 @@ __device__ __forceinline__ void reduce_pack(const Reducer<T, OP>& rd, int world,
       load_pack(own + e, aligned, v);
     else
       load_pack(reinterpret_cast<const T*>(mine + r * region) + e, true, v);
-#pragma unroll
-    for (int k = 0; k < P; ++k) acc[k] = r == 0 ? to_acc(v[k]) : combine<OP>(acc[k], to_acc(v[k]));
+    accumulate<OP>(acc, v, r);
   }
 #pragma unroll
   for (int k = 0; k < P; ++k) v[k] = rd.finish(acc[k]);
@@ -53,9 +55,24 @@ __device__ __forceinline__ T reduce_elem(const Reducer<T, OP>& rd, int world, in
   typename AccOf<T>::type acc = 0;
   for (int r = 0; r < world; ++r) {
     T v = r == me ? own[e] : reinterpret_cast<const T*>(mine + r * region)[e];
-    acc = r == 0 ? to_acc(v) : combine<OP>(acc, to_acc(v));
+    accumulate<OP>(acc, v, r);
   }
   return rd.finish(acc);
+}
+
+// This block's part of the rank-order reduction of elements [0, n) (see reduce_pack), into out.
+template <typename T, int OP>
+__device__ __forceinline__ void reduce_block_into(const Reducer<T, OP>& rd, int world, int me,
+                                                  const T* own, bool aligned, const char* mine,
+                                                  uint64_t region, int64_t n, T* out) {
+  for_block_packs<T>(
+      n,
+      [&](int64_t e) {
+        T v[kPack<T>];
+        reduce_pack(rd, world, me, own, aligned, mine, region, e, v);
+        store_pack(out + e, aligned, v);
+      },
+      [&](int64_t e) { out[e] = reduce_elem(rd, world, me, own, mine, region, e); });
 }
 
 template <typename T, int OP>
@@ -72,17 +89,8 @@ __global__ void __launch_bounds__(kThreads) flat_kernel(PeerSet ps, const T* in,
                aligned, true);
   if (!block_barrier(ps, flag_value(epoch, 0))) return finish_op(ps, epoch);
   // 2. Reduce every rank's input in rank order (own input straight from `in`).
-  if (out_rank < 0 || out_rank == me) {
-    const char* mine = half_of(ps, me, epoch);
-    for_block_packs<T>(
-        n,
-        [&](int64_t e) {
-          T v[kPack<T>];
-          reduce_pack(rd, world, me, in, aligned, mine, region, e, v);
-          store_pack(out + e, aligned, v);
-        },
-        [&](int64_t e) { out[e] = reduce_elem(rd, world, me, in, mine, region, e); });
-  }
+  if (out_rank < 0 || out_rank == me)
+    reduce_block_into(rd, world, me, in, aligned, half_of(ps, me, epoch), region, n, out);
   finish_op(ps, epoch);
 }
 
@@ -138,8 +146,7 @@ __global__ void __launch_bounds__(kThreads) flat_ll_kernel(PeerSet ps, PtrList i
         }
         memcpy(v, d, 8);
       }
-#pragma unroll
-      for (int k = 0; k < E; ++k) acc[k] = r == 0 ? to_acc(v[k]) : combine<OP>(acc[k], to_acc(v[k]));
+      accumulate<OP>(acc, v, r);
     }
     if (!ok) break;
 #pragma unroll
@@ -157,25 +164,6 @@ __global__ void __launch_bounds__(kThreads) flat_ll_kernel(PeerSet ps, PtrList i
 // j (0..7) of the line's 8-lane group holds bytes [16 j, 16 j + 16) of it, lane 7 only 8 bytes
 // plus the flag. A warp handles 4 consecutive lines per pass (one 512-byte store per peer), its
 // loops are warp-uniform so every store and load of a line is one warp instruction.
-template <typename T>
-__device__ __forceinline__ void ll128_load(const T* in, int64_t n, int64_t e0, int cnt, bool vec,
-                                           uint64_t& w0, uint64_t& w1) {
-  constexpr int E = 16 / sizeof(T);
-  if (vec && e0 + cnt <= n) {  // 8-byte aligned (120 and 16 are multiples of 8)
-    const uint64_t* p = reinterpret_cast<const uint64_t*>(in + e0);
-    w0 = p[0];
-    w1 = cnt == E ? p[1] : 0;
-    return;
-  }
-  T v[E];
-#pragma unroll
-  for (int k = 0; k < E; ++k) v[k] = k < cnt && e0 + k < n ? in[e0 + k] : T(0);
-  uint64_t w[2];
-  memcpy(w, v, 16);
-  w0 = w[0];
-  w1 = w[1];
-}
-
 template <typename T, int OP>
 __global__ void __launch_bounds__(kThreads) flat_ll128_kernel(PeerSet ps, const T* in, T* out,
                                                                int64_t n, Reducer<T, OP> rd,
@@ -227,8 +215,7 @@ __global__ void __launch_bounds__(kThreads) flat_ll128_kernel(PeerSet ps, const 
       }
       T v[E];
       memcpy(v, w, 16);
-#pragma unroll
-      for (int k = 0; k < E; ++k) acc[k] = r == 0 ? to_acc(v[k]) : combine<OP>(acc[k], to_acc(v[k]));
+      accumulate<OP>(acc, v, r);
     }
     if (!ok) break;
     if (!active) continue;
@@ -348,16 +335,8 @@ __global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(PeerSet ps, Pt
                reinterpret_cast<T*>(half_of(ps, q, epoch) + me * region), n, aligned, true);
   }
   if (!block_barrier(ps, flag_value(epoch, 0))) return finish_op(ps, epoch);
-  const char* mine = half_of(ps, me, epoch);
-  const T* own = reinterpret_cast<const T*>(ins.p[me]);
-  for_block_packs<T>(
-      n,
-      [&](int64_t e) {
-        T v[kPack<T>];
-        reduce_pack(rd, world, me, own, aligned, mine, region, e, v);
-        store_pack(out + e, aligned, v);
-      },
-      [&](int64_t e) { out[e] = reduce_elem(rd, world, me, own, mine, region, e); });
+  reduce_block_into(rd, world, me, reinterpret_cast<const T*>(ins.p[me]), aligned,
+                    half_of(ps, me, epoch), region, n, out);
   finish_op(ps, epoch);
 }
 

@@ -4,7 +4,8 @@
 // regions out. One kernel, one barrier per call.
 #include "cuda/kernels.h"
 #include "cuda/launch.cuh"
-#include "cuda/reduce_device.cuh"
+#include "cuda/protocol_ll.cuh"
+#include "cuda/protocol_simple.cuh"
 #include "cuda/sync_device.cuh"
 #include "cuda/tuning.h"
 

@@ -57,19 +57,11 @@ struct LowpRound {
 cudaError_t launch_lowp_round(const PeerSet& ps, const LowpRound& r, DataType dtype,
                               const lowp::CodecConfig& cfg, int blocks, cudaStream_t s);
 
-// The same for one element type each (lowp_kernels_<type>.cu, compiled in parallel).
-cudaError_t launch_lowp_round_f32(const PeerSet& ps, const LowpRound& r,
-                                  const lowp::CodecConfig& cfg, int blocks, cudaStream_t s);
-cudaError_t launch_lowp_round_bf16(const PeerSet& ps, const LowpRound& r,
-                                   const lowp::CodecConfig& cfg, int blocks, cudaStream_t s);
-cudaError_t launch_lowp_round_f16(const PeerSet& ps, const LowpRound& r,
-                                  const lowp::CodecConfig& cfg, int blocks, cudaStream_t s);
-// Their E5M2 builds (lowp_kernels_<type>_e5m2.cu), called by the above.
-cudaError_t launch_lowp_round_f32_e5m2(const PeerSet& ps, const LowpRound& r,
-                                       const lowp::CodecConfig& cfg, int blocks, cudaStream_t s);
-cudaError_t launch_lowp_round_bf16_e5m2(const PeerSet& ps, const LowpRound& r,
-                                        const lowp::CodecConfig& cfg, int blocks, cudaStream_t s);
-cudaError_t launch_lowp_round_f16_e5m2(const PeerSet& ps, const LowpRound& r,
-                                       const lowp::CodecConfig& cfg, int blocks, cudaStream_t s);
+// The launchers of one element type and FP8 format each (lowp_kernels_<type>.cu for E4M3,
+// lowp_kernels_<type>_e5m2.cu for E5M2): translation units of their own, compiled in parallel.
+using LowpRoundLauncher = cudaError_t(const PeerSet& ps, const LowpRound& r,
+                                      const lowp::CodecConfig& cfg, int blocks, cudaStream_t s);
+LowpRoundLauncher launch_lowp_round_f32, launch_lowp_round_bf16, launch_lowp_round_f16,
+    launch_lowp_round_f32_e5m2, launch_lowp_round_bf16_e5m2, launch_lowp_round_f16_e5m2;
 
 }  // namespace commx::cuda

@@ -6,8 +6,6 @@ namespace commx::cuda {
 
 cudaError_t launch_lowp_round_f32(const PeerSet& ps, const LowpRound& r,
                                   const lowp::CodecConfig& cfg, int blocks, cudaStream_t s) {
-  if (cfg.format == lowp::Fp8Format::kE5M2)
-    return launch_lowp_round_f32_e5m2(ps, r, cfg, blocks, s);
   return launch_typed<float, false>(ps, r, cfg, blocks, s);
 }
 

@@ -1,7 +1,7 @@
 // Kernels of the nccl backend's all_to_all_v_dynamic (see dynamic_kernels.h). Layer: backends
 // (nccl).
 #include "algorithms/dynamic_a2a_check.h"
-#include "cuda/reduce_device.cuh"
+#include "cuda/protocol_simple.cuh"
 #include "cuda_common/dynamic_counts_report_device.cuh"
 #include "nccl/dynamic_kernels.h"
 
@@ -13,7 +13,7 @@ constexpr int kThreads = 512;
 // Enough blocks to copy prefill-sized segments at full memory bandwidth; idle ones leave early.
 constexpr int kMoveBlocks = 64;
 
-__global__ void row_kernel(DynamicOpArgs a, long long* row) {
+__global__ void row_kernel(DynamicA2AArgs a, long long* row) {
   const DynamicLayout& y = a.layout;
   const int segs = y.segments(), L = y.experts_per_rank;
   for (int c = threadIdx.x; c < segs; c += blockDim.x)
@@ -25,7 +25,7 @@ __global__ void row_kernel(DynamicOpArgs a, long long* row) {
   }
 }
 
-__global__ void plan_kernel(DynamicOpArgs a, const long long* rows, DynamicDevicePlan* plan,
+__global__ void plan_kernel(DynamicA2AArgs a, const long long* rows, DynamicDevicePlan* plan,
                             DynamicCountsReport* report, int op, unsigned long long seq) {
   const DynamicLayout& y = a.layout;
   const int L = y.experts_per_rank, me = a.rank;
@@ -62,7 +62,7 @@ __device__ void copy_piece(Byte* seg, Byte* window, bool to_window, unsigned lon
 }
 
 __global__ void __launch_bounds__(kThreads)
-    move_kernel(DynamicOpArgs a, const DynamicDevicePlan* plan, Byte* staging,
+    move_kernel(DynamicA2AArgs a, const DynamicDevicePlan* plan, Byte* staging,
                 unsigned long long slot, unsigned long long win, bool pack, bool own) {
   if (!plan->ok) return;
   const DynamicPlan& g = plan->seg;
@@ -93,22 +93,22 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void launch_dynamic_row(const DynamicOpArgs& a, long long* row, cudaStream_t s) {
+void launch_dynamic_row(const DynamicA2AArgs& a, long long* row, cudaStream_t s) {
   row_kernel<<<1, 256, 0, s>>>(a, row);
 }
 
-void launch_dynamic_plan(const DynamicOpArgs& a, const long long* rows, DynamicDevicePlan* plan,
+void launch_dynamic_plan(const DynamicA2AArgs& a, const long long* rows, DynamicDevicePlan* plan,
                          DynamicCountsReport* report, int op, unsigned long long seq,
                          cudaStream_t s) {
   plan_kernel<<<1, 1, 0, s>>>(a, rows, plan, report, op, seq);
 }
 
-void launch_dynamic_pack(const DynamicOpArgs& a, const DynamicDevicePlan* plan, Byte* staging,
+void launch_dynamic_pack(const DynamicA2AArgs& a, const DynamicDevicePlan* plan, Byte* staging,
                          unsigned long long slot, unsigned long long window, cudaStream_t s) {
   move_kernel<<<kMoveBlocks, kThreads, 0, s>>>(a, plan, staging, slot, window, true, false);
 }
 
-void launch_dynamic_unpack(const DynamicOpArgs& a, const DynamicDevicePlan* plan,
+void launch_dynamic_unpack(const DynamicA2AArgs& a, const DynamicDevicePlan* plan,
                            const Byte* staging, unsigned long long slot, unsigned long long window,
                            bool own, cudaStream_t s) {
   move_kernel<<<kMoveBlocks, kThreads, 0, s>>>(a, plan, const_cast<Byte*>(staging), slot, window,
