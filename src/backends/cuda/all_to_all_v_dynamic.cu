@@ -16,8 +16,8 @@
 #include "algorithms/dynamic_a2a_check.h"
 #include "cuda/all_to_all_v_dynamic.h"
 #include "cuda/launch.cuh"
-#include "cuda/reduce_device.cuh"
 #include "cuda/sync_device.cuh"
+#include "cuda_common/dynamic_a2a_args.h"
 #include "cuda_common/dynamic_counts_report_device.cuh"
 
 namespace commx::cuda {
@@ -25,19 +25,6 @@ namespace {
 
 using Byte = unsigned char;
 constexpr int kMaxSegs = static_cast<int>(kMaxDynamicSegments);
-
-struct DynamicArgs {
-  const Byte* in;
-  Byte* out;
-  const long long* in_counts;
-  long long* out_counts;
-  long long in_elems;
-  long long out_elems;
-  long long row_elems;
-  unsigned int elem_bytes;
-  int experts_per_rank;
-  int form;  // DynamicA2AForm
-};
 
 // Slot of `sender`'s row, parity p, in the pad at `pad` (a rank's signal pad).
 __device__ __forceinline__ long long* row_slot(unsigned long long* pad, int p, int sender) {
@@ -92,11 +79,14 @@ __device__ __forceinline__ void copy_piece(const Byte* src, bool src_is_window, 
     for (unsigned long long x = max(j * 16, lo); x < min(j * 16 + 16, hi); ++x) to[x] = from[x];
 }
 
-__global__ void __launch_bounds__(kThreads) all_to_all_v_dynamic_kernel(PeerSet ps, DynamicArgs a) {
+__global__ void __launch_bounds__(kThreads) all_to_all_v_dynamic_kernel(PeerSet ps,
+                                                                            DynamicA2AArgs a) {
   const unsigned long long epoch = begin_op(ps);
-  const int me = ps.rank, world = ps.world, L = a.experts_per_rank, segs = world * L;
+  const int me = ps.rank, world = ps.world, L = a.layout.experts_per_rank, segs = world * L;
   const int words = segs + kTailWords;
-  const DynamicLayout layout{world, L, static_cast<DynamicA2AForm>(a.form)};
+  const DynamicLayout layout{world, L, a.layout.form};
+  const Byte* in = static_cast<const Byte*>(a.in);
+  Byte* out = static_cast<Byte*>(a.out);
   const int parity = static_cast<int>(epoch & 1ull);
 
   __shared__ long long rows[kMaxRanks][kDynamicRowWords];
@@ -194,7 +184,7 @@ __global__ void __launch_bounds__(kThreads) all_to_all_v_dynamic_kernel(PeerSet 
     const int c = layout.canonical(me, l);
     const unsigned long long len = rows[me][c] * row_bytes;
     if (len)
-      copy_piece(a.in + send_in[c] * row_bytes, false, a.out + recv_out[c] * row_bytes, 0, len, 0,
+      copy_piece(in + send_in[c] * row_bytes, false, out + recv_out[c] * row_bytes, 0, len, 0,
                  len);
   }
   const unsigned long long n_rounds = rounds;
@@ -205,7 +195,7 @@ __global__ void __launch_bounds__(kThreads) all_to_all_v_dynamic_kernel(PeerSet 
       Byte* to = reinterpret_cast<Byte*>(half_of(ps, p, e)) + me * region;
       for (int l = 0; l < L; ++l) {
         const int c = layout.canonical(p, l);
-        copy_piece(a.in + send_in[c] * row_bytes, false, to, send_pos[c] * row_bytes,
+        copy_piece(in + send_in[c] * row_bytes, false, to, send_pos[c] * row_bytes,
                    rows[me][c] * row_bytes, win, region);
       }
     }
@@ -215,7 +205,7 @@ __global__ void __launch_bounds__(kThreads) all_to_all_v_dynamic_kernel(PeerSet 
       const Byte* from = reinterpret_cast<const Byte*>(half_of(ps, me, e)) + p * region;
       for (int l = 0; l < L; ++l) {
         const int c = layout.canonical(p, l);
-        copy_piece(from, true, a.out + recv_out[c] * row_bytes, recv_pos[c] * row_bytes,
+        copy_piece(from, true, out + recv_out[c] * row_bytes, recv_pos[c] * row_bytes,
                    rows[p][layout.canonical(me, l)] * row_bytes, win, region);
       }
     }
@@ -226,22 +216,12 @@ __global__ void __launch_bounds__(kThreads) all_to_all_v_dynamic_kernel(PeerSet 
 }  // namespace
 
 void enqueue_all_to_all_v_dynamic(const PeerSet& ps, const OpDesc& op, int blocks, cudaStream_t s) {
-  const AllToAllVDynamic& d = op.dynamic;
-  DynamicArgs a{static_cast<const Byte*>(op.input.data),
-                static_cast<Byte*>(op.output.data),
-                static_cast<const long long*>(d.input_counts.data),
-                static_cast<long long*>(d.output_counts.data),
-                op.input.count,
-                op.output.count,
-                d.row_elems,
-                static_cast<unsigned int>(dtype_size(op.input.dtype)),
-                d.experts_per_rank,
-                static_cast<int>(d.form)};
+  const DynamicA2AArgs a = dynamic_a2a_args(op, ps.rank, ps.world);
   launch_kernel(all_to_all_v_dynamic_kernel, blocks, kThreads, s, ps, a);
 }
 
 void preload_all_to_all_v_dynamic_kernels() {
-  launch_kernel(all_to_all_v_dynamic_kernel, 1, kThreads, nullptr, PeerSet{}, DynamicArgs{});
+  launch_kernel(all_to_all_v_dynamic_kernel, 1, kThreads, nullptr, PeerSet{}, DynamicA2AArgs{});
 }
 
 }  // namespace commx::cuda

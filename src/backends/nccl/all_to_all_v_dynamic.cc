@@ -131,16 +131,7 @@ void NcclBackend::enqueue_all_to_all_v_dynamic(const OpDesc& op, cudaStream_t s,
   }
 
   // 2. Rows, all-gathered; the agreed check and the plan on the device.
-  DynamicOpArgs a{op.input.data,
-                  op.output.data,
-                  static_cast<const long long*>(d.input_counts.data),
-                  static_cast<long long*>(d.output_counts.data),
-                  op.input.count,
-                  op.output.count,
-                  d.row_elems,
-                  static_cast<unsigned int>(es),
-                  DynamicLayout{n, d.experts_per_rank, d.form},
-                  me};
+  const DynamicA2AArgs a = cuda::dynamic_a2a_args(op, me, n);
   long long* all_rows = dyn_.rows + kDynamicRowWords;
   launch_dynamic_row(a, dyn_.rows, s);
   COMMX_CUDA_CHECK_CTX(cudaGetLastError(), where);

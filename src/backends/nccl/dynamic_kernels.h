@@ -10,10 +10,12 @@
 
 #include "algorithms/dynamic_a2a_plan.h"
 #include "commx/backend.h"
+#include "cuda_common/dynamic_a2a_args.h"
 #include "cuda_common/dynamic_counts_report.h"
 
 namespace commx::nccl {
 
+using cuda::DynamicA2AArgs;
 using cuda::DynamicCountsReport;
 
 // Words of one published row: counts in canonical order (at most kMaxDynamicSegments), then
@@ -30,34 +32,21 @@ struct DynamicDevicePlan {
   DynamicPlan seg;
 };
 
-struct DynamicOpArgs {
-  const void* in;
-  void* out;
-  const long long* in_counts;
-  long long* out_counts;
-  long long in_elems;
-  long long out_elems;
-  long long row_elems;
-  unsigned int elem_bytes;
-  DynamicLayout layout;
-  int rank;
-};
-
 // Writes this rank's row (its counts in canonical order, capacity, input size, row size).
-void launch_dynamic_row(const DynamicOpArgs& a, long long* row, cudaStream_t s);
+void launch_dynamic_row(const DynamicA2AArgs& a, long long* row, cudaStream_t s);
 // Runs the agreed check on all rows ([world][kDynamicRowWords]); on a problem reports it
 // (report_dynamic_counts with `op`, `seq`) and clears plan->ok, else fills the plan and writes
 // the received counts.
-void launch_dynamic_plan(const DynamicOpArgs& a, const long long* rows, DynamicDevicePlan* plan,
+void launch_dynamic_plan(const DynamicA2AArgs& a, const long long* rows, DynamicDevicePlan* plan,
                          DynamicCountsReport* report, int op, unsigned long long seq,
                          cudaStream_t s);
 // Round `window / slot` of the pair streams: pack copies window [window, window + slot) of the
 // stream to every peer p from the input into slot peer_slot(p) of the staging; unpack copies the
 // same window of every stream received into that slot into the output, and with `own` this rank's
 // own segments from input to output. Both do nothing when the plan is not ok.
-void launch_dynamic_pack(const DynamicOpArgs& a, const DynamicDevicePlan* plan, unsigned char* staging,
+void launch_dynamic_pack(const DynamicA2AArgs& a, const DynamicDevicePlan* plan, unsigned char* staging,
                          unsigned long long slot, unsigned long long window, cudaStream_t s);
-void launch_dynamic_unpack(const DynamicOpArgs& a, const DynamicDevicePlan* plan,
+void launch_dynamic_unpack(const DynamicA2AArgs& a, const DynamicDevicePlan* plan,
                            const unsigned char* staging, unsigned long long slot,
                            unsigned long long window, bool own, cudaStream_t s);
 
