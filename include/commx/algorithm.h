@@ -24,6 +24,9 @@ struct Topology {
   // The ranks can copy from each other's memory directly (host: cross-memory attach works
   // between every pair, agreed by all ranks).
   bool single_copy = false;
+  // Hosts the ranks run on (equal ranks per host where > 1): algorithms for one host's links
+  // cannot span several.
+  int hosts = 1;
 };
 
 // One row of a backend's table. `Run` is the backend's way to execute an op (a host backend runs

@@ -56,15 +56,26 @@ void two_shot_enqueue(const PeerSet& ps, const AllReduceShape& a, const OpDesc& 
                             s);
 }
 
+// The kernels of one host's links; on several hosts their ops go to the hierarchical path.
+bool one_host(const OpDesc&, const Topology& topo) { return topo.hosts <= 1; }
+// Several hosts (hierarchy.h): a reduce-scatter over each host's peer memory, an all_reduce of the
+// shards across hosts through NCCL, an all-gather over peer memory. The backend's Hierarchy runs
+// it (no enqueue here), for all_reduce; reduce on several hosts goes to NCCL before any row.
+bool across_hosts(const OpDesc&, const Topology& topo) { return topo.hosts > 1; }
+
 const AllReduceAlgorithm kTable[] = {
-    {"ll", Collective::kAllReduce, nullptr, {AllReduceAlgo::kLL, ll_fits, ll_enqueue, AllReduceAlgo::kFlat}},
-    {"ll128", Collective::kAllReduce, nullptr,
-     {AllReduceAlgo::kLL128, ll128_fits, ll128_enqueue, AllReduceAlgo::kFlat}},
-    {"flat", Collective::kAllReduce, nullptr,
-     {AllReduceAlgo::kFlat, flat_fits, flat_enqueue, AllReduceAlgo::kTree}, nullptr, "one_shot"},
-    {"tree", Collective::kAllReduce, nullptr,
-     {AllReduceAlgo::kTree, two_shot_fits, two_shot_enqueue, AllReduceAlgo::kTree}, nullptr,
+    {"ll", Collective::kAllReduce, one_host,
+     {AllReduceAlgo::kLL, ll_fits, ll_enqueue, AllReduceAlgo::kFlat}, "hierarchical"},
+    {"ll128", Collective::kAllReduce, one_host,
+     {AllReduceAlgo::kLL128, ll128_fits, ll128_enqueue, AllReduceAlgo::kFlat}, "hierarchical"},
+    {"flat", Collective::kAllReduce, one_host,
+     {AllReduceAlgo::kFlat, flat_fits, flat_enqueue, AllReduceAlgo::kTree}, "hierarchical",
+     "one_shot"},
+    {"tree", Collective::kAllReduce, one_host,
+     {AllReduceAlgo::kTree, two_shot_fits, two_shot_enqueue, AllReduceAlgo::kTree}, "hierarchical",
      "two_shot"},
+    // Unsupported on one host: the size-based row instead.
+    {"hierarchical", Collective::kAllReduce, across_hosts, {AllReduceAlgo::kHierarchical}},
     // Not native: the backend hands the op to NCCL.
     {"nccl", Collective::kAllReduce, nullptr, {AllReduceAlgo::kNccl}},
 };

@@ -35,7 +35,7 @@ struct AllReduceRun {
   AllReduceAlgo id = AllReduceAlgo::kNccl;
   bool (*fits)(const AllReduceShape& a) = nullptr;
   // Enqueues the op on `s` (kernel errors are checked by the caller); null for "nccl", whose ops
-  // the backend delegates.
+  // the backend delegates, and "hierarchical", which the backend's Hierarchy runs.
   void (*enqueue)(const PeerSet& ps, const AllReduceShape& a, const OpDesc& op, const Tuning& t,
                   cudaStream_t s) = nullptr;
   AllReduceAlgo fallback = AllReduceAlgo::kNccl;
@@ -45,8 +45,8 @@ using AllReduceAlgorithm = Algorithm<AllReduceRun>;
 // The rows (all_reduce; reduce runs the same kernels with one receiving rank).
 std::span<const AllReduceAlgorithm> allreduce_algorithms();
 // The row for `op` (all_reduce or reduce): its hint "algorithm", else `table`'s row for the
-// topology, else the size thresholds of `t` (choose_allreduce). Throws InvalidArgument for an
-// unknown hint.
+// topology, else the size thresholds of `t` (choose_allreduce). On several hosts (topo.hosts > 1)
+// the one-host rows fall back to "hierarchical". Throws InvalidArgument for an unknown hint.
 const AllReduceAlgorithm& select_allreduce(const Tuning& t, const OpDesc& op, const Topology& topo,
                                            const TuningTable* table, const std::string& where);
 // The row to run for `preferred`, following buffer fallbacks until one fits.

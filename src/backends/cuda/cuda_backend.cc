@@ -71,7 +71,10 @@ void CudaBackend::init(const BackendContext& ctx) {
     } else {
       hier_ = Hierarchy::create(ctx, layout, device_, sms, state_, ctl_dev_, peer_mem, where);
       native_problem_ = hier_->problem();
-      if (!native_problem_.empty()) hier_.reset();
+      if (!native_problem_.empty())
+        hier_.reset();
+      else
+        topology_ = hier_->topology();
     }
   } else if (ctx.size > kMaxRanks) {
     native_problem_ = "the native path supports at most " + std::to_string(kMaxRanks) + " ranks";
@@ -280,7 +283,7 @@ bool CudaBackend::enqueue_native(const OpDesc& op, cudaStream_t s, const std::st
       if (!native_reduce_supported(op.input.dtype, op.op.kind)) return false;
       const bool all = op.collective == Collective::kAllReduce;
       const AllReduceAlgorithm& algo = select_allreduce(tuning_, op, topology_, &table_, where);
-      if (!algo.run.enqueue) return false;  // the "nccl" row
+      if (!algo.run.enqueue) return false;  // the "nccl" row (one host: never "hierarchical")
       if (op.input.count == 0) {
         launch_barrier(peers(op), s);
         return true;

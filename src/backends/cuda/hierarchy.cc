@@ -327,8 +327,10 @@ bool Hierarchy::enqueue(const OpDesc& op, cudaStream_t s, const std::string& whe
   const DataType t = op.input.dtype;
   const ReduceKind kind = op.op.kind;
   if (!native_reduce_supported(t, kind)) return false;
-  // The local step's kernels are the native rows; the "nccl" row leaves the whole op to NCCL.
-  if (!select_allreduce(tuning_, op, Topology{world_, "net"}, nullptr, where).run.enqueue)
+  // The table's choice: "hierarchical" (by default, or a hint naming it or a one-host row), else
+  // "nccl" (hint, or DDA off), which leaves the whole op to NCCL.
+  if (select_allreduce(tuning_, op, topology(), nullptr, where).run.id !=
+      AllReduceAlgo::kHierarchical)
     return false;
   const int64_t n = op.input.count;
   if (n == 0) return true;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "commx/algorithm.h"
 #include "commx/backend.h"
 #include "cuda/host_layout.h"
 #include "cuda/kernels.h"
@@ -64,6 +65,8 @@ class Hierarchy {
   // The comm rank of local index `local` on this host.
   int comm_rank(int local) const { return layout_.local_ranks.at(local); }
   const HostLayout& layout() const { return layout_; }
+  // The comm as the algorithm tables see it: world_ ranks on layout_.hosts hosts.
+  Topology topology() const { return Topology{world_, "net", false, layout_.hosts}; }
   const Tuning& tuning() const { return tuning_; }
   void abort();
   // Destroys the inter-host comm and unmaps peer memory; call once no op is running.

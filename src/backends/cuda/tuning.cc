@@ -40,6 +40,7 @@ const char* algo_name(AllReduceAlgo a) {
     case AllReduceAlgo::kLL128: return "ll128";
     case AllReduceAlgo::kFlat: return "flat";
     case AllReduceAlgo::kTree: return "tree";
+    case AllReduceAlgo::kHierarchical: return "hierarchical";
     case AllReduceAlgo::kNccl: return "nccl";
   }
   return "?";
@@ -99,9 +100,11 @@ AllReduceAlgo choose_allreduce(const Tuning& t, uint64_t bytes, const Hints& op_
     if (it->second == "ll128") return AllReduceAlgo::kLL128;
     if (it->second == "flat" || it->second == "one_shot") return AllReduceAlgo::kFlat;
     if (it->second == "tree" || it->second == "two_shot") return AllReduceAlgo::kTree;
+    if (it->second == "hierarchical") return AllReduceAlgo::kHierarchical;
     if (it->second == "nccl") return AllReduceAlgo::kNccl;
-    throw Error(ErrorCode::kInvalidArgument, where + "unknown all_reduce algorithm hint '" +
-                                                 it->second + "' (want ll, ll128, flat (one_shot), tree (two_shot) or nccl)");
+    throw Error(ErrorCode::kInvalidArgument,
+                where + "unknown all_reduce algorithm hint '" + it->second +
+                    "' (want ll, ll128, flat (one_shot), tree (two_shot), hierarchical or nccl)");
   }
   if (!t.dda_enable) return AllReduceAlgo::kNccl;
   if (bytes > t.ll128_min_bytes && bytes <= t.ll128_max_bytes) return AllReduceAlgo::kLL128;

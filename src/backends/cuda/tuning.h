@@ -10,7 +10,8 @@
 
 namespace commx::cuda {
 
-enum class AllReduceAlgo { kLL, kLL128, kFlat, kTree, kNccl };
+// kHierarchical: ranks on several hosts (hierarchy.h); never chosen by size alone.
+enum class AllReduceAlgo { kLL, kLL128, kFlat, kTree, kHierarchical, kNccl };
 const char* algo_name(AllReduceAlgo a);
 
 struct Tuning {
@@ -35,8 +36,8 @@ struct Tuning {
   static Tuning resolve(int world, int sms, const Hints& comm_hints, bool ll128_links = true);
 };
 
-// Picks the all-reduce algorithm for `bytes`; op hint "algorithm" (ll, ll128, flat, tree, nccl)
-// wins.
+// Picks the all-reduce algorithm for `bytes` on one host; op hint "algorithm" (ll, ll128, flat,
+// tree, hierarchical, nccl) wins.
 // Throws InvalidArgument (message prefixed by `where`) for an unknown hint value.
 AllReduceAlgo choose_allreduce(const Tuning& t, uint64_t bytes, const Hints& op_hints,
                                const std::string& where = {});
