@@ -49,7 +49,8 @@ TEST(CudaAllReduceSelect, OneHostBySize) {
     EXPECT_EQ(pick(t, all_reduce(bytes, "hierarchical"), kOneHost), want) << bytes;
   }
   EXPECT_EQ(pick(t, all_reduce(1024, "flat"), kOneHost), "flat");
-  EXPECT_EQ(pick(t, all_reduce(1024, "two_shot"), kOneHost), "tree");
+  EXPECT_EQ(pick(t, all_reduce(1024, "two_shot"), kOneHost), "two_shot");
+  EXPECT_EQ(pick(t, all_reduce(1024, "tree"), kOneHost), "two_shot");
 }
 
 TEST(CudaAllReduceSelect, SeveralHostsTakeHierarchical) {

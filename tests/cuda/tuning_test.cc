@@ -12,10 +12,12 @@ namespace {
 
 TEST(CudaTuning, HintPicksTheAlgorithm) {
   Tuning t = Tuning::resolve(2, 132, {});
-  for (const char* a : {"ll", "ll128", "flat", "tree", "nccl"}) {
+  for (const char* a : {"ll", "ll128", "flat", "two_shot", "hierarchical", "nccl"}) {
     AllReduceAlgo got = choose_allreduce(t, 1024, {{"algorithm", a}});
     EXPECT_STREQ(algo_name(got), a);
   }
+  EXPECT_EQ(choose_allreduce(t, 1024, {{"algorithm", "tree"}}), AllReduceAlgo::kTwoShot);
+  EXPECT_EQ(choose_allreduce(t, 1024, {{"algorithm", "one_shot"}}), AllReduceAlgo::kFlat);
   EXPECT_EQ(choose_allreduce(t, 64ull << 20, {{"algorithm", "ll128"}}), AllReduceAlgo::kLL128);
   try {
     choose_allreduce(t, 1024, {{"algorithm", "ll129"}}, "[x] ");
@@ -32,7 +34,7 @@ TEST(CudaTuning, LL128OnlyWhereMeasured) {
   EXPECT_EQ(choose_allreduce(t, 32 << 10, {}), AllReduceAlgo::kLL);
   EXPECT_EQ(choose_allreduce(t, (32 << 10) + 2, {}), AllReduceAlgo::kLL128);
   EXPECT_EQ(choose_allreduce(t, 4 << 20, {}), AllReduceAlgo::kLL128);
-  EXPECT_EQ(choose_allreduce(t, (4 << 20) + 2, {}), AllReduceAlgo::kTree);
+  EXPECT_EQ(choose_allreduce(t, (4 << 20) + 2, {}), AllReduceAlgo::kTwoShot);
   // More ranks: not measured, so never by size.
   for (int world : {3, 4, 8}) {
     t = Tuning::resolve(world, 132, {});

@@ -69,11 +69,11 @@ const AllReduceAlgorithm kTable[] = {
     {"ll128", Collective::kAllReduce, one_host,
      {AllReduceAlgo::kLL128, ll128_fits, ll128_enqueue, AllReduceAlgo::kFlat}, "hierarchical"},
     {"flat", Collective::kAllReduce, one_host,
-     {AllReduceAlgo::kFlat, flat_fits, flat_enqueue, AllReduceAlgo::kTree}, "hierarchical",
+     {AllReduceAlgo::kFlat, flat_fits, flat_enqueue, AllReduceAlgo::kTwoShot}, "hierarchical",
      "one_shot"},
-    {"tree", Collective::kAllReduce, one_host,
-     {AllReduceAlgo::kTree, two_shot_fits, two_shot_enqueue, AllReduceAlgo::kTree}, "hierarchical",
-     "two_shot"},
+    {"two_shot", Collective::kAllReduce, one_host,
+     {AllReduceAlgo::kTwoShot, two_shot_fits, two_shot_enqueue, AllReduceAlgo::kTwoShot}, "hierarchical",
+     "tree"},
     // Unsupported on one host: the size-based row instead.
     {"hierarchical", Collective::kAllReduce, across_hosts, {AllReduceAlgo::kHierarchical}},
     // Not native: the backend hands the op to NCCL.

@@ -455,7 +455,7 @@ uint64_t flat_bytes_needed(int64_t n, size_t elem, int world) {
   return static_cast<uint64_t>(world) * align256(n * elem);
 }
 
-uint64_t tree_bytes_needed(int64_t n, size_t elem, int world) {
+uint64_t two_shot_bytes_needed(int64_t n, size_t elem, int world) {
   const int64_t p = 16 / static_cast<int64_t>(elem);
   const int64_t s = ((n + world - 1) / world + p - 1) / p * p;
   return 2ull * world * align256(s * elem);

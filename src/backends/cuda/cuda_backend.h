@@ -1,4 +1,4 @@
-// The native cuda backend: DDA all-reduce (flat one-shot, tree two-shot) and all-gather,
+// The native cuda backend: DDA all-reduce (flat one-shot, two-shot) and all-gather,
 // reduce-scatter, all-to-all, broadcast, reduce, gather, scatter and barrier over CUDA IPC peer
 // memory; the ops it does not cover natively (v-variants, list all-to-all, send/recv) and any op
 // when peer access is missing go to the nccl backend when it can be loaded.

@@ -29,7 +29,7 @@ ReduceSpec make_reduce_spec(DataType dtype, ReduceOp op, int world, bool aligned
 
 // Bytes of registered buffer (one half) an op of `n` elements of `elem` bytes needs.
 uint64_t flat_bytes_needed(int64_t n, size_t elem, int world);
-uint64_t tree_bytes_needed(int64_t n, size_t elem, int world);
+uint64_t two_shot_bytes_needed(int64_t n, size_t elem, int world);
 uint64_t region_bytes(uint64_t bytes);  // per-source region, 256-byte aligned
 
 // One-shot: every rank pushes its input to all peers, then reduces all inputs in rank order.
@@ -47,7 +47,7 @@ void launch_allreduce_ll128(const PeerSet& ps, const void* in, void* out, int64_
                             const ReduceSpec& rs, int blocks, cudaStream_t s);
 uint64_t ll128_bytes_needed(int64_t n, size_t elem, int world);
 // Two-shot: reduce-scatter by pushes into owners, owners reduce and push results back; one launch
-// for any n, in pieces of `chunk` elements (tree_bytes_needed(chunk) must fit a buffer half), one
+// for any n, in pieces of `chunk` elements (two_shot_bytes_needed(chunk) must fit a buffer half), one
 // op counter and buffer half per piece.
 void launch_allreduce_two_shot(const PeerSet& ps, const void* in, void* out, int64_t n,
                                int64_t chunk, int out_rank, const ReduceSpec& rs, int blocks,

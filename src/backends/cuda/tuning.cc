@@ -39,7 +39,7 @@ const char* algo_name(AllReduceAlgo a) {
     case AllReduceAlgo::kLL: return "ll";
     case AllReduceAlgo::kLL128: return "ll128";
     case AllReduceAlgo::kFlat: return "flat";
-    case AllReduceAlgo::kTree: return "tree";
+    case AllReduceAlgo::kTwoShot: return "two_shot";
     case AllReduceAlgo::kHierarchical: return "hierarchical";
     case AllReduceAlgo::kNccl: return "nccl";
   }
@@ -99,18 +99,18 @@ AllReduceAlgo choose_allreduce(const Tuning& t, uint64_t bytes, const Hints& op_
     if (it->second == "ll") return AllReduceAlgo::kLL;
     if (it->second == "ll128") return AllReduceAlgo::kLL128;
     if (it->second == "flat" || it->second == "one_shot") return AllReduceAlgo::kFlat;
-    if (it->second == "tree" || it->second == "two_shot") return AllReduceAlgo::kTree;
+    if (it->second == "tree" || it->second == "two_shot") return AllReduceAlgo::kTwoShot;
     if (it->second == "hierarchical") return AllReduceAlgo::kHierarchical;
     if (it->second == "nccl") return AllReduceAlgo::kNccl;
     throw Error(ErrorCode::kInvalidArgument,
                 where + "unknown all_reduce algorithm hint '" + it->second +
-                    "' (want ll, ll128, flat (one_shot), tree (two_shot), hierarchical or nccl)");
+                    "' (want ll, ll128, flat (one_shot), two_shot (tree), hierarchical or nccl)");
   }
   if (!t.dda_enable) return AllReduceAlgo::kNccl;
   if (bytes > t.ll128_min_bytes && bytes <= t.ll128_max_bytes) return AllReduceAlgo::kLL128;
   if (bytes <= t.ll_max_bytes) return AllReduceAlgo::kLL;
   if (bytes <= t.flat_max_bytes) return AllReduceAlgo::kFlat;
-  if (bytes <= t.tree_max_bytes) return AllReduceAlgo::kTree;
+  if (bytes <= t.tree_max_bytes) return AllReduceAlgo::kTwoShot;
   return AllReduceAlgo::kNccl;
 }
 

@@ -11,7 +11,7 @@
 namespace commx::cuda {
 
 // kHierarchical: ranks on several hosts (hierarchy.h); never chosen by size alone.
-enum class AllReduceAlgo { kLL, kLL128, kFlat, kTree, kHierarchical, kNccl };
+enum class AllReduceAlgo { kLL, kLL128, kFlat, kTwoShot, kHierarchical, kNccl };
 const char* algo_name(AllReduceAlgo a);
 
 struct Tuning {
@@ -25,7 +25,7 @@ struct Tuning {
   uint64_t tree_max_bytes = 0;    // COMMX_DDA_TREE_MAX_BYTES / hint dda_tree_max_bytes
   uint64_t buffer_bytes = 0;      // COMMX_CUDA_BUFFER_BYTES: one half of the registered buffer
   int max_blocks = 0;             // COMMX_CUDA_MAX_BLOCKS: latency paths (LL, flat)
-  int max_blocks_large = 0;       // COMMX_CUDA_MAX_BLOCKS_LARGE: bandwidth paths (tree, exchange)
+  int max_blocks_large = 0;       // COMMX_CUDA_MAX_BLOCKS_LARGE: bandwidth paths (two-shot, exchange)
   // COMMX_CUDA_POLL_SLEEP_NS / hint poll_sleep_ns: the longest sleep between two polls of a
   // device-side wait once it has missed kTightPolls times (sync_device.cuh); 0 never sleeps.
   unsigned int poll_sleep_ns = 0;
@@ -37,7 +37,7 @@ struct Tuning {
 };
 
 // Picks the all-reduce algorithm for `bytes` on one host; op hint "algorithm" (ll, ll128, flat,
-// tree, hierarchical, nccl) wins.
+// two_shot, hierarchical, nccl) wins.
 // Throws InvalidArgument (message prefixed by `where`) for an unknown hint value.
 AllReduceAlgo choose_allreduce(const Tuning& t, uint64_t bytes, const Hints& op_hints,
                                const std::string& where = {});
