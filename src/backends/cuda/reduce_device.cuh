@@ -45,10 +45,13 @@ template <int OP, typename T, typename A>
 __device__ __forceinline__ void accumulate(A& acc, T v, int r) {
   acc = r == 0 ? to_acc(v) : combine<OP>(acc, to_acc(v));
 }
+// The same per element of a pack or line. Written out, not through the scalar form: that call
+// moved ptxas's allocation (flat_kernel<int64_t> 63 -> 64 registers, two_shot_kernel<float> more
+// spills).
 template <int OP, typename T, typename A, int N>
 __device__ __forceinline__ void accumulate(A (&acc)[N], const T (&v)[N], int r) {
 #pragma unroll
-  for (int k = 0; k < N; ++k) accumulate<OP>(acc[k], v[k], r);
+  for (int k = 0; k < N; ++k) acc[k] = r == 0 ? to_acc(v[k]) : combine<OP>(acc[k], to_acc(v[k]));
 }
 
 }  // namespace commx::cuda
