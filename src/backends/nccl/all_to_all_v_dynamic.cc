@@ -89,7 +89,6 @@ void DynamicA2AState::release() {
 void NcclBackend::enqueue_all_to_all_v_dynamic(const OpDesc& op, cudaStream_t s,
                                                 const std::string& where) {
   const int n = ctx_.size, me = ctx_.rank;
-  const AllToAllVDynamic& d = op.dynamic;
   if (!dyn_.ready()) {
     std::lock_guard<std::mutex> lk(dyn_mu_);  // the Works' hooks read the report pointer
     dyn_.allocate(n, dynamic_staging_bytes(ctx_.options.hints, where), where);
