@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kThreads) flat_ll_kernel(PeerSet ps, PtrList i
 }
 
 // LL128 one-shot (opt-in, op hint algorithm=ll128): like flat_ll_kernel, but a 128-byte line
-// carries 120 payload bytes and one 64-bit flag (sync_device.cuh), so 256 KiB move ~273 KiB over
+// carries 120 payload bytes and one 64-bit flag (protocol_ll128.cuh), so 256 KiB move ~273 KiB over
 // NVLink instead of 512 KiB. Line l holds payload bytes [120 l, 120 l + 120) of the input: lane
 // j (0..7) of the line's 8-lane group holds bytes [16 j, 16 j + 16) of it, lane 7 only 8 bytes
 // plus the flag. A warp handles 4 consecutive lines per pass (one 512-byte store per peer), its
