@@ -167,7 +167,8 @@ std::string sweep_usage() {
   return R"(GPU sweep (builds with CUDA only): local GPU ranks, CUDA-event timing, eager and graph-captured
   commx-bench [--ranks N] [--backend cuda,nccl] [--dtypes bf16,f32]
               [--ops all_reduce,all_gather,reduce_scatter,all_to_all] [--modes eager,graph]
-              [--min 8] [--max 256M] [--factor 2] [--reps 7] [--algo ll|flat|tree]
+              [--min 8] [--max 256M] [--factor 2] [--reps 7]
+              [--algo ll|ll128|flat|two_shot|hierarchical|nccl]
               [--error MAXSIZE] [--skew-us US] [--gap-us US] [--json FILE] [--md FILE]
   --ranks N     ranks forked here, rank r on GPU r % GPUs (default 2; a launcher's ranks win)
   --backend     cuda, nccl, cuda+fp8, cuda+fp8x2 (commx FP8, one-/two-term gather), nccl+fp8
