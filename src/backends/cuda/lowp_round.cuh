@@ -173,29 +173,6 @@ __device__ __forceinline__ void sum_pair(const g::ReduceSrc& rs, const PairRaw<T
   }
 }
 
-// Runs body(u, v) over this warp's full pairs u among npairs (the units FOR_UNITS gives it), v
-// the pair's 16 reduced values per lane (sum_pair); the next pair's sources are loaded before
-// the body works on this one, so a warp keeps its loads in flight while it computes.
-template <typename T, bool kE5, int kW, typename Body>
-__device__ __forceinline__ void for_reduced_pairs(const g::ReduceSrc& rs, int64_t npairs,
-                                                  Body&& body) {
-  const int64_t step = static_cast<int64_t>(gridDim.x) * kWarps;
-  int64_t u = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  if (u >= npairs) return;
-  const bool own_vec = aligned16(rs.own);
-  PairRaw<T, kW> raw;
-  fetch_pair<T, kW>(rs, own_vec, u, raw);
-  for (;;) {
-    float v[16];
-    sum_pair<T, kE5, kW>(rs, raw, v);
-    const int64_t un = u + step;
-    if (un < npairs) fetch_pair<T, kW>(rs, own_vec, un, raw);
-    body(u, v);
-    if (un >= npairs) return;
-    u = un;
-  }
-}
-
 // Stores 16 values at p: 16-byte stores where aligned.
 template <typename T>
 __device__ __forceinline__ void store_values16(T* p, const float v[16]) {
@@ -215,14 +192,25 @@ __device__ __forceinline__ bool owner_finishes(int64_t u, int64_t n, int64_t blo
 
 // P2 of all_reduce over the owner's full pairs: reduce, encode Q1 (and the residual Q2) into the
 // peers' gather slots, and write the owner's own result from the codes in registers (what P3
-// would decode from its own gather slot: the same bits, one pass less).
+// would decode from its own gather slot: the same bits, one pass less). The next unit's sources
+// are loaded before this one is worked on.
 template <typename T, bool kE5, bool kSR, int kW, typename Dsts>
 __device__ __forceinline__ void reduce_encode_pairs(const g::ReduceSrc& rs, int64_t npairs,
                                                     const Dsts& d1, const Dsts& d2,
                                                     const LowpRound& r, int64_t sr_off, T* out,
                                                     g::StatAcc* st) {
   const int64_t e0 = 16 * (threadIdx.x & 31);
-  for_reduced_pairs<T, kE5, kW>(rs, npairs, [&](int64_t u, float (&v)[16]) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kWarps;
+  int64_t u = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (u >= npairs) return;
+  const bool own_vec = aligned16(rs.own);
+  PairRaw<T, kW> raw;
+  fetch_pair<T, kW>(rs, own_vec, u, raw);
+  for (;;) {
+    float v[16];
+    sum_pair<T, kE5, kW>(rs, raw, v);
+    const int64_t un = u + step;
+    if (un < npairs) fetch_pair<T, kW>(rs, own_vec, un, raw);
     const uint64_t idx = static_cast<uint64_t>(sr_off + u * 512 + e0);
     const g::PairCode c1 = g::scale_pair<kE5>(v);
     const uint4 w = g::encode16<kE5, kSR>(v, c1, r.seed, r.sr2, idx, st);
@@ -243,7 +231,9 @@ __device__ __forceinline__ void reduce_encode_pairs(const g::ReduceSrc& rs, int6
       for (int j = 0; j < 16; ++j) o[j] = __fadd_rn(o[j], o2[j]);
     }
     store_values16<T>(out + u * 512 + e0, o);
-  });
+    if (un >= npairs) return;
+    u = un;
+  }
 }
 
 // P2 for all_reduce: reduce, then encode Q1 (and the residual Q2) into every rank's gather slot;
@@ -294,9 +284,22 @@ __device__ __forceinline__ void reduce_store_units(const g::ReduceSrc& rs, int64
   const int64_t nb = blocks_of(rs.n, block);
   const int lane = threadIdx.x & 31;
   const int64_t nfp = full_pairs(rs.n, block);
-  for_reduced_pairs<T, kE5, kW>(rs, nfp, [&](int64_t u, float (&v)[16]) {
-    store_values16<T>(out + u * 512 + 16 * lane, v);
-  });
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kWarps;
+  int64_t u = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (u < nfp) {
+    const bool own_vec = aligned16(rs.own);
+    PairRaw<T, kW> raw;
+    fetch_pair<T, kW>(rs, own_vec, u, raw);
+    for (;;) {
+      float v[16];
+      sum_pair<T, kE5, kW>(rs, raw, v);
+      const int64_t un = u + step;
+      if (un < nfp) fetch_pair<T, kW>(rs, own_vec, un, raw);
+      store_values16<T>(out + u * 512 + 16 * lane, v);
+      if (un >= nfp) break;
+      u = un;
+    }
+  }
   FOR_UNITS(u, (nb + 1) / 2) {
     if (u < nfp) continue;
     for (int64_t j = 2 * u; j < nb && j < 2 * u + 2; ++j) {
