@@ -9,7 +9,8 @@
 # network link as between real hosts: a simulation, every NCCL comm of the run (the nccl rows
 # too) crosses the "hosts" that way. Builds in $BUILD_DIR (default build-gpu, the folder of
 # scripts/gpu_ci.sh, whose cache it reuses); logs and results go to $OUT (default /tmp):
-# gpu_hier.log, hier_bench.md, hier_bench_*.json. HIER_TESTS=0 / HIER_BENCH=0 skip a part.
+# gpu_hier.log, hier_bench.md, hier_bench_*.json. HIER_TESTS=0 / HIER_BENCH=0 skip a part;
+# HIER_LAYOUTS picks the layouts (default "2x1 2x2", hosts x GPUs per host).
 # Usage: bash scripts/gpu_hier.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +33,7 @@ fi
 NG=$(nvidia-smi -L | wc -l)
 ARGS="--backend nccl,cuda,cuda+fp8,cuda+fp8x2 --dtypes bf16,f32 --ops all_reduce,reduce_scatter --modes eager --min 1M --max ${HIER_MAX:-64M} --factor 4 --reps 3"
 : > "$OUT/hier_bench.md"
-for layout in 2x1 2x2; do
+for layout in ${HIER_LAYOUTS:-2x1 2x2}; do
   hosts=${layout%x*}; per=${layout#*x}
   [ $((hosts * per)) -gt "$NG" ] && continue
   for link in nvlink tcp; do
