@@ -40,14 +40,16 @@ ab_summary() { grep -E "^=== |^\[ +(OK|FAILED|PASSED|SKIPPED) +\]|rank [0-9]+ fa
 # to the runs compared; then the comparison so far into $OUT/ab.md / ab.json (a run cut short
 # still leaves it) and every run's JSON and log into $OUT/runs.tar.gz. AB_BASE_BENCH names the base
 # tree's benchmark binary when it is not commx-bench (an older tree's commx-gpu-bench, which takes
-# the same sweep arguments and writes the same JSON).
+# the same sweep arguments and writes the same JSON); AB_BASE_ENV ("VAR=value ...") is set for the
+# base side only (e.g. an older tree's defaults brought level with the new tree's).
 ab_runs=()
 ab_bench() {
   local tag=$1 limit=$2 side bin; shift 2
   for side in base new; do
     [ $side = base ] && [ -z "$BASE" ] && continue
     bin=build-ab/bin/commx-bench; [ $side = base ] && bin=$BASE/build-ab/bin/${AB_BASE_BENCH:-commx-bench}
-    timeout "$limit" "$bin" "$@" --json "$WORK/${side}_$tag.json" --md /dev/null \
+    local envs=(); [ $side = base ] && read -ra envs <<< "${AB_BASE_ENV:-}"
+    env "${envs[@]}" timeout "$limit" "$bin" "$@" --json "$WORK/${side}_$tag.json" --md /dev/null \
       > "$WORK/${side}_$tag.log" 2>&1 || { rc=1; echo "bench $side $tag failed"; }
     ab_runs+=("$side=$WORK/${side}_$tag.json")
   done

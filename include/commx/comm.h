@@ -56,7 +56,8 @@ class Comm : public std::enable_shared_from_this<Comm> {
   Device device() const;
   std::string backend_name() const;
   // The links between the ranks as the backend found them at init ("shm", "tcp", "nvlink",
-  // "pcie"; "any" where the backend does not tell): the tuning-table link of this comm.
+  // "pcie", "same_gpu" for ranks sharing a GPU; "any" where the backend does not tell): the
+  // tuning-table link of this comm.
   std::string link() const;
   Timeout timeout() const;
   const std::shared_ptr<Store>& store() const;

@@ -51,9 +51,9 @@ const std::vector<SettingSpec>& table() {
       {"COMMX_PLUGIN_DIR", T::kPath, "unset",
        "folder searched for `libcommx_backend_<name>.so` (besides libcommx's own folder)",
        "api.md"},
-      {"COMMX_TUNING_FILE", T::kPath, "commx_tuning_cpu.txt beside libcommx",
-       "tuning table written by commx-bench --tune; the cpu backend picks all_reduce algorithms "
-       "from it (read up to 1 MiB)",
+      {"COMMX_TUNING_FILE", T::kPath, "commx_tuning_<backend>.txt beside libcommx",
+       "tuning table written by commx-bench --tune; the cpu and cuda backends pick all_reduce "
+       "algorithms from it (read up to 1 MiB)",
        "bench.md"},
       // ---- store ----
       {"COMMX_STORE_HOSTED", T::kBool, "0",

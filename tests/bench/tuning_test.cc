@@ -6,6 +6,11 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
 
 #include "commx/error.h"
 
@@ -79,6 +84,35 @@ TEST(Tuning, FromEnv) {
   setenv("COMMX_TUNING_FILE", "/nonexistent/commx-tuning.txt", 1);
   EXPECT_THROW(TuningTable::from_env(dflt), Error);
   unsetenv("COMMX_TUNING_FILE");
+}
+
+// The tables the build installs (bench/tuning/<backend>.txt): each parses, names only algorithms
+// of its backend's all_reduce table, and covers every size of each (collective, world size, link)
+// it names once, from 0 to max, with no gap or overlap.
+void check_shipped_table(const std::string& backend, const std::set<std::string>& algorithms) {
+  const std::string path = std::string(COMMX_SOURCE_DIR) + "/bench/tuning/" + backend + ".txt";
+  std::ifstream f(path);
+  ASSERT_TRUE(f) << path;
+  std::stringstream text;
+  text << f.rdbuf();
+  TuningTable t = TuningTable::parse(text.str(), path);
+  ASSERT_FALSE(t.entries().empty()) << path;
+  std::map<std::tuple<std::string, int, std::string>, uint64_t> next;  // where the next row starts
+  for (const TuningEntry& e : t.entries()) {
+    SCOPED_TRACE(path + ": " + e.collective + " " + std::to_string(e.world_size) + " " + e.link +
+                 " " + std::to_string(e.min_bytes));
+    EXPECT_TRUE(algorithms.count(e.algorithm)) << e.algorithm;
+    auto [it, first] = next.try_emplace({e.collective, e.world_size, e.link}, 0);
+    EXPECT_EQ(e.min_bytes, it->second);
+    it->second = e.max_bytes == std::numeric_limits<uint64_t>::max() ? e.max_bytes : e.max_bytes + 1;
+  }
+  for (const auto& [key, end] : next)
+    EXPECT_EQ(end, std::numeric_limits<uint64_t>::max()) << std::get<0>(key) << " " << std::get<1>(key);
+}
+
+TEST(Tuning, ShippedTablesCoverEverySize) {
+  check_shipped_table("cpu", {"dda", "rsag", "recursive_doubling", "ring", "one_shot", "two_shot"});
+  check_shipped_table("cuda", {"ll", "ll128", "flat", "one_shot", "two_shot", "tree"});
 }
 
 }  // namespace

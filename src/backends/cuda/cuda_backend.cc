@@ -90,8 +90,10 @@ void CudaBackend::init(const BackendContext& ctx) {
     // all_reduce results at 8 ranks on 4 H200s (32 KiB eager, bf16 and f32: up to 15% of the
     // elements), one block returned none from 2 to 64 KiB. Until the cause is found, one block.
     if (pm_->shares_gpu() && !env_str("COMMX_CUDA_MAX_BLOCKS")) tuning_.max_blocks = 1;
-    topology_ = Topology{ctx.size, pm_->atomic_links() ? "nvlink" : "pcie",
-                         native_problem_.empty()};
+    // Tuning-table rows are measured between GPUs: ranks time-sliced on one GPU ("same_gpu") take
+    // the thresholds above, like LL128 and the block count.
+    const char* link = pm_->shares_gpu() ? "same_gpu" : pm_->atomic_links() ? "nvlink" : "pcie";
+    topology_ = Topology{ctx.size, link, native_problem_.empty()};
   }
   // One rank needs no peer memory: its ops are local copies (the rest go to NCCL lazily).
   native_ = native_problem_.empty() && ctx.size > 1 && !hier_;
