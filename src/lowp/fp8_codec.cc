@@ -225,6 +225,22 @@ void from_float(const float* src, int64_t n, void* dst, DataType dtype) {
   }
 }
 
+namespace {
+// The blocks of an encoding of n values in blocks of b: fn(first value, values, scale, codes) for
+// each (decode and accumulate walk the layout alike).
+template <class Fn>
+void for_each_encoded_block(const uint8_t* enc, int64_t n, int64_t b, Fn&& fn) {
+  const int64_t nb = num_blocks(n, b);
+  const uint8_t* codes = enc + nb * 4;
+  for (int64_t k = 0; k < nb; ++k) {
+    const int64_t off = k * b;
+    float scale;
+    std::memcpy(&scale, enc + k * 4, 4);
+    fn(off, n - off < b ? n - off : b, scale, codes + off);
+  }
+}
+}  // namespace
+
 Fp8Codec::Fp8Codec(const CodecConfig& cfg) : cfg_(cfg) {
   if (cfg.block < 16 || cfg.block > kMaxBlock || cfg.block % 16 != 0)
     throw Error(ErrorCode::kInvalidArgument,
@@ -271,50 +287,37 @@ COMMX_LOWP_CLONES void Fp8Codec::decode(const uint8_t* enc, int64_t n, void* dst
   if (!codec_supports(dtype))
     throw Error(ErrorCode::kUnsupported,
                 std::string("low-precision codec: unsupported dtype ") + dtype_name(dtype));
-  const int64_t b = cfg_.block;
-  const int64_t nb = num_blocks(n, b);
-  const uint8_t* codes = enc + nb * 4;
   const bool e4 = cfg_.format == Fp8Format::kE4M3;
   const float* lut = e4 ? luts().e4m3 : luts().e5m2;
   const Fp8Traits& t = traits(cfg_.format);
   alignas(64) float tmp[kMaxBlock];
   const size_t esz = dtype_size(dtype);
-  for (int64_t k = 0; k < nb; ++k) {
-    const int64_t off = k * b;
-    const int64_t m = n - off < b ? n - off : b;
-    float scale;
-    std::memcpy(&scale, enc + k * 4, 4);
+  for_each_encoded_block(enc, n, cfg_.block, [&](int64_t off, int64_t m, float scale,
+                                                 const uint8_t* c) {
     if (dtype == DataType::kFloat32) {
-      decode_block(codes + off, m, scale, lut, t, e4, static_cast<float*>(dst) + off);
+      decode_block(c, m, scale, lut, t, e4, static_cast<float*>(dst) + off);
     } else {
-      decode_block(codes + off, m, scale, lut, t, e4, tmp);
+      decode_block(c, m, scale, lut, t, e4, tmp);
       from_float(tmp, m, static_cast<char*>(dst) + off * static_cast<int64_t>(esz), dtype);
     }
-  }
+  });
 }
 
 COMMX_LOWP_CLONES void Fp8Codec::accumulate(float* acc, const uint8_t* enc, int64_t n) const {
-  const int64_t b = cfg_.block;
-  const int64_t nb = num_blocks(n, b);
-  const uint8_t* codes = enc + nb * 4;
   const bool e4 = cfg_.format == Fp8Format::kE4M3;
   const float* lut = e4 ? luts().e4m3 : luts().e5m2;
   const Fp8Traits& t = traits(cfg_.format);
   alignas(64) float tmp[kMaxBlock];
-  for (int64_t k = 0; k < nb; ++k) {
-    const int64_t off = k * b;
-    const int64_t m = n - off < b ? n - off : b;
-    float scale;
-    std::memcpy(&scale, enc + k * 4, 4);
+  for_each_encoded_block(enc, n, cfg_.block, [&](int64_t off, int64_t m, float scale,
+                                                 const uint8_t* c) {
     float* a = acc + off;
-    const uint8_t* c = codes + off;
     if (!(f2u(scale) & 0x80000000u)) {
       for (int64_t i = 0; i < m; ++i) a[i] = a[i] + lut[c[i]] * scale;
     } else {
       decode_block(c, m, scale, lut, t, e4, tmp);
       for (int64_t i = 0; i < m; ++i) a[i] = a[i] + tmp[i];
     }
-  }
+  });
 }
 
 }  // namespace commx::lowp
