@@ -1,14 +1,14 @@
-// DDA all-reduce kernels (flat one-shot, LL, LL128 and two-shot) and the reduce-scatter kernel.
-// Layer: backends (cuda). Inputs are pushed into the peers' registered buffers by the kernel
-// itself (copy-in inside the kernel), so user buffers need no registration and launches can be
-// captured into CUDA graphs. Reductions run in rank order 0..world-1 on every rank.
+// DDA all-reduce kernels: flat one-shot, LL128 one-shot and two-shot (also run by reduce with
+// one output rank). Layer: backends (cuda). Inputs are pushed into the peers' registered buffers
+// by the kernel itself (copy-in inside the kernel), so user buffers need no registration and
+// launches can be captured into CUDA graphs. Reductions run in rank order 0..world-1 on every
+// rank. The LL one-shot all-reduce is the LL reduce-scatter kernel given the same input for every
+// peer (reduce_scatter_kernels.cu): one kernel, not two copies of it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "commx/error.h"
 #include "cuda/kernels.h"
 #include "cuda/launch.cuh"
-#include "cuda/protocol_ll.cuh"
 #include "cuda/protocol_ll128.cuh"
 #include "cuda/protocol_simple.cuh"
 #include "cuda/reduce_device.cuh"
@@ -17,63 +17,6 @@
 
 namespace commx::cuda {
 namespace {
-
-__host__ __device__ inline uint64_t align256(uint64_t b) { return (b + 255) & ~uint64_t(255); }
-
-template <typename T, int OP>
-struct Reducer {
-  using A = typename AccOf<T>::type;
-  A scale;
-  bool scaled;
-  __device__ __forceinline__ T finish(A v) const { return from_acc<T>(scaled ? v * scale : v); }
-};
-
-// The rank-order reduction every kernel here ends with: element(s) e of each rank's contribution,
-// rank `me`'s read from `own`, every other rank r's from region r (`region` bytes apart) of this
-// rank's buffer half `mine`, combined in the order 0..world-1 (bit-identical on every rank).
-template <typename T, int OP>
-__device__ __forceinline__ void reduce_pack(const Reducer<T, OP>& rd, int world, int me,
-                                            const T* own, bool aligned, const char* mine,
-                                            uint64_t region, int64_t e, T (&v)[kPack<T>]) {
-  using A = typename AccOf<T>::type;
-  constexpr int P = kPack<T>;
-  A acc[P];
-  for (int r = 0; r < world; ++r) {
-    if (r == me)
-      load_pack(own + e, aligned, v);
-    else
-      load_pack(reinterpret_cast<const T*>(mine + r * region) + e, true, v);
-    accumulate<OP>(acc, v, r);
-  }
-#pragma unroll
-  for (int k = 0; k < P; ++k) v[k] = rd.finish(acc[k]);
-}
-
-template <typename T, int OP>
-__device__ __forceinline__ T reduce_elem(const Reducer<T, OP>& rd, int world, int me, const T* own,
-                                         const char* mine, uint64_t region, int64_t e) {
-  typename AccOf<T>::type acc = 0;
-  for (int r = 0; r < world; ++r) {
-    T v = r == me ? own[e] : reinterpret_cast<const T*>(mine + r * region)[e];
-    accumulate<OP>(acc, v, r);
-  }
-  return rd.finish(acc);
-}
-
-// This block's part of the rank-order reduction of elements [0, n) (see reduce_pack), into out.
-template <typename T, int OP>
-__device__ __forceinline__ void reduce_block_into(const Reducer<T, OP>& rd, int world, int me,
-                                                  const T* own, bool aligned, const char* mine,
-                                                  uint64_t region, int64_t n, T* out) {
-  for_block_packs<T>(
-      n,
-      [&](int64_t e) {
-        T v[kPack<T>];
-        reduce_pack(rd, world, me, own, aligned, mine, region, e, v);
-        store_pack(out + e, aligned, v);
-      },
-      [&](int64_t e) { out[e] = reduce_elem(rd, world, me, own, mine, region, e); });
-}
 
 template <typename T, int OP>
 __global__ void __launch_bounds__(kThreads) flat_kernel(PeerSet ps, const T* in, T* out, int64_t n,
@@ -94,73 +37,9 @@ __global__ void __launch_bounds__(kThreads) flat_kernel(PeerSet ps, const T* in,
   finish_op(ps, epoch);
 }
 
-// Low-latency one-shot (LL): every 8 payload bytes travel with a 32-bit flag in each 4-byte half
-// of a 16-byte line written by one vector store (NCCL's LL protocol), so the receiver polls the
-// data itself: no fence, no barrier, one NVLink one-way trip. The flag is the op counter, and a
-// rank cannot finish op k+1 before every peer started it, so buffer halves alternating by op
-// counter are never overwritten while being read.
-template <typename T, int OP>
-__global__ void __launch_bounds__(kThreads) flat_ll_kernel(PeerSet ps, PtrList ins, T* out,
-                                                            int64_t n, Reducer<T, OP> rd) {
-  using A = typename AccOf<T>::type;
-  constexpr int E = 8 / sizeof(T);  // elements per line
-  const unsigned long long epoch = begin_op(ps);
-  const LLFlags flag = ll_flag(ps, epoch);
-  const int me = ps.rank, world = ps.world;
-  // ins.p[q]: what this rank contributes to rank q's result (all equal for all-reduce).
-  const T* own = reinterpret_cast<const T*>(ins.p[me]);
-  const int64_t lines = (n + E - 1) / E;
-  const uint64_t region = align256(lines * 16);
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  auto load_line = [&](const T* in, int64_t l, T (&v)[E]) {
-#pragma unroll
-    for (int k = 0; k < E; ++k) {
-      int64_t i = l * E + k;
-      v[k] = i < n ? in[i] : T(0);
-    }
-  };
-  for (int64_t l = first; l < lines; l += stride) {
-    for (int q = 0; q < world; ++q) {
-      if (q == me) continue;
-      T v[E];
-      load_line(reinterpret_cast<const T*>(ins.p[q]), l, v);
-      uint32_t d[2];
-      memcpy(d, v, 8);
-      st_ll(half_of(ps, q, epoch) + me * region + l * 16, d[0], d[1], flag);
-    }
-  }
-  const char* mine = half_of(ps, me, epoch);
-  bool ok = true;
-  for (int64_t l = first; l < lines && ok; l += stride) {
-    A acc[E];
-    T v[E];
-    for (int r = 0; r < world; ++r) {
-      if (r == me) {
-        load_line(own, l, v);
-      } else {
-        uint32_t d[2];
-        if (!ld_ll(ps, mine + r * region + l * 16, flag, r, d[0], d[1])) {
-          ok = false;
-          break;
-        }
-        memcpy(v, d, 8);
-      }
-      accumulate<OP>(acc, v, r);
-    }
-    if (!ok) break;
-#pragma unroll
-    for (int k = 0; k < E; ++k) {
-      int64_t i = l * E + k;
-      if (i < n) out[i] = rd.finish(acc[k]);
-    }
-  }
-  finish_op(ps, epoch);
-}
-
-// LL128 one-shot (opt-in, op hint algorithm=ll128): like flat_ll_kernel, but a 128-byte line
-// carries 120 payload bytes and one 64-bit flag (protocol_ll128.cuh), so 256 KiB move ~273 KiB over
-// NVLink instead of 512 KiB. Line l holds payload bytes [120 l, 120 l + 120) of the input: lane
+// LL128 one-shot (opt-in, op hint algorithm=ll128): like the LL one-shot (flat_ll_kernel,
+// reduce_scatter_kernels.cu), but a 128-byte line carries 120 payload bytes and one 64-bit flag
+// (protocol_ll128.cuh), so 256 KiB move ~273 KiB over NVLink instead of 512 KiB. Line l holds payload bytes [120 l, 120 l + 120) of the input: lane
 // j (0..7) of the line's 8-lane group holds bytes [16 j, 16 j + 16) of it, lane 7 only 8 bytes
 // plus the flag. A warp handles 4 consecutive lines per pass (one 512-byte store per peer), its
 // loops are warp-uniform so every store and load of a line is one warp instruction.
@@ -322,134 +201,36 @@ __global__ void __launch_bounds__(kThreads, 2)
   finish_op(ps, last);
 }
 
-template <typename T, int OP>
-__global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(PeerSet ps, PtrList ins, T* out,
-                                                                   int64_t n, Reducer<T, OP> rd,
-                                                                   bool aligned) {
-  const unsigned long long epoch = begin_op(ps);
-  const int me = ps.rank, world = ps.world;
-  const uint64_t region = align256(n * sizeof(T));
-  for (int k = 1; k < world; ++k) {  // next rank first (see flat_kernel)
-    const int q = (me + k) % world;
-    copy_block(reinterpret_cast<const T*>(ins.p[q]),
-               reinterpret_cast<T*>(half_of(ps, q, epoch) + me * region), n, aligned, true);
-  }
-  if (!block_barrier(ps, flag_value(epoch, 0))) return finish_op(ps, epoch);
-  reduce_block_into(rd, world, me, reinterpret_cast<const T*>(ins.p[me]), aligned,
-                    half_of(ps, me, epoch), region, n, out);
-  finish_op(ps, epoch);
-}
 
-enum class Kind { kFlat, kFlatLL, kFlatLL128, kTwoShot, kReduceScatter, kReduceScatterLL };
-
-template <typename T, int OP>
-void launch_typed(Kind kind, const PeerSet& ps, const void* in, const PtrList* ins, void* out,
-                  int64_t n, int64_t chunk, int out_rank, const ReduceSpec& rs, int blocks,
-                  cudaStream_t s) {
-  Reducer<T, OP> rd;
-  rd.scale = static_cast<typename AccOf<T>::type>(rs.scale);
-  rd.scaled = rs.scale != 1.0;
-  switch (kind) {
-    case Kind::kFlat:
-      launch_kernel(flat_kernel<T, OP>, blocks, kThreads, s, ps, static_cast<const T*>(in),
-                    static_cast<T*>(out), n, out_rank, rd, rs.aligned);
-      break;
-    case Kind::kFlatLL: {
-      PtrList all{};
-      for (int q = 0; q < ps.world; ++q) all.p[q] = static_cast<char*>(const_cast<void*>(in));
-      launch_kernel(flat_ll_kernel<T, OP>, blocks, ll_threads(), s, ps, all, static_cast<T*>(out), n, rd);
-      break;
-    }
-    case Kind::kFlatLL128:
-      launch_kernel(flat_ll128_kernel<T, OP>, blocks, ll_threads(), s, ps, static_cast<const T*>(in),
-                    static_cast<T*>(out), n, rd, rs.aligned);
-      break;
-    case Kind::kReduceScatterLL:
-      launch_kernel(flat_ll_kernel<T, OP>, blocks, ll_threads(), s, ps, *ins, static_cast<T*>(out), n, rd);
-      break;
-    case Kind::kTwoShot:
-      launch_kernel(two_shot_kernel<T, OP>, blocks, kThreads, s, ps, static_cast<const T*>(in),
-                    static_cast<T*>(out), n, chunk, out_rank, rd, rs.aligned);
-      break;
-    case Kind::kReduceScatter:
-      launch_kernel(reduce_scatter_kernel<T, OP>, blocks, kThreads, s, ps, *ins, static_cast<T*>(out),
-                    n, rd, rs.aligned);
-      break;
-  }
-}
-
-template <typename T>
-void launch_op(Kind kind, const PeerSet& ps, const void* in, const PtrList* ins, void* out,
-               int64_t n, int64_t chunk, int out_rank, const ReduceSpec& rs, int blocks,
-               cudaStream_t s) {
-  switch (rs.red) {
-    case kRedSum:
-      return launch_typed<T, kRedSum>(kind, ps, in, ins, out, n, chunk, out_rank, rs, blocks, s);
-    case kRedProd:
-      return launch_typed<T, kRedProd>(kind, ps, in, ins, out, n, chunk, out_rank, rs, blocks, s);
-    case kRedMin:
-      return launch_typed<T, kRedMin>(kind, ps, in, ins, out, n, chunk, out_rank, rs, blocks, s);
-    case kRedMax:
-      return launch_typed<T, kRedMax>(kind, ps, in, ins, out, n, chunk, out_rank, rs, blocks, s);
-  }
-}
+enum class Kind { kFlat, kFlatLL128, kTwoShot };
 
 // `chunk`: the two-shot's piece (elements); the other kernels ignore it.
-void launch(Kind kind, const PeerSet& ps, const void* in, const PtrList* ins, void* out, int64_t n,
-            int64_t chunk, int out_rank, const ReduceSpec& rs, int blocks, cudaStream_t s) {
-  switch (rs.dtype) {
-    case DataType::kFloat32:
-      return launch_op<float>(kind, ps, in, ins, out, n, chunk, out_rank, rs, blocks, s);
-    case DataType::kFloat64:
-      return launch_op<double>(kind, ps, in, ins, out, n, chunk, out_rank, rs, blocks, s);
-    case DataType::kFloat16:
-      return launch_op<__half>(kind, ps, in, ins, out, n, chunk, out_rank, rs, blocks, s);
-    case DataType::kBFloat16:
-      return launch_op<__nv_bfloat16>(kind, ps, in, ins, out, n, chunk, out_rank, rs, blocks, s);
-    case DataType::kInt32:
-      return launch_op<int32_t>(kind, ps, in, ins, out, n, chunk, out_rank, rs, blocks, s);
-    case DataType::kInt64:
-      return launch_op<int64_t>(kind, ps, in, ins, out, n, chunk, out_rank, rs, blocks, s);
-    default:
-      throw Error(ErrorCode::kInternal, std::string("cuda kernels: no reduction for ") +
-                                            dtype_name(rs.dtype));
-  }
+void launch(Kind kind, const PeerSet& ps, const void* in, void* out, int64_t n, int64_t chunk,
+            int out_rank, const ReduceSpec& rs, int blocks, cudaStream_t s) {
+  with_reduction(rs, [&](auto elem, auto red) {
+    using T = typename decltype(elem)::type;
+    constexpr int OP = decltype(red)::value;
+    const Reducer<T, OP> rd = reducer_of<T, OP>(rs);
+    const T* tin = static_cast<const T*>(in);
+    T* tout = static_cast<T*>(out);
+    switch (kind) {
+      case Kind::kFlat:
+        launch_kernel(flat_kernel<T, OP>, blocks, kThreads, s, ps, tin, tout, n, out_rank, rd,
+                      rs.aligned);
+        break;
+      case Kind::kFlatLL128:
+        launch_kernel(flat_ll128_kernel<T, OP>, blocks, ll_threads(), s, ps, tin, tout, n, rd,
+                      rs.aligned);
+        break;
+      case Kind::kTwoShot:
+        launch_kernel(two_shot_kernel<T, OP>, blocks, kThreads, s, ps, tin, tout, n, chunk,
+                      out_rank, rd, rs.aligned);
+        break;
+    }
+  });
 }
 
 }  // namespace
-
-bool native_reduce_supported(DataType dtype, ReduceKind kind) {
-  bool fp = dtype == DataType::kFloat32 || dtype == DataType::kFloat64 ||
-            dtype == DataType::kFloat16 || dtype == DataType::kBFloat16;
-  bool integer = dtype == DataType::kInt32 || dtype == DataType::kInt64;
-  switch (kind) {
-    case ReduceKind::kSum:
-    case ReduceKind::kProduct:
-    case ReduceKind::kMin:
-    case ReduceKind::kMax:
-      return fp || integer;
-    case ReduceKind::kAvg:
-    case ReduceKind::kPremulSum:
-      return fp;
-    default:
-      return false;
-  }
-}
-
-ReduceSpec make_reduce_spec(DataType dtype, ReduceOp op, int world, bool aligned) {
-  ReduceSpec rs{dtype, kRedSum, 1.0, aligned};
-  switch (op.kind) {
-    case ReduceKind::kProduct: rs.red = kRedProd; break;
-    case ReduceKind::kMin: rs.red = kRedMin; break;
-    case ReduceKind::kMax: rs.red = kRedMax; break;
-    case ReduceKind::kAvg: rs.scale = 1.0 / world; break;
-    case ReduceKind::kPremulSum: rs.scale = op.factor; break;
-    default: break;
-  }
-  return rs;
-}
-
-uint64_t region_bytes(uint64_t bytes) { return align256(bytes); }
 
 uint64_t flat_bytes_needed(int64_t n, size_t elem, int world) {
   return static_cast<uint64_t>(world) * align256(n * elem);
@@ -461,56 +242,40 @@ uint64_t two_shot_bytes_needed(int64_t n, size_t elem, int world) {
   return 2ull * world * align256(s * elem);
 }
 
-void launch_allreduce_flat(const PeerSet& ps, const void* in, void* out, int64_t n, int out_rank,
-                           const ReduceSpec& rs, int blocks, cudaStream_t s) {
-  launch(Kind::kFlat, ps, in, nullptr, out, n, 0, out_rank, rs, blocks, s);
-}
-
-uint64_t ll_bytes_needed(int64_t n, size_t elem, int world) {
-  const int64_t e = 8 / static_cast<int64_t>(elem);
-  return static_cast<uint64_t>(world) * align256((n + e - 1) / e * 16);
-}
-
-void launch_allreduce_ll(const PeerSet& ps, const void* in, void* out, int64_t n,
-                         const ReduceSpec& rs, int blocks, cudaStream_t s) {
-  launch(Kind::kFlatLL, ps, in, nullptr, out, n, 0, -1, rs, blocks, s);
-}
-
 uint64_t ll128_bytes_needed(int64_t n, size_t elem, int world) {
   const int64_t e = kLL128Payload / static_cast<int64_t>(elem);
   return static_cast<uint64_t>(world) * align256((n + e - 1) / e * kLL128Line);
 }
 
-void launch_allreduce_ll128(const PeerSet& ps, const void* in, void* out, int64_t n,
-                            const ReduceSpec& rs, int blocks, cudaStream_t s) {
-  launch(Kind::kFlatLL128, ps, in, nullptr, out, n, 0, -1, rs, blocks, s);
+void launch_allreduce_flat(const PeerSet& ps, const void* in, void* out, int64_t n, int out_rank,
+                           const ReduceSpec& rs, int blocks, cudaStream_t s) {
+  launch(Kind::kFlat, ps, in, out, n, 0, out_rank, rs, blocks, s);
 }
 
-void preload_reduce_kernels() {
-  const PtrList none{};
-  for (Kind k : {Kind::kFlat, Kind::kFlatLL, Kind::kFlatLL128, Kind::kTwoShot, Kind::kReduceScatter,
-                 Kind::kReduceScatterLL})
-    for (DataType t : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                       DataType::kBFloat16, DataType::kInt32, DataType::kInt64})
-      for (int red : {kRedSum, kRedProd, kRedMin, kRedMax})
-        launch(k, PeerSet{}, nullptr, &none, nullptr, 0, 1, -1, ReduceSpec{t, red, 1.0, true}, 1,
-               nullptr);
+void launch_allreduce_ll(const PeerSet& ps, const void* in, void* out, int64_t n,
+                         const ReduceSpec& rs, int blocks, cudaStream_t s) {
+  PtrList all{};
+  for (int q = 0; q < ps.world; ++q) all.p[q] = static_cast<char*>(const_cast<void*>(in));
+  launch_reduce_scatter_ll(ps, all, out, n, rs, blocks, s);
+}
+
+void launch_allreduce_ll128(const PeerSet& ps, const void* in, void* out, int64_t n,
+                            const ReduceSpec& rs, int blocks, cudaStream_t s) {
+  launch(Kind::kFlatLL128, ps, in, out, n, 0, -1, rs, blocks, s);
 }
 
 void launch_allreduce_two_shot(const PeerSet& ps, const void* in, void* out, int64_t n,
                                int64_t chunk, int out_rank, const ReduceSpec& rs, int blocks,
                                cudaStream_t s) {
-  launch(Kind::kTwoShot, ps, in, nullptr, out, n, chunk, out_rank, rs, blocks, s);
+  launch(Kind::kTwoShot, ps, in, out, n, chunk, out_rank, rs, blocks, s);
 }
 
-void launch_reduce_scatter_ll(const PeerSet& ps, const PtrList& ins, void* out, int64_t n,
-                              const ReduceSpec& rs, int blocks, cudaStream_t s) {
-  launch(Kind::kReduceScatterLL, ps, nullptr, &ins, out, n, 0, -1, rs, blocks, s);
-}
-
-void launch_reduce_scatter(const PeerSet& ps, const PtrList& ins, void* out, int64_t n,
-                           const ReduceSpec& rs, int blocks, cudaStream_t s) {
-  launch(Kind::kReduceScatter, ps, nullptr, &ins, out, n, 0, -1, rs, blocks, s);
+void preload_allreduce_kernels() {
+  for (Kind k : {Kind::kFlat, Kind::kFlatLL128, Kind::kTwoShot})
+    for (DataType t : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+                       DataType::kBFloat16, DataType::kInt32, DataType::kInt64})
+      for (int red : {kRedSum, kRedProd, kRedMin, kRedMax})
+        launch(k, PeerSet{}, nullptr, nullptr, 0, 1, -1, ReduceSpec{t, red, 1.0, true}, 1, nullptr);
 }
 
 }  // namespace commx::cuda

@@ -124,4 +124,7 @@ struct PtrList {
   char* p[kMaxRanks];
 };
 
+// A source's region in a buffer half starts 256-byte aligned: its size for `bytes` of data.
+COMMX_HOST_DEVICE inline uint64_t align256(uint64_t bytes) { return (bytes + 255) & ~uint64_t(255); }
+
 }  // namespace commx::cuda

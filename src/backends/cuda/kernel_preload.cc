@@ -32,8 +32,10 @@ void preload_kernels(int device, const std::string& where) {
     explicit Scope(KernelPreload* p) { t_kernel_preload = p; }
     ~Scope() { t_kernel_preload = nullptr; }
   } scope(&p);
-  preload_reduce_kernels();
-  preload_collective_kernels();
+  preload_allreduce_kernels();
+  preload_reduce_scatter_kernels();
+  preload_exchange_kernels();
+  preload_barrier_kernel();
   preload_all_to_all_v_dynamic_kernels();
   for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16})
     for (lowp::Fp8Format f : {lowp::Fp8Format::kE4M3, lowp::Fp8Format::kE5M2}) {

@@ -1,7 +1,8 @@
-// The byte-exchange kernel behind all-gather, all-to-all, broadcast, gather and scatter, and the
-// barrier kernel. Layer: backends (cuda). Senders push straight from the user's buffer into region
-// `rank` of the receiver's registered buffer; after one per-block barrier receivers copy their
-// regions out. One kernel, one barrier per call.
+// The byte-exchange kernels behind all-gather, all-to-all, broadcast, gather and scatter: one
+// pattern (rank r's src.p[q] lands in rank q's dst.p[r]) serves all five, so they share one kernel
+// and its LL variant rather than a file each. Layer: backends (cuda). Senders push straight from
+// the user's buffer into region `rank` of the receiver's registered buffer; after one per-block
+// barrier receivers copy their regions out. One kernel, one barrier per call.
 #include "cuda/kernels.h"
 #include "cuda/launch.cuh"
 #include "cuda/protocol_ll.cuh"
@@ -18,7 +19,7 @@ __global__ void __launch_bounds__(kThreads) exchange_kernel(PeerSet ps, PtrList 
                                                              int64_t n, bool aligned) {
   const unsigned long long epoch = begin_op(ps);
   const int me = ps.rank, world = ps.world;
-  const uint64_t region = (static_cast<uint64_t>(n) + 255) & ~uint64_t(255);
+  const uint64_t region = align256(static_cast<uint64_t>(n));
   auto copy = [&](const Byte* from, Byte* to, bool from_aligned, bool to_aligned) {
     copy_block(from, to, n, from_aligned, to_aligned);
   };
@@ -50,7 +51,7 @@ __global__ void __launch_bounds__(kThreads) exchange_ll_kernel(PeerSet ps, PtrLi
   const LLFlags flag = ll_flag(ps, epoch);
   const int me = ps.rank, world = ps.world;
   const int64_t lines = (n + 7) / 8;
-  const uint64_t region = (static_cast<uint64_t>(lines) * 16 + 255) & ~uint64_t(255);
+  const uint64_t region = align256(static_cast<uint64_t>(lines) * 16);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   for (int64_t l = first; l < lines; l += stride) {
@@ -97,12 +98,6 @@ __global__ void __launch_bounds__(kThreads) exchange_ll_kernel(PeerSet ps, PtrLi
   finish_op(ps, epoch);
 }
 
-__global__ void barrier_kernel(PeerSet ps) {
-  const unsigned long long epoch = begin_op(ps);
-  block_barrier(ps, flag_value(epoch, 0));
-  finish_op(ps, epoch);
-}
-
 }  // namespace
 
 void launch_exchange(const PeerSet& ps, const PtrList& src, const PtrList& dst, int64_t nbytes,
@@ -115,14 +110,11 @@ void launch_exchange_ll(const PeerSet& ps, const PtrList& src, const PtrList& ds
   launch_kernel(exchange_ll_kernel, blocks, ll_threads(), s, ps, src, dst, nbytes);
 }
 
-void launch_barrier(const PeerSet& ps, cudaStream_t s) { launch_kernel(barrier_kernel, 1, 32, s, ps); }
-
-void preload_collective_kernels() {
+void preload_exchange_kernels() {
   const PeerSet ps{};
   const PtrList none{};
   launch_exchange(ps, none, none, 0, true, 1, nullptr);
   launch_exchange_ll(ps, none, none, 0, 1, nullptr);
-  launch_barrier(ps, nullptr);
 }
 
 }  // namespace commx::cuda
