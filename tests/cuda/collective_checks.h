@@ -11,6 +11,20 @@
 
 namespace commx::testing {
 
+// The first `count` elements of reference data `b` to device address `dst`.
+inline void upload(void* dst, const Buf& b, size_t count, DataType t) {
+  to_dev(dst, b.data(), count * dtype_size(t));
+}
+
+// The `count` elements at device address `p` against the reference result `want` (exact; AVG
+// and PREMUL_SUM within one rounding of the scaling, see element_matches).
+inline void expect_device(const Buf& want, const void* p, size_t count, DataType t,
+                          const std::string& what, ReduceOp op = {}) {
+  const std::vector<uint8_t> got = from_dev(p, count * dtype_size(t));
+  const std::string diff = mismatch(want.data(), got.data(), count, t, op);
+  RANK_CHECK(diff.empty(), what + ": " + diff);
+}
+
 // all_reduce (or reduce to `root` >= 0) of n elements at element offset `off` of a fresh buffer,
 // on reference.h's data for case `seed`, checked against its reduction. Returns the raw result
 // bytes (for bit-identity checks).
@@ -28,7 +42,7 @@ inline std::vector<uint8_t> check_allreduce(Comm& c, RankCtx& ctx, DataType t, R
   char* p = buf.c() + off * es;
   std::vector<uint8_t> bytes;
   stage(what.c_str(), [&] {
-    to_dev(p, Buf(all[ctx.rank].begin(), all[ctx.rank].begin() + count * es));
+    upload(p, all[ctx.rank], count, t);
     Tensor tensor(p, n, t, Device::cuda(ctx.device), s);
     Work w = root < 0 ? c.all_reduce(tensor, op, false, o) : c.reduce(tensor, root, op, false, o);
     w.wait_blocking();
@@ -52,20 +66,14 @@ inline void check_collectives(Comm& c, RankCtx& ctx, int64_t n, uint64_t seed, b
   const std::string sz = " n=" + std::to_string(n);
   const std::vector<Buf> all = gen_all(seed, W, un * W, t, ReduceKind::kSum);  // W*n per rank
   auto part = [&](const Buf& b, size_t off, size_t count) { return piece(b, off, count, t); };
-  auto upload = [&](void* dst, const Buf& b, size_t count) {
-    to_dev(dst, Buf(b.begin(), b.begin() + count * es));
-  };
-  // The `count` elements at device address `p` against `want`.
   auto expect = [&](const Buf& want, const void* p, size_t count, const std::string& what) {
-    const std::vector<uint8_t> got = from_dev(p, count * es);
-    const std::string diff = mismatch(want.data(), got.data(), count, t);
-    RANK_CHECK(diff.empty(), what + ": " + diff);
+    expect_device(want, p, count, t, what);
   };
   const Buf all_first_n = gathered(all, un, t);  // all_gather's and gather's result
   // all_gather_single and list.
   {
     DevBuf in(n * es), out(W * n * es);
-    upload(in.p, all[me], un);
+    upload(in.p, all[me], un, t);
     c.all_gather_single(Tensor(out.p, W * n, t, dev), Tensor(in.p, n, t, dev)).wait_blocking();
     expect(all_first_n, out.p, un * W, "all_gather_single" + sz);
     std::vector<std::unique_ptr<DevBuf>> outs;
@@ -81,7 +89,7 @@ inline void check_collectives(Comm& c, RankCtx& ctx, int64_t n, uint64_t seed, b
   // reduce_scatter_single and list (sum), all_to_all_single.
   {
     DevBuf in(W * n * es), out(n * es + 16);
-    upload(in.p, all[me], un * W);
+    upload(in.p, all[me], un * W, t);
     c.reduce_scatter_single(Tensor(out.p, n, t, dev), Tensor(in.p, W * n, t, dev), ReduceOp::SUM)
         .wait_blocking();
     const Buf ref = reduced(all, me * un, un, t, ReduceOp::SUM);
@@ -101,16 +109,16 @@ inline void check_collectives(Comm& c, RankCtx& ctx, int64_t n, uint64_t seed, b
   {
     const int broot = W - 1, root = 1 % W;
     DevBuf b(n * es);
-    upload(b.p, all[me], un);
+    upload(b.p, all[me], un, t);
     c.broadcast(Tensor(b.p, n, t, dev), broot).wait_blocking();
     expect(part(all[broot], 0, un), b.p, un, "broadcast" + sz);
     DevBuf in(n * es), out(W * n * es);
-    upload(in.p, all[me], un);
+    upload(in.p, all[me], un, t);
     c.gather_single(Tensor(out.p, W * n, t, dev), Tensor(in.p, n, t, dev), root).wait_blocking();
     if (me == root) expect(all_first_n, out.p, un * W, "gather_single" + sz);
     std::vector<Tensor> ins;
     DevBuf sc(W * n * es);
-    upload(sc.p, all[me], un * W);
+    upload(sc.p, all[me], un * W, t);
     for (int r = 0; r < W; ++r) ins.emplace_back(sc.c() + r * n * es, n, t, dev);
     c.scatter(Tensor(in.p, n, t, dev), me == root ? ins : std::vector<Tensor>{}, root).wait_blocking();
     expect(part(all[root], me * un, un), in.p, un, "scatter" + sz);
@@ -143,13 +151,13 @@ inline void check_collectives(Comm& c, RankCtx& ctx, int64_t n, uint64_t seed, b
       lens[q] = static_cast<size_t>(out_splits[q]);
     }
     DevBuf in(tin * es + 4), out(tout * es + 4);
-    upload(in.p, sources[me], static_cast<size_t>(tin));
+    upload(in.p, sources[me], static_cast<size_t>(tin), t);
     c.all_to_all_v_single(Tensor(out.p, tout, t, dev), Tensor(in.p, tin, t, dev), out_splits,
                           in_splits).wait_blocking();
     expect(received(sources, offs, lens, t), out.p, static_cast<size_t>(tout),
            "all_to_all_v_single");
     DevBuf sbuf(n * es + 4), rbuf(n * es + 4);
-    upload(sbuf.p, all[me], un);
+    upload(sbuf.p, all[me], un, t);
     const int prev = (me + W - 1) % W;
     auto b = c.batch_op_create();
     b.send(Tensor(sbuf.p, n, t, dev), (me + 1) % W).recv(Tensor(rbuf.p, n, t, dev), prev);
@@ -162,7 +170,7 @@ inline void check_collectives(Comm& c, RankCtx& ctx, int64_t n, uint64_t seed, b
       ts.emplace_back(outs.back()->p, n + r, t, dev);
     }
     DevBuf vin((n + me) * es + 4);
-    upload(vin.p, gen(seed + 2, me, un + me, t, ReduceKind::kSum), un + me);
+    upload(vin.p, gen(seed + 2, me, un + me, t, ReduceKind::kSum), un + me, t);
     c.all_gather_v(ts, Tensor(vin.p, n + me, t, dev)).wait_blocking();
     for (int r = 0; r < W; ++r)
       expect(gen(seed + 2, r, un + r, t, ReduceKind::kSum), ts[r].data, un + r,
@@ -237,16 +245,14 @@ inline void check_graph_replay(Comm& c, RankCtx& ctx, const std::string& tag) {
     const auto va = gen_all(100 + rep, 2, n1, t, ReduceKind::kSum);
     const auto vb = gen_all(200 + rep, 2, n2, t, ReduceKind::kSum);
     const auto vg = gen_all(300 + rep, 2, ng, t, ReduceKind::kSum);
-    to_dev(a.p, Buf(va[ctx.rank].begin(), va[ctx.rank].begin() + n1 * 4));
-    to_dev(b.p, Buf(vb[ctx.rank].begin(), vb[ctx.rank].begin() + n2 * 4));
-    to_dev(gin.p, Buf(vg[ctx.rank].begin(), vg[ctx.rank].begin() + ng * 4));
+    upload(a.p, va[ctx.rank], n1, t);
+    upload(b.p, vb[ctx.rank], n2, t);
+    upload(gin.p, vg[ctx.rank], ng, t);
     CU(cudaGraphLaunch(exec, s));
     CU(cudaStreamSynchronize(s));
     const std::string replay = " replay " + std::to_string(rep);
     auto expect = [&](const Buf& want, const void* p, int64_t n, const std::string& what) {
-      const std::vector<uint8_t> got = from_dev(p, n * 4);
-      const std::string diff = mismatch(want.data(), got.data(), n, t);
-      RANK_CHECK(diff.empty(), tag + ": " + what + replay + ": " + diff);
+      expect_device(want, p, n, t, tag + ": " + what + replay);
     };
     expect(reduced(va, 0, n1, t, ReduceOp::SUM), a.p, n1,
            "graph ll+flat (sum then max of equal values)");

@@ -2,7 +2,8 @@
 // reduce_scatter on one machine with a forced host boundary (comm hint ranks_per_host, the
 // COMMX_CUDA_RANKS_PER_HOST option): 2 ranks on 2 GPUs as 2 hosts of 1 rank, and 4 ranks on 2
 // GPUs as 2 hosts of 2 ranks sharing one GPU (rank r on GPU r / 2, so each inter-host NCCL comm
-// spans both GPUs). Every dtype and reduction against a CPU reference, odd sizes, unaligned
+// spans both GPUs). Every dtype and reduction against the reference of the C++ tests
+// (conformance/reference.h, through collective_checks.h), odd sizes, unaligned
 // buffers, chunking, bit-identical results across ranks, graph capture + replay, async ops,
 // in-place all_gather. Needs 2 GPUs and NCCL, else skips. Layer: tests (label gpu).
 #include <gtest/gtest.h>
@@ -50,21 +51,19 @@ void check_all_gather(Comm& c, RankCtx& ctx, uint64_t seed) {
   const Device dev = Device::cuda(ctx.device);
   for (DataType t : {DataType::kFloat32, DataType::kBFloat16})
     for (int64_t n : {0, 1, 7, 1001, 65541, 300001}) {
-      const size_t es = dtype_size(t);
+      const size_t es = dtype_size(t), un = static_cast<size_t>(n);
       const std::string sz = std::string(" ") + dtype_name(t) + " n=" + std::to_string(n);
-      auto all = gen_all(t, n, seed++, W, ReduceKind::kSum);
-      std::vector<double> ref;
-      for (int r = 0; r < W; ++r) ref.insert(ref.end(), all[r].begin(), all[r].end());
+      const std::vector<Buf> all = gen_all(seed++, W, un, t, ReduceKind::kSum);
+      const Buf ref = gathered(all, un, t);
       DevBuf in(n * es), out(W * n * es);
-      to_dev(in.p, encode(t, all[me]));
+      upload(in.p, all[me], un, t);
       c.all_gather_single(Tensor(out.p, W * n, t, dev), Tensor(in.p, n, t, dev)).wait_blocking();
-      expect_close(t, decode(t, from_dev(out.p, W * n * es)), ref, {}, "all_gather_single" + sz);
+      expect_device(ref, out.p, W * un, t, "all_gather_single" + sz);
       CU(cudaMemset(out.p, 0, W * n * es));
-      to_dev(out.c() + me * n * es, encode(t, all[me]));
+      upload(out.c() + me * n * es, all[me], un, t);
       c.all_gather_single(Tensor(out.p, W * n, t, dev), Tensor(out.c() + me * n * es, n, t, dev))
           .wait_blocking();
-      expect_close(t, decode(t, from_dev(out.p, W * n * es)), ref, {},
-                   "in-place all_gather_single" + sz);
+      expect_device(ref, out.p, W * un, t, "in-place all_gather_single" + sz);
       std::vector<std::unique_ptr<DevBuf>> outs;
       std::vector<Tensor> ts;
       for (int r = 0; r < W; ++r) {
@@ -73,13 +72,12 @@ void check_all_gather(Comm& c, RankCtx& ctx, uint64_t seed) {
       }
       c.all_gather(ts, Tensor(in.p, n, t, dev)).wait_blocking();
       for (int r = 0; r < W; ++r)
-        expect_close(t, decode(t, from_dev(ts[r].data, n * es)), all[r], {},
-                     "all_gather[" + std::to_string(r) + "]" + sz);
+        expect_device(all[r], ts[r].data, un, t, "all_gather[" + std::to_string(r) + "]" + sz);
     }
 }
 
 // reduce_scatter_single and the list form (odd offsets: unaligned inputs) for every dtype and
-// reduction against a CPU reference.
+// reduction against the reference.
 void check_reduce_scatter(Comm& c, RankCtx& ctx, uint64_t seed) {
   const int W = ctx.world, me = ctx.rank;
   const Device dev = Device::cuda(ctx.device);
@@ -90,41 +88,27 @@ void check_reduce_scatter(Comm& c, RankCtx& ctx, uint64_t seed) {
       if (!dtype_is_floating(t) && (op.kind == ReduceKind::kAvg || op.kind == ReduceKind::kPremulSum))
         continue;
       for (int64_t n : {0, 1, 7, 1001, 65541}) {
-        const size_t es = dtype_size(t);
+        const size_t es = dtype_size(t), un = static_cast<size_t>(n);
         const std::string what = std::string(dtype_name(t)) + " " + reduce_kind_name(op.kind) +
                                  " n=" + std::to_string(n);
-        auto all = gen_all(t, W * n, seed++, W, op.kind);
-        std::vector<double> ref(n), sc(n);
-        for (int64_t i = 0; i < n; ++i) {
-          std::vector<double> xs;
-          for (int r = 0; r < W; ++r) {
-            xs.push_back(all[r][me * n + i]);
-            sc[i] += std::fabs(all[r][me * n + i]) *
-                     (op.kind == ReduceKind::kPremulSum ? std::fabs(op.factor) : 1);
-          }
-          ref[i] = fold(op, xs, W);
-          if (op.kind == ReduceKind::kProduct || op.kind == ReduceKind::kMin ||
-              op.kind == ReduceKind::kMax)
-            sc[i] = std::fabs(ref[i]);
-        }
+        const std::vector<Buf> all = gen_all(seed++, W, W * un, t, op.kind);
+        const Buf ref = reduced(all, me * un, un, t, op);
         DevBuf in(W * n * es), out(n * es + 16);
-        to_dev(in.p, encode(t, all[me]));
+        upload(in.p, all[me], W * un, t);
         c.reduce_scatter_single(Tensor(out.p, n, t, dev), Tensor(in.p, W * n, t, dev), op)
             .wait_blocking();
-        expect_close(t, decode(t, from_dev(out.p, n * es)), ref, sc, "reduce_scatter_single " + what);
+        expect_device(ref, out.p, un, t, "reduce_scatter_single " + what, op);
         std::vector<std::unique_ptr<DevBuf>> ins;
         std::vector<Tensor> ts;
         for (int r = 0; r < W; ++r) {
           ins.push_back(std::make_unique<DevBuf>(n * es + 16));
           char* p = ins.back()->c() + es * (r % 2);
-          std::vector<double> part(all[me].begin() + r * n, all[me].begin() + (r + 1) * n);
-          to_dev(p, encode(t, part));
+          upload(p, piece(all[me], r * un, un, t), un, t);
           ts.emplace_back(p, n, t, dev);
         }
         CU(cudaMemset(out.p, 0, n * es + 16));
         c.reduce_scatter(Tensor(out.c() + es, n, t, dev), ts, op).wait_blocking();
-        expect_close(t, decode(t, from_dev(out.c() + es, n * es)), ref, sc,
-                     "reduce_scatter (list, unaligned) " + what);
+        expect_device(ref, out.c() + es, un, t, "reduce_scatter (list, unaligned) " + what, op);
       }
     }
 }
@@ -138,6 +122,7 @@ void check_graph_reduce_scatter(Comm& c, RankCtx& ctx) {
   cudaStream_t s;
   CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   for (int64_t n : {5, 4099}) {
+    const size_t un = static_cast<size_t>(n);
     DevBuf in(W * n * 4), out(n * 4);
     cudaGraph_t graph;
     CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -147,30 +132,19 @@ void check_graph_reduce_scatter(Comm& c, RankCtx& ctx) {
     cudaGraphExec_t exec;
     CU(cudaGraphInstantiate(&exec, graph, 0));
     for (int rep = 0; rep < 3; ++rep) {
-      auto all = gen_all(t, W * n, 400 + rep, W, ReduceKind::kSum);
-      to_dev(in.p, encode(t, all[me]));
+      const std::vector<Buf> all = gen_all(400 + rep, W, W * un, t, ReduceKind::kAvg);
+      upload(in.p, all[me], W * un, t);
       CU(cudaGraphLaunch(exec, s));
       CU(cudaStreamSynchronize(s));
-      std::vector<double> ref(n), sc(n);
-      for (int64_t i = 0; i < n; ++i)
-        for (int r = 0; r < W; ++r) {
-          ref[i] += all[r][me * n + i] / W;
-          sc[i] += std::fabs(all[r][me * n + i]);
-        }
-      expect_close(t, decode(t, from_dev(out.p, n * 4)), ref, sc,
-                   "graph reduce_scatter avg n=" + std::to_string(n) + " replay " +
-                       std::to_string(rep));
+      expect_device(reduced(all, me * un, un, t, ReduceOp::AVG), out.p, un, t,
+                    "graph reduce_scatter avg n=" + std::to_string(n) + " replay " +
+                        std::to_string(rep),
+                    ReduceOp::AVG);
     }
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
   }
   cudaStreamDestroy(s);
-}
-
-double v_max(const std::vector<std::vector<double>>& v, int64_t i) {
-  double m = v[0][i];
-  for (const auto& x : v) m = std::max(m, x[i]);
-  return m;
 }
 
 // Captures all_reduces (aligned, odd-sized, avg) into a graph and replays it on fresh data.
@@ -193,39 +167,23 @@ void check_graph(Comm& c, RankCtx& ctx) {
   cudaGraphExec_t exec;
   CU(cudaGraphInstantiate(&exec, graph, 0));
   for (int rep = 0; rep < 3; ++rep) {
-    auto va = gen_all(t, n1, 100 + rep, W, ReduceKind::kSum);
-    auto vb = gen_all(t, n2, 200 + rep, W, ReduceKind::kSum);
-    auto vd = gen_all(t, n3, 300 + rep, W, ReduceKind::kSum);
-    to_dev(a.p, encode(t, va[ctx.rank]));
-    to_dev(b.p, encode(t, vb[ctx.rank]));
-    to_dev(d.p, encode(t, vd[ctx.rank]));
+    const std::vector<Buf> va = gen_all(100 + rep, W, n1, t, ReduceKind::kSum);
+    const std::vector<Buf> vb = gen_all(200 + rep, W, n2, t, ReduceKind::kAvg);
+    const std::vector<Buf> vd = gen_all(300 + rep, W, n3, t, ReduceKind::kMax);
+    upload(a.p, va[ctx.rank], n1, t);
+    upload(b.p, vb[ctx.rank], n2, t);
+    upload(d.p, vd[ctx.rank], n3, t);
     CU(cudaGraphLaunch(exec, s));
     CU(cudaStreamSynchronize(s));
-    auto check = [&](void* p, int64_t n, std::vector<std::vector<double>>& v, ReduceOp op,
-                     const char* what) {
-      std::vector<double> ref(n), sc(n);
-      for (int64_t i = 0; i < n; ++i) {
-        std::vector<double> xs;
-        for (int r = 0; r < W; ++r) {
-          xs.push_back(v[r][i]);
-          sc[i] += std::fabs(v[r][i]);
-        }
-        ref[i] = fold(op, xs, W);
-      }
-      expect_close(t, decode(t, from_dev(p, n * 4)), ref, sc,
-                   std::string(what) + " replay " + std::to_string(rep));
-    };
-    check(a.p, n1, va, ReduceOp::SUM, "graph sum");
-    check(b.p, n2, vb, ReduceOp::AVG, "graph avg (odd size)");
-    check(d.p, n3, vd, ReduceOp::MAX, "graph max (tail only)");
+    const std::string replay = " replay " + std::to_string(rep);
+    expect_device(reduced(va, 0, n1, t, ReduceOp::SUM), a.p, n1, t, "graph sum" + replay);
+    expect_device(reduced(vb, 0, n2, t, ReduceOp::AVG), b.p, n2, t, "graph avg (odd size)" + replay,
+                  ReduceOp::AVG);
+    const Buf max = reduced(vd, 0, n3, t, ReduceOp::MAX);
+    expect_device(max, d.p, n3, t, "graph max (tail only)" + replay);
     // The all_gather captured after the max: every rank's block is the max.
-    std::vector<double> mx(n3), gref;
-    for (int64_t i = 0; i < n3; ++i) {
-      mx[i] = v_max(vd, i);
-    }
-    for (int r = 0; r < W; ++r) gref.insert(gref.end(), mx.begin(), mx.end());
-    expect_close(t, decode(t, from_dev(g.p, W * n3 * 4)), gref, {},
-                 "graph all_gather replay " + std::to_string(rep));
+    expect_device(gathered(std::vector<Buf>(W, max), n3, t), g.p, W * n3, t,
+                  "graph all_gather" + replay);
   }
   check_allreduce(c, ctx, t, ReduceOp::SUM, 4097, 77);  // eager ops after the replays
   cudaGraphExecDestroy(exec);
@@ -237,19 +195,13 @@ void check_async(Comm& c, RankCtx& ctx) {
   const Device dev = Device::cuda(ctx.device);
   const DataType t = DataType::kBFloat16;
   const int64_t n = 50001;
-  auto v = gen_all(t, n, 3, ctx.world, ReduceKind::kSum);
+  const std::vector<Buf> v = gen_all(3, ctx.world, n, t, ReduceKind::kSum);
   DevBuf a(n * 2);
-  to_dev(a.p, encode(t, v[ctx.rank]));
+  upload(a.p, v[ctx.rank], n, t);
   Work w = c.all_reduce(Tensor(a.p, n, t, dev), ReduceOp::SUM, true);
   w.wait_blocking();
   RANK_CHECK(w.status() == WorkStatus::kCompleted, "async all_reduce not completed");
-  std::vector<double> ref(n), sc(n);
-  for (int64_t i = 0; i < n; ++i)
-    for (int r = 0; r < ctx.world; ++r) {
-      ref[i] += v[r][i];
-      sc[i] += std::fabs(v[r][i]);
-    }
-  expect_close(t, decode(t, from_dev(a.p, n * 2)), ref, sc, "async hierarchical all_reduce");
+  expect_device(reduced(v, 0, n, t, ReduceOp::SUM), a.p, n, t, "async hierarchical all_reduce");
 }
 
 TEST(CudaHier, ReduceScatter) {

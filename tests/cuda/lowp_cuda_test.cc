@@ -78,6 +78,23 @@ Buf host_result(const Case& k, std::vector<Buf> in, int world, int me, const Cod
   return out[me];
 }
 
+// The normal (not FP8) path on the same comm: all_reduce MAX of n f32 elements that are rank + 1
+// on every rank (hints `o`), so each element must be exactly the world size.
+void check_max_of_ranks(Comm& c, RankCtx& ctx, int64_t n, const OpOptions& o,
+                        const std::string& what) {
+  const Buf in = make_buf(DataType::kFloat32, std::vector<double>(n, ctx.rank + 1.0));
+  DevBuf d(n * 4);
+  to_dev(d.p, in.bytes.data(), n * 4);
+  c.all_reduce(Tensor(d.p, n, DataType::kFloat32, Device::cuda(ctx.device)), ReduceOp::MAX, false, o)
+      .wait_blocking();
+  Buf got(DataType::kFloat32, n);
+  CU(cudaMemcpy(got.bytes.data(), d.p, n * 4, cudaMemcpyDeviceToHost));
+  for (int64_t i = 0; i < n; ++i)
+    RANK_CHECK(got.get(i) == static_cast<float>(ctx.world),
+               what + ": element " + std::to_string(i) + " is " + std::to_string(got.get(i)) +
+                   ", expected " + std::to_string(ctx.world));
+}
+
 Hints lowp_hints(const CodecConfig& cfg, bool two_term) {
   return {{"low_precision", cfg.format == lowp::Fp8Format::kE5M2 ? "fp8e5m2" : "fp8e4m3"},
           {"low_precision_min_bytes", "0"},
@@ -231,17 +248,10 @@ TEST(CudaLowp, RoundsOfALargeOpInOneLaunch) {
     auto two = make_comm(ctx, "cuda", "lowp_rounds_x2", lowp_hints(cfg, true));
     check_case(*two, ctx, {Coll::kAllReduce, DataType::kBFloat16, ReduceKind::kSum, 2000003, 20},
                cfg, true);
-    const int64_t n = (1 << 20) + 3;
-    DevBuf d(n * 4);
-    to_dev(d.p, encode(DataType::kFloat32, std::vector<double>(n, ctx.rank + 1.0)));
     OpOptions tree;
     tree.hints["algorithm"] = "tree";
     tree.hints["low_precision"] = "off";
-    c->all_reduce(Tensor(d.p, n, DataType::kFloat32, Device::cuda(ctx.device)), ReduceOp::MAX, false,
-                  tree)
-        .wait_blocking();
-    expect_close(DataType::kFloat32, decode(DataType::kFloat32, from_dev(d.p, n * 4)),
-                 std::vector<double>(n, ctx.world), {}, "two-shot MAX after FP8 rounds");
+    check_max_of_ranks(*c, ctx, (1 << 20) + 3, tree, "two-shot MAX after FP8 rounds");
     unsetenv("COMMX_CUDA_BUFFER_BYTES");
   });
   EXPECT_EQ(err, "");
@@ -261,13 +271,7 @@ TEST(CudaLowp, GraphCaptureAndReplay) {
                false, true);
     // The normal paths still work after low-precision ops (shared buffers and flags): the MAX of
     // every rank's number.
-    const int64_t n = 4097;
-    DevBuf d(n * 4);
-    to_dev(d.p, encode(DataType::kFloat32, std::vector<double>(n, ctx.rank + 1.0)));
-    c->all_reduce(Tensor(d.p, n, DataType::kFloat32, Device::cuda(ctx.device)), ReduceOp::MAX)
-        .wait_blocking();
-    expect_close(DataType::kFloat32, decode(DataType::kFloat32, from_dev(d.p, n * 4)),
-                 std::vector<double>(n, ctx.world), {}, "all_reduce MAX after low-precision ops");
+    check_max_of_ranks(*c, ctx, 4097, {}, "all_reduce MAX after low-precision ops");
   });
   EXPECT_EQ(err, "");
 }
