@@ -382,22 +382,26 @@ __device__ __forceinline__ void finish_round(const PeerSet& ps, const LowpRound&
 // kW: the world size when known at compile time (2, 4), 0 for any: the peers' pointers and scale
 // words then live in registers. kMinBlocks: resident blocks per SM the compiler must allow (2:
 // 64 registers, twice the warps to hide latency, but the 16 values per lane spill; 1: up to 128
-// registers, fewer warps). COMMX_CUDA_LOWP_BLOCKS_PER_SM picks (default 1).
-template <typename T, bool kE5, int kW, int kMinBlocks>
+// registers, fewer warps). COMMX_CUDA_LOWP_BLOCKS_PER_SM picks (default 1). kOneRound: the op is
+// one round (r.rounds == 1); the loop's counters then fold away, leaving the registers that the
+// round's work needs (the loop over rounds kept live values that made ops of one round 1-2 us
+// slower).
+template <typename T, bool kE5, int kW, int kMinBlocks, bool kOneRound>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     lowp_round_kernel(const __grid_constant__ PeerSet ps, const __grid_constant__ LowpRound r,
                       int64_t block, bool sr) {
   constexpr int kN = kW ? kW : kMaxRanks;
   const unsigned long long epoch = begin_op(ps);
   const int me = ps.rank, world = kW ? kW : ps.world;
-  const unsigned long long last = epoch + r.rounds - 1;
+  const int64_t rounds = kOneRound ? 1 : r.rounds;
+  const unsigned long long last = epoch + rounds - 1;
   const int64_t lay_nb = blocks_of(r.chunk, block);
   g::StatAcc acc;
   g::StatAcc* st = r.stats ? &acc : nullptr;
   // Round i: op counter e = epoch + i, elements [c0, c0 + chunk) of every range.
-  for (int64_t i = 0; i < r.rounds; ++i) {
+  for (int64_t i = 0; i < rounds; ++i) {
     const unsigned long long e = epoch + i;
-    const int64_t c0 = i * r.chunk;
+    const int64_t c0 = kOneRound ? 0 : i * r.chunk;
     auto part = [&](int64_t n) { return max(int64_t(0), min(r.chunk, n - c0)); };
     auto at = [&](const char* p) { return p + c0 * static_cast<int64_t>(sizeof(T)); };
     // Slots in one buffer half per round (r.halves, by op counter e, as the two-shot all_reduce):
@@ -491,12 +495,25 @@ int resident_blocks(Kernel kernel) {
   return std::max(1, per_sm * sms);
 }
 
+template <typename T, bool kE5, int kW, int kMinBlocks, bool kOneRound>
+void launch_rounds(const PeerSet& ps, const LowpRound& r, const lowp::CodecConfig& cfg, int blocks,
+                   cudaStream_t s) {
+  auto* kernel = lowp_round_kernel<T, kE5, kW, kMinBlocks, kOneRound>;
+  static const int fit = resident_blocks(kernel);
+  launch_kernel(kernel, std::min(blocks, fit), kThreads, s, ps, r, cfg.block, cfg.stochastic);
+}
+
+// An op of one round takes its own kernel (the default occupancy only: the other is for
+// comparisons).
 template <typename T, bool kE5, int kW, int kMinBlocks>
 void launch_one(const PeerSet& ps, const LowpRound& r, const lowp::CodecConfig& cfg, int blocks,
                 cudaStream_t s) {
-  auto* kernel = lowp_round_kernel<T, kE5, kW, kMinBlocks>;
-  static const int fit = resident_blocks(kernel);
-  launch_kernel(kernel, std::min(blocks, fit), kThreads, s, ps, r, cfg.block, cfg.stochastic);
+  if constexpr (kMinBlocks == 1) {
+    if (r.rounds == 1 || t_kernel_preload)  // preloading: both kernels
+      launch_rounds<T, kE5, kW, kMinBlocks, true>(ps, r, cfg, blocks, s);
+    if (r.rounds == 1) return;
+  }
+  launch_rounds<T, kE5, kW, kMinBlocks, false>(ps, r, cfg, blocks, s);
 }
 
 // The kernel for the comm's world size: 2 and 4 ranks have their own (COMMX_CUDA_LOWP_KERNEL=
