@@ -8,8 +8,8 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
-#include <sstream>
 #include <tuple>
 
 #include "commx/error.h"
@@ -91,20 +91,17 @@ TEST(Tuning, FromEnv) {
 // it names once, from 0 to max, with no gap or overlap.
 void check_shipped_table(const std::string& backend, const std::set<std::string>& algorithms) {
   const std::string path = std::string(COMMX_SOURCE_DIR) + "/bench/tuning/" + backend + ".txt";
-  std::ifstream f(path);
-  ASSERT_TRUE(f) << path;
-  std::stringstream text;
-  text << f.rdbuf();
-  TuningTable t = TuningTable::parse(text.str(), path);
-  ASSERT_FALSE(t.entries().empty()) << path;
+  std::optional<TuningTable> t = TuningTable::load(path);
+  ASSERT_TRUE(t) << path;
+  ASSERT_FALSE(t->entries().empty()) << path;
   std::map<std::tuple<std::string, int, std::string>, uint64_t> next;  // where the next row starts
-  for (const TuningEntry& e : t.entries()) {
+  for (const TuningEntry& e : t->entries()) {
     SCOPED_TRACE(path + ": " + e.collective + " " + std::to_string(e.world_size) + " " + e.link +
                  " " + std::to_string(e.min_bytes));
     EXPECT_TRUE(algorithms.count(e.algorithm)) << e.algorithm;
-    auto [it, first] = next.try_emplace({e.collective, e.world_size, e.link}, 0);
-    EXPECT_EQ(e.min_bytes, it->second);
-    it->second = e.max_bytes == std::numeric_limits<uint64_t>::max() ? e.max_bytes : e.max_bytes + 1;
+    uint64_t& start = next[{e.collective, e.world_size, e.link}];
+    EXPECT_EQ(e.min_bytes, start);
+    start = e.max_bytes == std::numeric_limits<uint64_t>::max() ? e.max_bytes : e.max_bytes + 1;
   }
   for (const auto& [key, end] : next)
     EXPECT_EQ(end, std::numeric_limits<uint64_t>::max()) << std::get<0>(key) << " " << std::get<1>(key);
