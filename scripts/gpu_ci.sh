@@ -12,9 +12,8 @@ cd "$(dirname "$0")/.."
 # report.md (cuda vs nccl vs symm_mem against the targets), allreduce_bf16.svg, logs.tar.gz.
 start_results
 BUILD=${BUILD_DIR:-build-gpu}
-CONFORMANCE_TESTS="conformance_all_reduce_test conformance_reduce_test conformance_broadcast_test conformance_all_gather_test conformance_reduce_scatter_test conformance_all_to_all_test conformance_gather_test conformance_scatter_test conformance_barrier_test conformance_p2p_test"
 # The conformance suite runs its cuda and nccl worlds here (--gtest_filter below picks them).
-GPU_TESTS=${GPU_CI_TESTLIST:-lowp_gpu_codec_test lowp_cuda_test cuda_backend_test cuda_all_to_all_v_dynamic_test nccl_all_to_all_v_dynamic_test cuda_hier_test cuda_fd_passing_test cuda_vmm_test $CONFORMANCE_TESTS}
+GPU_TESTS=${GPU_CI_TESTLIST:-$GPU_TEST_BINARIES $GPU_CONFORMANCE_TESTS}
 TARGETS=${GPU_CI_TARGETS:-commx_backend_cuda commx_backend_nccl commx-bench $GPU_TESTS}
 gpu_build "$BUILD" "$LOGS/build.log" $TARGETS || exit 1
 echo "build ok"

@@ -16,6 +16,11 @@ if ! [ -f /usr/include/gtest/gtest.h ] && ls .gpudeps/*.deb >/dev/null 2>&1; the
   for _deb in .gpudeps/*.deb; do dpkg -x "$_deb" .gpudeps/root; done
   PREFIX_PATH="$PWD/.gpudeps/root/usr"
 fi
+# The C++ test binaries a GPU run builds and runs: those labelled gpu, the CUDA unit tests that a
+# build without CUDA skips, and the conformance suites (one per tests/conformance/*_test.cc, run on
+# their cuda and nccl worlds there).
+GPU_TEST_BINARIES="lowp_gpu_codec_test lowp_cuda_test cuda_backend_test cuda_call_check_test cuda_all_to_all_v_dynamic_test nccl_all_to_all_v_dynamic_test cuda_hier_test cuda_hier_lowp_test cuda_fd_passing_test cuda_vmm_test cuda_allreduce_select_test cuda_tuning_test cuda_host_layout_test cuda_call_stamp_test cuda_hook_gate_test cuda_init_error_test"
+GPU_CONFORMANCE_TESTS=$(cd tests/conformance && ls ./*_test.cc | sed 's|./\(.*\)_test.cc|conformance_\1_test|' | tr '\n' ' ')
 # results_dir: where a run's results go by default, bench/results/<machine>_<YYYY-MM-DD> (UTC):
 # the machine from COMMX_MACHINE, else "<GPU model>x<GPU count>" (h200x2), else the host name.
 results_dir() {

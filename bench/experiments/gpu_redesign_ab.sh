@@ -3,9 +3,8 @@
 # The redesign (canonical ops, algorithm tables, the DeviceBackend skeleton, protocols apart from
 # algorithms, one reduction helper) checked on GPUs against BASE_DIR, a tree from before it (one
 # whose GPU benchmark is commx-gpu-bench; AB_BASE_BENCH names another). Steps, in the order given:
-#   tests        every GPU test binary of this tree except the conformance suite (gpu_ci.sh's list,
-#                the hierarchical FP8 step, the call checks, and the CUDA unit tests that a CPU
-#                build skips), each bounded by AB_TEST_S seconds
+#   tests        every GPU test binary of this tree except the conformance suite
+#                (GPU_TEST_BINARIES of scripts/gpu_env.sh), each bounded by AB_TEST_S seconds
 #   conformance  the conformance suite on its cuda and nccl worlds, two suites at a time
 #   bench        commx-bench (base: its benchmark) side by side, AB_ROUNDS rounds alternating base
 #                and new: all_reduce bf16/f32 and all_gather/reduce_scatter/all_to_all bf16,
@@ -31,9 +30,8 @@ export AB_BASE_BENCH=${AB_BASE_BENCH:-commx-gpu-bench}
 ab_machine
 [ -e "$BASE/build-ab" ] || { mkdir -p /tmp/commx_ab_base_build; ln -s /tmp/commx_ab_base_build "$BASE/build-ab"; }
 
-CONFORMANCE=$(cd tests/conformance && ls ./*_test.cc | sed 's|./\(.*\)_test.cc|conformance_\1_test|' | tr '\n' ' ')
-UNIT="cuda_allreduce_select_test cuda_tuning_test cuda_host_layout_test cuda_call_stamp_test cuda_hook_gate_test cuda_init_error_test"
-TESTS="lowp_gpu_codec_test lowp_cuda_test cuda_backend_test cuda_call_check_test cuda_all_to_all_v_dynamic_test nccl_all_to_all_v_dynamic_test cuda_hier_test cuda_hier_lowp_test cuda_fd_passing_test cuda_vmm_test $UNIT"
+CONFORMANCE=$GPU_CONFORMANCE_TESTS
+TESTS=$GPU_TEST_BINARIES
 ab_build "${AB_BUILD_S:-420}" "commx_backend_cuda commx_backend_nccl $AB_BASE_BENCH" \
   commx_backend_cuda commx_backend_nccl commx-bench $TESTS $CONFORMANCE || exit 1
 T=build-ab/bin
