@@ -30,10 +30,8 @@ export AB_BASE_BENCH=${AB_BASE_BENCH:-commx-gpu-bench}
 ab_machine
 [ -e "$BASE/build-ab" ] || { mkdir -p /tmp/commx_ab_base_build; ln -s /tmp/commx_ab_base_build "$BASE/build-ab"; }
 
-CONFORMANCE=$GPU_CONFORMANCE_TESTS
-TESTS=$GPU_TEST_BINARIES
 ab_build "${AB_BUILD_S:-420}" "commx_backend_cuda commx_backend_nccl $AB_BASE_BENCH" \
-  commx_backend_cuda commx_backend_nccl commx-bench $TESTS $CONFORMANCE || exit 1
+  commx_backend_cuda commx_backend_nccl commx-bench $GPU_TEST_BINARIES $GPU_CONFORMANCE_TESTS || exit 1
 T=build-ab/bin
 NG=$(nvidia-smi -L | wc -l)
 
@@ -41,11 +39,11 @@ for step in "$@"; do
   t0=$(date +%s)
   case $step in
     tests)
-      for t in $TESTS; do test_step "$t" "${AB_TEST_S:-240}" $T/$t; done
+      for t in $GPU_TEST_BINARIES; do test_step "$t" "${AB_TEST_S:-240}" $T/$t; done
       ab_summary ;;
     conformance)
       # Two suites at a time (each spends most of its time starting worlds of 1-4 ranks).
-      set -- $CONFORMANCE
+      set -- $GPU_CONFORMANCE_TESTS
       while [ $# -gt 0 ]; do
         for t in "$1" "${2:-}"; do
           [ -n "$t" ] && timeout "${AB_CONFORMANCE_S:-200}" $T/$t --gtest_filter='*/cuda_*:*/nccl_*' \
