@@ -211,6 +211,122 @@ TEST(CudaBackend, TwoShotPiecesInOneLaunch) {
   EXPECT_EQ(err, "") << "world 3";
 }
 
+// all_gather, all_to_all, reduce_scatter, broadcast, gather and scatter of n elements of t per
+// pair, enqueued on one stream (eagerly or into a graph), on reference.h's data: every input is
+// read from `in` (this rank's W * n elements), each op writes its own output.
+struct LargeExchangeOps {
+  RankCtx& ctx;
+  DataType t;
+  int64_t n;
+  int W, me, root;
+  size_t es;
+  DevBuf in, ag, a2a, rs, bc, ga, sc;
+  LargeExchangeOps(RankCtx& c, DataType type, int64_t count)
+      : ctx(c), t(type), n(count), W(c.world), me(c.rank), root(1 % c.world),
+        es(dtype_size(type)), in(W * n * es), ag(W * n * es), a2a(W * n * es), rs(n * es),
+        bc(n * es), ga(W * n * es), sc(n * es) {}
+
+  std::vector<Buf> upload(uint64_t seed) {
+    std::vector<Buf> all = gen_all(seed, W, static_cast<size_t>(W * n), t, ReduceKind::kSum);
+    to_dev(in.p, all[me]);
+    to_dev(bc.p, Buf(all[me].begin(), all[me].begin() + n * es));
+    return all;
+  }
+
+  void enqueue(Comm& c, cudaStream_t s) {
+    const Device dev = Device::cuda(ctx.device);
+    auto ten = [&](const DevBuf& b, int64_t count) { return Tensor(b.p, count, t, dev, s); };
+    c.all_gather_single(ten(ag, W * n), ten(in, n));
+    c.all_to_all_single(ten(a2a, W * n), ten(in, W * n));
+    c.reduce_scatter_single(ten(rs, n), ten(in, W * n), ReduceOp::SUM);
+    c.broadcast(ten(bc, n), W - 1);
+    c.gather_single(ten(ga, W * n), ten(in, n), root);
+    std::vector<Tensor> pieces;
+    if (me == root)
+      for (int r = 0; r < W; ++r) pieces.emplace_back(in.c() + r * n * es, n, t, dev, s);
+    c.scatter(ten(sc, n), pieces, root);
+  }
+
+  void check(const std::vector<Buf>& all, const std::string& tag) {
+    const size_t un = static_cast<size_t>(n);
+    auto expect = [&](const Buf& want, const DevBuf& got, size_t count, const char* op) {
+      const std::string diff = mismatch(want.data(), from_dev(got.p, count * es).data(), count, t);
+      RANK_CHECK(diff.empty(), std::string(op) + " " + dtype_name(t) + " n=" + std::to_string(n) +
+                                   " " + tag + ": " + diff);
+    };
+    const Buf gathered_all = gathered(all, un, t);
+    expect(gathered_all, ag, un * W, "all_gather_single");
+    expect(received(all, std::vector<size_t>(W, me * un), std::vector<size_t>(W, un), t), a2a,
+           un * W, "all_to_all_single");
+    expect(reduced(all, me * un, un, t, ReduceOp::SUM), rs, un, "reduce_scatter_single");
+    expect(piece(all[W - 1], 0, un, t), bc, un, "broadcast");
+    if (me == root) expect(gathered_all, ga, un * W, "gather_single");
+    expect(piece(all[root], me * un, un, t), sc, un, "scatter");
+  }
+};
+
+// The byte exchange (all_gather, all_to_all, broadcast, gather, scatter) and the chunked
+// reduce_scatter run an op larger than a buffer half as one kernel over rounds that alternate
+// the halves, blocks moving on with per-block barriers only. Through 1 MiB halves, 7 MiB and a
+// few bytes per pair (15 rounds at 2 ranks, 22 at 3, the last one short, a tail of less than a
+// pack): every op eagerly in f32 and bf16, then captured into a graph and replayed with fresh
+// data, then eagerly again (its op counters follow the replays'), and 3 ranks sharing GPUs.
+TEST(CudaBackend, LargeExchangeAndReduceScatterInRounds) {
+  REQUIRE_GPUS(1);
+  const int64_t f32_n = (int64_t(7) << 20) / 4 + 3, bf16_n = (int64_t(7) << 20) / 2 + 5;
+  std::string err = run_ranks(2, two_gpus(), [&](RankCtx& ctx) {
+    auto small = make_comm(ctx, "cuda", "xrounds", {{"buffer_bytes", "1M"}});
+    cudaStream_t s;
+    CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    uint64_t seed = 1400;
+    for (auto [t, n] : {std::pair{DataType::kFloat32, f32_n}, std::pair{DataType::kBFloat16, bf16_n}}) {
+      LargeExchangeOps ops(ctx, t, n);
+      const auto all = ops.upload(seed);
+      stage("large exchange eager", [&] {
+        ops.enqueue(*small, s);
+        CU(cudaStreamSynchronize(s));
+      });
+      ops.check(all, "eager seed " + std::to_string(seed++));
+    }
+    LargeExchangeOps ops(ctx, DataType::kFloat32, f32_n);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    ops.enqueue(*small, s);
+    CU(cudaStreamEndCapture(s, &graph));
+    CU(cudaGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto all = ops.upload(seed + 1 + rep);
+      stage("large exchange graph replay", [&] {
+        CU(cudaGraphLaunch(exec, s));
+        CU(cudaStreamSynchronize(s));
+      });
+      ops.check(all, "graph replay " + std::to_string(rep));
+    }
+    const auto after = ops.upload(seed + 9);
+    stage("large exchange eager after the graph", [&] {
+      ops.enqueue(*small, s);
+      CU(cudaStreamSynchronize(s));
+    });
+    ops.check(after, "eager after the graph");
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(s);
+  });
+  EXPECT_EQ(err, "");
+  err = run_ranks(3, gpu_count() >= 2 ? 2 : 1, [&](RankCtx& ctx) {
+    auto small = make_comm(ctx, "cuda", "xrounds3", {{"buffer_bytes", "1M"}});
+    LargeExchangeOps ops(ctx, DataType::kFloat32, f32_n);
+    const auto all = ops.upload(1500);
+    stage("large exchange eager, 3 ranks", [&] {
+      ops.enqueue(*small, nullptr);
+      CU(cudaStreamSynchronize(nullptr));
+    });
+    ops.check(all, "3 ranks");
+  });
+  EXPECT_EQ(err, "") << "world 3";
+}
+
 TEST(CudaBackend, EveryCollectiveTwoRanks) {
   REQUIRE_GPUS(1);
   std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {

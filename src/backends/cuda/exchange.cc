@@ -17,19 +17,13 @@ void enqueue_exchange(const PeerSet& ps, const Tuning& t, const PtrList& src, co
                        s);
     return;
   }
+  if (nbytes == 0) return;
   bool al = true;
   for (int q = 0; q < world; ++q) al = al && aligned16(src.p[q]) && aligned16(dst.p[q]);
+  // Rounds of one region per pair, all in one launch (rounds_device.cuh).
   const uint64_t cap = (half / world) & ~uint64_t(255);
-  for (uint64_t off = 0; off < nbytes; off += cap) {
-    const uint64_t len = std::min(cap, nbytes - off);
-    PtrList a{}, b{};
-    for (int q = 0; q < world; ++q) {
-      a.p[q] = at(src.p[q], off);
-      b.p[q] = at(dst.p[q], off);
-    }
-    launch_exchange(ps, a, b, static_cast<int64_t>(len), al,
-                    blocks_for(len, t.max_blocks_large), s);
-  }
+  launch_exchange(ps, src, dst, static_cast<int64_t>(nbytes), static_cast<int64_t>(cap), al,
+                  blocks_for(std::min(cap, nbytes), t.max_blocks_large), s);
 }
 
 }  // namespace commx::cuda

@@ -2,11 +2,13 @@
 // pattern (rank r's src.p[q] lands in rank q's dst.p[r]) serves all five, so they share one kernel
 // and its LL variant rather than a file each. Layer: backends (cuda). Senders push straight from
 // the user's buffer into region `rank` of the receiver's registered buffer; after one per-block
-// barrier receivers copy their regions out. One kernel, one barrier per call.
+// barrier receivers copy their regions out. One kernel per call, one barrier per round of one
+// buffer half.
 #include "cuda/kernels.h"
 #include "cuda/launch.cuh"
 #include "cuda/protocol_ll.cuh"
 #include "cuda/protocol_simple.cuh"
+#include "cuda/rounds_device.cuh"
 #include "cuda/sync_device.cuh"
 #include "cuda/tuning.h"
 
@@ -15,33 +17,44 @@ namespace {
 
 using Byte = unsigned char;
 
-__global__ void __launch_bounds__(kThreads) exchange_kernel(PeerSet ps, PtrList src, PtrList dst,
-                                                             int64_t n, bool aligned) {
-  const unsigned long long epoch = begin_op(ps);
+// kRounds: the op runs in rounds of `chunk` bytes per pair (the last one shorter), one buffer half
+// each, all in this launch (rounds_device.cuh), two blocks per SM (64 registers: the grid is up to
+// 2 x SMs blocks); false: one round of all n bytes (chunk unused) and no minimum of blocks (0),
+// the code of the kernel of one piece.
+template <bool kRounds>
+__global__ void __launch_bounds__(kThreads, kRounds ? 2 : 0)
+    exchange_kernel(PeerSet ps, PtrList src, PtrList dst, int64_t n, bool aligned, int64_t chunk) {
+  const int64_t rounds = kRounds ? (n + chunk - 1) / chunk : 1;
+  const Rounds r = begin_rounds(ps, rounds);
   const int me = ps.rank, world = ps.world;
-  const uint64_t region = align256(static_cast<uint64_t>(n));
-  auto copy = [&](const Byte* from, Byte* to, bool from_aligned, bool to_aligned) {
-    copy_block(from, to, n, from_aligned, to_aligned);
-  };
-  for (int k = 0; k < world; ++k) {  // next rank first: no rank's links take every push at once
-    const int q = (me + k) % world;
-    if (!src.p[q]) continue;
-    if (q == me) {
-      if (dst.p[me] && dst.p[me] != src.p[me])
-        copy(reinterpret_cast<const Byte*>(src.p[me]), reinterpret_cast<Byte*>(dst.p[me]), aligned,
-             aligned);
-    } else {
-      copy(reinterpret_cast<const Byte*>(src.p[q]),
-           reinterpret_cast<Byte*>(half_of(ps, q, epoch) + me * region), aligned, true);
+  // Regions sized for a whole round, so a block owns the same bytes of them in every round.
+  const uint64_t region = align256(static_cast<uint64_t>(kRounds ? chunk : n));
+  for (int64_t i = 0; i < rounds; ++i) {
+    const unsigned long long e = r.first + i;
+    const int64_t base = kRounds ? i * chunk : 0;
+    const int64_t m = kRounds ? min(chunk, n - base) : n;
+    auto copy = [&](const Byte* from, Byte* to, bool from_aligned, bool to_aligned) {
+      copy_block(from, to, m, from_aligned, to_aligned);
+    };
+    auto piece = [&](char* p) { return reinterpret_cast<Byte*>(p) + base; };  // this round's bytes
+    for (int k = 0; k < world; ++k) {  // next rank first: no rank's links take every push at once
+      const int q = (me + k) % world;
+      if (!src.p[q]) continue;
+      if (q == me) {
+        if (dst.p[me] && dst.p[me] != src.p[me])
+          copy(piece(src.p[me]), piece(dst.p[me]), aligned, aligned);
+      } else {
+        copy(piece(src.p[q]), reinterpret_cast<Byte*>(half_of(ps, q, e) + me * region), aligned,
+             true);
+      }
     }
+    if (!block_barrier(ps, flag_value(e, 0))) return finish_op(ps, r.last);
+    const char* mine = half_of(ps, me, e);
+    for (int q = 0; q < world; ++q)
+      if (q != me && dst.p[q])
+        copy(reinterpret_cast<const Byte*>(mine + q * region), piece(dst.p[q]), true, aligned);
   }
-  if (!block_barrier(ps, flag_value(epoch, 0))) return finish_op(ps, epoch);
-  const char* mine = half_of(ps, me, epoch);
-  for (int q = 0; q < world; ++q)
-    if (q != me && dst.p[q])
-      copy(reinterpret_cast<const Byte*>(mine + q * region), reinterpret_cast<Byte*>(dst.p[q]), true,
-           aligned);
-  finish_op(ps, epoch);
+  finish_op(ps, r.last);
 }
 
 // LL exchange: 8 payload bytes per 16-byte line with flags; receivers poll, no barrier.
@@ -101,8 +114,11 @@ __global__ void __launch_bounds__(kThreads) exchange_ll_kernel(PeerSet ps, PtrLi
 }  // namespace
 
 void launch_exchange(const PeerSet& ps, const PtrList& src, const PtrList& dst, int64_t nbytes,
-                     bool aligned, int blocks, cudaStream_t s) {
-  launch_kernel(exchange_kernel, blocks, kThreads, s, ps, src, dst, nbytes, aligned);
+                     int64_t chunk, bool aligned, int blocks, cudaStream_t s) {
+  if (nbytes > chunk)
+    launch_kernel(exchange_kernel<true>, blocks, kThreads, s, ps, src, dst, nbytes, aligned, chunk);
+  else
+    launch_kernel(exchange_kernel<false>, blocks, kThreads, s, ps, src, dst, nbytes, aligned, chunk);
 }
 
 void launch_exchange_ll(const PeerSet& ps, const PtrList& src, const PtrList& dst, int64_t nbytes,
@@ -113,7 +129,8 @@ void launch_exchange_ll(const PeerSet& ps, const PtrList& src, const PtrList& ds
 void preload_exchange_kernels() {
   const PeerSet ps{};
   const PtrList none{};
-  launch_exchange(ps, none, none, 0, true, 1, nullptr);
+  launch_exchange(ps, none, none, 0, 0, true, 1, nullptr);  // one round
+  launch_exchange(ps, none, none, 2, 1, true, 1, nullptr);  // rounds
   launch_exchange_ll(ps, none, none, 0, 1, nullptr);
 }
 

@@ -2,7 +2,8 @@
 // all-reduce, reduce-scatter, the byte exchange behind all-gather/all-to-all/broadcast/gather/
 // scatter, and the barrier).
 // Layer: backends (cuda). Each launch is one kernel that synchronises with its peers through
-// per-block flags; sizes must fit the registered buffer (the caller splits larger ops in chunks).
+// per-block flags; an op larger than the registered buffer runs in rounds of one buffer half
+// within its launch (two-shot, reduce-scatter, exchange; rounds_device.cuh), the others must fit.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -61,8 +62,10 @@ void launch_allreduce_two_shot(const PeerSet& ps, const void* in, void* out, int
 
 // --- reduce_scatter (reduce_scatter_kernels.cu) ---
 // ins.p[q] = the n elements this rank contributes to rank q's result.
+// One launch for any n, in rounds of `chunk` elements (whole packs; world regions of it must fit a
+// buffer half), one op counter and buffer half per round.
 void launch_reduce_scatter(const PeerSet& ps, const PtrList& ins, void* out, int64_t n,
-                           const ReduceSpec& rs, int blocks, cudaStream_t s);
+                           int64_t chunk, const ReduceSpec& rs, int blocks, cudaStream_t s);
 // LL variant: every rank must receive from every peer.
 void launch_reduce_scatter_ll(const PeerSet& ps, const PtrList& ins, void* out, int64_t n,
                               const ReduceSpec& rs, int blocks, cudaStream_t s);
@@ -71,8 +74,10 @@ uint64_t ll_bytes_needed(int64_t n, size_t elem, int world);
 // --- all_gather, all_to_all, broadcast, gather, scatter (exchange_kernels.cu) ---
 // For each peer q: src.p[q] (if set) is pushed to q, and what q pushed to us lands in dst.p[q]
 // (if set); src.p[rank] -> dst.p[rank] is a local copy. `nbytes` per pair.
+// Non-LL: one launch for any size, in rounds of `chunk` bytes per pair (256-byte multiple; world
+// regions of it must fit a buffer half), one op counter and buffer half per round.
 void launch_exchange(const PeerSet& ps, const PtrList& src, const PtrList& dst, int64_t nbytes,
-                     bool aligned, int blocks, cudaStream_t s);
+                     int64_t chunk, bool aligned, int blocks, cudaStream_t s);
 // LL variant: every rank must receive from every peer (all-gather, all-to-all).
 void launch_exchange_ll(const PeerSet& ps, const PtrList& src, const PtrList& dst, int64_t nbytes,
                         int blocks, cudaStream_t s);

@@ -6,7 +6,6 @@
 
 #include "commx/types.h"
 #include "cuda/allreduce_algorithms.h"
-#include "cuda/exchange.h"
 
 namespace commx::cuda {
 namespace {
@@ -23,20 +22,18 @@ void ll_enqueue(const PeerSet& ps, const ReduceScatterShape& a, const Tuning& t,
                            s);
 }
 
-// Each source's chunk takes one 256-byte aligned region of a buffer half, in whole packs.
+// Each source's round takes one 256-byte aligned region of a buffer half, in whole packs; all
+// rounds in one launch (rounds_device.cuh).
 void chunked_enqueue(const PeerSet& ps, const ReduceScatterShape& a, const Tuning& t,
                      cudaStream_t s) {
+  if (a.n <= 0) return;
   const int64_t es = elem_size(a);
   const int64_t pack = 16 / es;
   const int64_t cap =
       static_cast<int64_t>(((t.buffer_bytes / a.world) & ~uint64_t(255)) / es) / pack * pack;
-  for (int64_t off = 0; off < a.n; off += cap) {
-    const int64_t len = std::min(cap, a.n - off);
-    PtrList part{};
-    for (int q = 0; q < a.world; ++q) part.p[q] = at(a.ins.p[q], off * es);
-    launch_reduce_scatter(ps, part, at(a.out, off * es), len, a.rs,
-                          blocks_for(len * es, t.max_blocks_large), s);
-  }
+  const uint64_t round_bytes = static_cast<uint64_t>(std::min(cap, a.n) * es);
+  launch_reduce_scatter(ps, a.ins, a.out, a.n, cap, a.rs,
+                        blocks_for(round_bytes, t.max_blocks_large), s);
 }
 
 const ReduceScatterAlgorithm kTable[] = {

@@ -1,7 +1,7 @@
 // The reduce_scatter algorithms of the cuda backend as one table (commx/algorithm.h), as
 // allreduce_algorithms.h is for all_reduce: "ll", the barrier-free LL kernel for small messages
-// that fit the buffer; "chunked", the push-then-reduce kernel in chunks of one region of the
-// registered buffer per source (always fits); "nccl", the op handed to NCCL (the kernels lack
+// that fit the buffer; "chunked", the push-then-reduce kernel in rounds of one region of the
+// registered buffer per source, all in one launch (always fits); "nccl", the op handed to NCCL (the kernels lack
 // the reduction). The hierarchical path's local step runs the same rows. Layer: backends (cuda).
 #pragma once
 

@@ -10,6 +10,7 @@
 #include "cuda/protocol_ll.cuh"
 #include "cuda/protocol_simple.cuh"
 #include "cuda/reduce_device.cuh"
+#include "cuda/rounds_device.cuh"
 #include "cuda/sync_device.cuh"
 #include "cuda/tuning.h"
 
@@ -17,22 +18,33 @@ namespace commx::cuda {
 namespace {
 
 // Every rank pushes ins.p[q] into region `me` of rank q's buffer half, then reduces its own.
-template <typename T, int OP>
-__global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(PeerSet ps, PtrList ins, T* out,
-                                                                   int64_t n, Reducer<T, OP> rd,
-                                                                   bool aligned) {
-  const unsigned long long epoch = begin_op(ps);
+// kRounds: in rounds of `chunk` elements (the last one shorter), one buffer half each, all in this
+// launch (rounds_device.cuh), two blocks per SM (64 registers) as the two-shot; false: one round
+// of all n elements (chunk unused) and no minimum of blocks (0), the code of the kernel of one
+// piece.
+template <typename T, int OP, bool kRounds>
+__global__ void __launch_bounds__(kThreads, kRounds ? 2 : 0)
+    reduce_scatter_kernel(PeerSet ps, PtrList ins, T* out, int64_t n, Reducer<T, OP> rd,
+                          bool aligned, int64_t chunk) {
+  const int64_t rounds = kRounds ? (n + chunk - 1) / chunk : 1;
+  const Rounds r = begin_rounds(ps, rounds);
   const int me = ps.rank, world = ps.world;
-  const uint64_t region = align256(n * sizeof(T));
-  for (int k = 1; k < world; ++k) {  // next rank first: no rank's links take every push at once
-    const int q = (me + k) % world;
-    copy_block(reinterpret_cast<const T*>(ins.p[q]),
-               reinterpret_cast<T*>(half_of(ps, q, epoch) + me * region), n, aligned, true);
+  // Regions sized for a whole round, so a block owns the same bytes of them in every round.
+  const uint64_t region = align256((kRounds ? chunk : n) * sizeof(T));
+  for (int64_t i = 0; i < rounds; ++i) {
+    const unsigned long long e = r.first + i;
+    const int64_t base = kRounds ? i * chunk : 0;
+    const int64_t m = kRounds ? min(chunk, n - base) : n;
+    for (int k = 1; k < world; ++k) {  // next rank first: no rank's links take every push at once
+      const int q = (me + k) % world;
+      copy_block(reinterpret_cast<const T*>(ins.p[q]) + base,
+                 reinterpret_cast<T*>(half_of(ps, q, e) + me * region), m, aligned, true);
+    }
+    if (!block_barrier(ps, flag_value(e, 0))) return finish_op(ps, r.last);
+    reduce_block_into(rd, world, me, reinterpret_cast<const T*>(ins.p[me]) + base, aligned,
+                      half_of(ps, me, e), region, m, out + base);
   }
-  if (!block_barrier(ps, flag_value(epoch, 0))) return finish_op(ps, epoch);
-  reduce_block_into(rd, world, me, reinterpret_cast<const T*>(ins.p[me]), aligned,
-                    half_of(ps, me, epoch), region, n, out);
-  finish_op(ps, epoch);
+  finish_op(ps, r.last);
 }
 
 // Low-latency one-shot (LL): every 8 payload bytes travel with a 32-bit flag in each 4-byte half
@@ -99,9 +111,10 @@ __global__ void __launch_bounds__(kThreads) flat_ll_kernel(PeerSet ps, PtrList i
   finish_op(ps, epoch);
 }
 
-enum class Kind { kPush, kLL };
+enum class Kind { kPush, kPushRounds, kLL };
 
-void launch(Kind kind, const PeerSet& ps, const PtrList& ins, void* out, int64_t n,
+// `chunk`: the round of kPushRounds (elements); the others ignore it.
+void launch(Kind kind, const PeerSet& ps, const PtrList& ins, void* out, int64_t n, int64_t chunk,
             const ReduceSpec& rs, int blocks, cudaStream_t s) {
   with_reduction(rs, [&](auto elem, auto red) {
     using T = typename decltype(elem)::type;
@@ -109,8 +122,12 @@ void launch(Kind kind, const PeerSet& ps, const PtrList& ins, void* out, int64_t
     const Reducer<T, OP> rd = reducer_of<T, OP>(rs);
     switch (kind) {
       case Kind::kPush:
-        launch_kernel(reduce_scatter_kernel<T, OP>, blocks, kThreads, s, ps, ins,
-                      static_cast<T*>(out), n, rd, rs.aligned);
+        launch_kernel(reduce_scatter_kernel<T, OP, false>, blocks, kThreads, s, ps, ins,
+                      static_cast<T*>(out), n, rd, rs.aligned, chunk);
+        break;
+      case Kind::kPushRounds:
+        launch_kernel(reduce_scatter_kernel<T, OP, true>, blocks, kThreads, s, ps, ins,
+                      static_cast<T*>(out), n, rd, rs.aligned, chunk);
         break;
       case Kind::kLL:
         launch_kernel(flat_ll_kernel<T, OP>, blocks, ll_threads(), s, ps, ins, static_cast<T*>(out),
@@ -128,21 +145,21 @@ uint64_t ll_bytes_needed(int64_t n, size_t elem, int world) {
 }
 
 void launch_reduce_scatter(const PeerSet& ps, const PtrList& ins, void* out, int64_t n,
-                           const ReduceSpec& rs, int blocks, cudaStream_t s) {
-  launch(Kind::kPush, ps, ins, out, n, rs, blocks, s);
+                           int64_t chunk, const ReduceSpec& rs, int blocks, cudaStream_t s) {
+  launch(n > chunk ? Kind::kPushRounds : Kind::kPush, ps, ins, out, n, chunk, rs, blocks, s);
 }
 
 void launch_reduce_scatter_ll(const PeerSet& ps, const PtrList& ins, void* out, int64_t n,
                               const ReduceSpec& rs, int blocks, cudaStream_t s) {
-  launch(Kind::kLL, ps, ins, out, n, rs, blocks, s);
+  launch(Kind::kLL, ps, ins, out, n, 0, rs, blocks, s);
 }
 
 void preload_reduce_scatter_kernels() {
-  for (Kind k : {Kind::kPush, Kind::kLL})
+  for (Kind k : {Kind::kPush, Kind::kPushRounds, Kind::kLL})
     for (DataType t : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
                        DataType::kBFloat16, DataType::kInt32, DataType::kInt64})
       for (int red : {kRedSum, kRedProd, kRedMin, kRedMax})
-        launch(k, PeerSet{}, PtrList{}, nullptr, 0, ReduceSpec{t, red, 1.0, true}, 1, nullptr);
+        launch(k, PeerSet{}, PtrList{}, nullptr, 0, 1, ReduceSpec{t, red, 1.0, true}, 1, nullptr);
 }
 
 }  // namespace commx::cuda
