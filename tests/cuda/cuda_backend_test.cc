@@ -213,7 +213,7 @@ TEST(CudaBackend, TwoShotPiecesInOneLaunch) {
 
 // all_gather, all_to_all, reduce_scatter, broadcast, gather and scatter of n elements of t per
 // pair, enqueued on one stream (eagerly or into a graph), on reference.h's data: every input is
-// read from `in` (this rank's W * n elements), each op writes its own output.
+// read from `in` (this rank's W * n elements), each op writes its own output (NaN before).
 struct LargeExchangeOps {
   RankCtx& ctx;
   DataType t;
@@ -230,6 +230,9 @@ struct LargeExchangeOps {
     std::vector<Buf> all = gen_all(seed, W, static_cast<size_t>(W * n), t, ReduceKind::kSum);
     to_dev(in.p, all[me]);
     to_dev(bc.p, Buf(all[me].begin(), all[me].begin() + n * es));
+    for (const DevBuf* out : {&ag, &a2a, &ga}) CU(cudaMemset(out->p, 0xff, W * n * es));  // NaN
+    for (const DevBuf* out : {&rs, &sc}) CU(cudaMemset(out->p, 0xff, n * es));
+    CU(cudaDeviceSynchronize());  // before the ops on a non-blocking stream
     return all;
   }
 
@@ -279,8 +282,8 @@ TEST(CudaBackend, LargeExchangeAndReduceScatterInRounds) {
     cudaStream_t s;
     CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     uint64_t seed = 1400;
-    for (auto [t, n] : {std::pair{DataType::kFloat32, f32_n}, std::pair{DataType::kBFloat16, bf16_n}}) {
-      LargeExchangeOps ops(ctx, t, n);
+    for (DataType t : {DataType::kFloat32, DataType::kBFloat16}) {
+      LargeExchangeOps ops(ctx, t, t == DataType::kFloat32 ? f32_n : bf16_n);
       const auto all = ops.upload(seed);
       stage("large exchange eager", [&] {
         ops.enqueue(*small, s);
