@@ -131,6 +131,8 @@ __device__ __forceinline__ int64_t slice_elems(int64_t m, int world) {
 // the tail's block by owns_tail), and block b of a rank writes a half again (piece i+2) only after
 // the barrier of piece i+1, which block b of every peer reaches after reading piece i.
 // The op takes the counters epoch .. epoch + pieces - 1, the same as a kernel per piece would.
+// (The protocol of rounds_device.cuh, with counters of its own: written with begin_rounds, this
+// kernel's spills changed.)
 // Two blocks per SM (at most 64 registers): large ops launch up to 2 x SMs blocks, and a block
 // whose peer block is not yet resident only waits; the piece loop alone let ptxas take up to 127.
 template <typename T, int OP>

@@ -1,7 +1,7 @@
 // The per-pair byte exchange behind all_gather, all_to_all, broadcast, gather and scatter, as the
 // flat and the hierarchical paths enqueue it: the barrier-free LL kernel when every rank receives
-// from every peer and the message is small, else the exchange kernel in chunks of one region of
-// the registered buffer. Layer: backends (cuda).
+// from every peer and the message is small, else the exchange kernel in rounds of one region of
+// the registered buffer, all in one launch. Layer: backends (cuda).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,8 +14,6 @@
 namespace commx::cuda {
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-// p + off, or null for a null p (an absent peer in a PtrList).
-inline char* at(void* p, uint64_t off) { return p ? static_cast<char*>(p) + off : nullptr; }
 
 // For each peer q: src.p[q] (if set) goes to q and what q sends lands in dst.p[q] (if set);
 // `nbytes` per pair. `every_pair`: every rank receives from every peer (LL is allowed).
