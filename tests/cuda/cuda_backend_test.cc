@@ -228,8 +228,8 @@ struct LargeExchangeOps {
 
   std::vector<Buf> upload(uint64_t seed) {
     std::vector<Buf> all = gen_all(seed, W, static_cast<size_t>(W * n), t, ReduceKind::kSum);
-    to_dev(in.p, all[me]);
-    to_dev(bc.p, Buf(all[me].begin(), all[me].begin() + n * es));
+    testing::upload(in.p, all[me], static_cast<size_t>(W * n), t);
+    testing::upload(bc.p, all[me], static_cast<size_t>(n), t);
     for (const DevBuf* out : {&ag, &a2a, &ga}) CU(cudaMemset(out->p, 0xff, W * n * es));  // NaN
     for (const DevBuf* out : {&rs, &sc}) CU(cudaMemset(out->p, 0xff, n * es));
     CU(cudaDeviceSynchronize());  // before the ops on a non-blocking stream
