@@ -62,3 +62,20 @@ ab_report() {
   python3 bench/experiments/latency_ab.py --md "$OUT/ab.md" --json "$OUT/ab.json" "${ab_runs[@]}" || rc=1
   cat "$OUT/ab.md"
 }
+
+# ab_rounds_and_reference LIMIT ARGS...: AB_ROUNDS (default 3) rounds of commx-bench ARGS on both
+# trees (ab_bench), the comparison (ab_report), then the new tree once more with buffer halves that
+# hold a 256 MiB op whole (COMMX_CUDA_BUFFER_BYTES=256M): the one-round reference that ops in
+# rounds should approach, into $OUT/buf256M.json / .md. Every run's JSON and log in runs.tar.gz.
+ab_rounds_and_reference() {
+  local limit=$1 r; shift
+  echo "command: commx-bench $*" >> "$OUT/machine.txt"
+  for r in $(seq 1 "${AB_ROUNDS:-3}"); do ab_bench "$r" "$limit" "$@"; done
+  ab_report
+  echo "command (reference): COMMX_CUDA_BUFFER_BYTES=256M commx-bench $*" >> "$OUT/machine.txt"
+  COMMX_CUDA_BUFFER_BYTES=256M timeout "$limit" build-ab/bin/commx-bench "$@" \
+    --json "$OUT/buf256M.json" --md "$OUT/buf256M.md" > "$WORK/buf256M.log" 2>&1 ||
+    { rc=1; echo "bench with 256M halves failed"; }
+  cat "$OUT/buf256M.md" 2>/dev/null
+  (cd "$WORK" && tar czf "$OUT/runs.tar.gz" ./*.json ./*.log) 2>/dev/null
+}

@@ -50,15 +50,5 @@ fi
 NR=$(nvidia-smi -L | wc -l)
 [ "$NR" -gt 8 ] && NR=8
 ARGS="--ranks $NR --backend cuda,nccl --dtypes bf16 --ops all_gather,reduce_scatter,all_to_all --modes eager,graph --min 1M --max 256M --factor 4 --reps ${AB_REPS:-5}"
-echo "command: commx-bench $ARGS" >> "$OUT/machine.txt"
-for r in $(seq 1 "${AB_ROUNDS:-3}"); do ab_bench "$r" "${AB_BENCH_S:-150}" $ARGS; done
-ab_report
-
-# The reference: the new tree with halves that hold a 256 MiB op whole (one round).
-echo "command (reference): COMMX_CUDA_BUFFER_BYTES=256M commx-bench $ARGS" >> "$OUT/machine.txt"
-COMMX_CUDA_BUFFER_BYTES=256M timeout "${AB_BENCH_S:-150}" $T/commx-bench $ARGS \
-  --json "$OUT/buf256M.json" --md "$OUT/buf256M.md" > "$WORK/buf256M.log" 2>&1 ||
-  { rc=1; echo "bench with 256M halves failed"; }
-cat "$OUT/buf256M.md" 2>/dev/null
-(cd "$WORK" && tar czf "$OUT/runs.tar.gz" ./*.json ./*.log) 2>/dev/null
+ab_rounds_and_reference "${AB_BENCH_S:-150}" $ARGS
 exit $rc
