@@ -1,8 +1,8 @@
 // Low-precision collectives of the cuda backend (see lowp_cuda.h). Each rank's data area (both
-// halves of the registered buffer) is cut into slots, one per sending rank (all_reduce: plus one
-// per owner for the gather); a round moves one chunk of every rank's data through them in the
-// fused kernel (lowp_kernels.h): encode and write to the destination slots, barrier, (reduce and
-// re-encode or round,) barrier, decode. With slots in the op counter's half (the default) one
+// halves of the registered buffer) is cut into slots, one per peer that sends to it (all_gather:
+// one per rank; all_reduce: plus one per owner for the gather); a round moves one chunk of every
+// rank's data through them in the fused kernel (lowp_kernels.h): encode and write to the
+// destination slots, barrier, (reduce and re-encode or round,) barrier, decode. With slots in the op counter's half (the default) one
 // launch runs every round of the op, alternating halves; else one launch per round.
 // Layer: backends (cuda).
 #include "cuda/lowp_cuda.h"
@@ -101,12 +101,12 @@ struct Rounds {
 void all_reduce(Rounds& rd, const Tensor& in, const Tensor& out, bool avg) {
   const int w = rd.ps.world, me = rd.ps.rank;
   const bool two = rd.plan.two_term_gather;
-  rd.layout(2 * w, two ? 2 : 1);  // recv slots 0..w-1, then gather slots
+  rd.layout(2 * w - 1, two ? 2 : 1);  // a recv slot per peer, then a gather slot per owner
   const lowp::LowpSlices sl(in.count, rd.plan.codec.block, w);
   const int64_t longest = *std::max_element(sl.len.begin(), sl.len.end());
   LowpRound r = rd.round(LowpMode::kAllReduce);
   r.recv_off = 0;
-  r.gather_off = static_cast<uint64_t>(w) * rd.cap;
+  r.gather_off = static_cast<uint64_t>(w - 1) * rd.cap;
   r.avg = avg;
   r.two_term = two;
   r.sr1 = rd.sr(0);
@@ -130,7 +130,7 @@ void all_reduce(Rounds& rd, const Tensor& in, const Tensor& out, bool avg) {
 
 void reduce_scatter(Rounds& rd, const std::vector<Tensor>& ins, const Tensor& out, bool avg) {
   const int w = rd.ps.world, me = rd.ps.rank;
-  rd.layout(w, 1);
+  rd.layout(std::max(1, w - 1), 1);  // a recv slot per peer
   LowpRound r = rd.round(LowpMode::kReduceScatter);
   r.avg = avg;
   r.sr1 = rd.sr(0);
@@ -150,7 +150,7 @@ void reduce_scatter(Rounds& rd, const std::vector<Tensor>& ins, const Tensor& ou
 
 void all_gather(Rounds& rd, const Tensor& in, const std::vector<Tensor>& outs) {
   const int w = rd.ps.world;
-  rd.layout(w, 1);
+  rd.layout(w, 1);  // a recv slot per rank: each decodes its own codes too
   LowpRound r = rd.round(LowpMode::kAllGather);
   r.sr1 = rd.sr(2);
   for (int64_t c0 = 0; c0 < in.count; c0 += rd.step) {
@@ -173,7 +173,7 @@ void all_to_all(Rounds& rd, const std::vector<Tensor>& ins, const std::vector<Te
       throw Error(ErrorCode::kUnsupported,
                   rd.where + "low-precision all_to_all on the cuda backend needs equal counts "
                              "for every pair (every rank must run the same rounds)");
-  rd.layout(w, 1);
+  rd.layout(std::max(1, w - 1), 1);  // a recv slot per peer
   if (ins[me].count > 0 && ins[me].data != outs[me].data)
     COMMX_CUDA_CHECK_CTX(cudaMemcpyAsync(outs[me].data, ins[me].data, ins[me].nbytes(),
                                          cudaMemcpyDeviceToDevice, rd.s),

@@ -50,6 +50,13 @@ __device__ __forceinline__ uint8_t* slot(const PeerSet& ps, int r, uint64_t off,
   return reinterpret_cast<uint8_t*>(ps.data[r]) + off + static_cast<uint64_t>(p) * cap;
 }
 
+// The receive slot that `receiver` keeps for what `sender` sends it. all_gather: one per rank (a
+// rank decodes its own codes too); the other modes: one per peer, by the sender's distance after
+// the receiver (no slot for the rank itself, so the chunk of a round is that much larger).
+__device__ __forceinline__ int recv_slot(LowpMode mode, int sender, int receiver, int world) {
+  return mode == LowpMode::kAllGather ? sender : (sender - receiver + world) % world - 1;
+}
+
 // Units (pairs of codec blocks) of this warp among nu:
 // j = (blockIdx.x + t * gridDim.x) * kWarps + warp.
 #define FOR_UNITS(j, nb)                                                                      \
@@ -184,22 +191,12 @@ __device__ __forceinline__ void store_values16(T* p, const float v[16]) {
   for (int j = 0; j < 16; ++j) g::store_f<T>(p, j, v[j]);
 }
 
-// Whether P2 of an all_reduce finishes unit u of the owner's slice itself (a pair of full
-// 256-value blocks: the owner decodes the codes it just made from registers), so P3 skips it.
-__device__ __forceinline__ bool owner_finishes(int64_t u, int64_t n, int64_t block) {
-  return u < full_pairs(n, block);
-}
-
-// P2 of all_reduce over the owner's full pairs: reduce, encode Q1 (and the residual Q2) into the
-// peers' gather slots, and write the owner's own result from the codes in registers (what P3
-// would decode from its own gather slot: the same bits, one pass less). The next unit's sources
-// are loaded before this one is worked on.
-template <typename T, bool kE5, bool kSR, int kW, typename Dsts>
-__device__ __forceinline__ void reduce_encode_pairs(const g::ReduceSrc& rs, int64_t npairs,
-                                                    const Dsts& d1, const Dsts& d2,
-                                                    const LowpRound& r, int64_t sr_off, T* out,
-                                                    g::StatAcc* st) {
-  const int64_t e0 = 16 * (threadIdx.x & 31);
+// P2's loop over the owner's full pairs 0..npairs-1 (the units FOR_UNITS gives this warp): each
+// pair's sum in rank order goes to body(u, v); the next pair's sources are loaded before the body
+// runs, so a warp keeps its loads in flight while it computes.
+template <typename T, bool kE5, int kW, typename Body>
+__device__ __forceinline__ void for_each_reduced_pair(const g::ReduceSrc& rs, int64_t npairs,
+                                                      Body&& body) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * kWarps;
   int64_t u = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (u >= npairs) return;
@@ -211,6 +208,28 @@ __device__ __forceinline__ void reduce_encode_pairs(const g::ReduceSrc& rs, int6
     sum_pair<T, kE5, kW>(rs, raw, v);
     const int64_t un = u + step;
     if (un < npairs) fetch_pair<T, kW>(rs, own_vec, un, raw);
+    body(u, v);
+    if (un >= npairs) return;
+    u = un;
+  }
+}
+
+// Whether P2 of an all_reduce finishes unit u of the owner's slice itself (a pair of full
+// 256-value blocks: the owner decodes the codes it just made from registers), so P3 skips it.
+__device__ __forceinline__ bool owner_finishes(int64_t u, int64_t n, int64_t block) {
+  return u < full_pairs(n, block);
+}
+
+// P2 of all_reduce over the owner's full pairs: reduce, encode Q1 (and the residual Q2) into the
+// peers' gather slots, and write the owner's own result from the codes in registers (what P3
+// would decode from its own gather slot: the same bits, one pass less).
+template <typename T, bool kE5, bool kSR, int kW, typename Dsts>
+__device__ __forceinline__ void reduce_encode_pairs(const g::ReduceSrc& rs, int64_t npairs,
+                                                    const Dsts& d1, const Dsts& d2,
+                                                    const LowpRound& r, int64_t sr_off, T* out,
+                                                    g::StatAcc* st) {
+  const int64_t e0 = 16 * (threadIdx.x & 31);
+  for_each_reduced_pair<T, kE5, kW>(rs, npairs, [&](int64_t u, float v[16]) {
     const uint64_t idx = static_cast<uint64_t>(sr_off + u * 512 + e0);
     const g::PairCode c1 = g::scale_pair<kE5>(v);
     const uint4 w = g::encode16<kE5, kSR>(v, c1, r.seed, r.sr2, idx, st);
@@ -231,9 +250,7 @@ __device__ __forceinline__ void reduce_encode_pairs(const g::ReduceSrc& rs, int6
       for (int j = 0; j < 16; ++j) o[j] = __fadd_rn(o[j], o2[j]);
     }
     store_values16<T>(out + u * 512 + e0, o);
-    if (un >= npairs) return;
-    u = un;
-  }
+  });
 }
 
 // P2 for all_reduce: reduce, then encode Q1 (and the residual Q2) into every rank's gather slot;
@@ -284,22 +301,8 @@ __device__ __forceinline__ void reduce_store_units(const g::ReduceSrc& rs, int64
   const int64_t nb = blocks_of(rs.n, block);
   const int lane = threadIdx.x & 31;
   const int64_t nfp = full_pairs(rs.n, block);
-  const int64_t step = static_cast<int64_t>(gridDim.x) * kWarps;
-  int64_t u = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  if (u < nfp) {
-    const bool own_vec = aligned16(rs.own);
-    PairRaw<T, kW> raw;
-    fetch_pair<T, kW>(rs, own_vec, u, raw);
-    for (;;) {
-      float v[16];
-      sum_pair<T, kE5, kW>(rs, raw, v);
-      const int64_t un = u + step;
-      if (un < nfp) fetch_pair<T, kW>(rs, own_vec, un, raw);
-      store_values16<T>(out + u * 512 + 16 * lane, v);
-      if (un >= nfp) break;
-      u = un;
-    }
-  }
+  for_each_reduced_pair<T, kE5, kW>(
+      rs, nfp, [&](int64_t u, const float v[16]) { store_values16<T>(out + u * 512 + 16 * lane, v); });
   FOR_UNITS(u, (nb + 1) / 2) {
     if (u < nfp) continue;
     for (int64_t j = 2 * u; j < nb && j < 2 * u + 2; ++j) {
@@ -379,105 +382,119 @@ __device__ __forceinline__ void finish_round(const PeerSet& ps, const LowpRound&
   finish_op(ps, epoch);
 }
 
-// kW: the world size when known at compile time (2, 4), 0 for any: the peers' pointers and scale
-// words then live in registers. kMinBlocks: resident blocks per SM the compiler must allow (2:
-// 64 registers, twice the warps to hide latency, but the 16 values per lane spill; 1: up to 128
-// registers, fewer warps). COMMX_CUDA_LOWP_BLOCKS_PER_SM picks (default 1). kOneRound: the op is
-// one round (r.rounds == 1); the loop's counters then fold away, leaving the registers that the
-// round's work needs (the loop over rounds kept live values that made ops of one round 1-2 us
-// slower).
+// One round of the op (round i, op counter e, elements [c0, c0 + chunk) of every range); false
+// when a barrier timed out. kW: the world size when known at compile time (2, 4), 0 for any: the
+// peers' pointers and scale words then live in registers.
+template <typename T, bool kE5, int kW>
+__device__ __forceinline__ bool round_body(const PeerSet& ps, const LowpRound& r, int64_t block,
+                                           bool sr, unsigned long long e, int64_t c0,
+                                           g::StatAcc* st) {
+  constexpr int kN = kW ? kW : kMaxRanks;
+  const int me = ps.rank, world = kW ? kW : ps.world;
+  const int64_t lay_nb = blocks_of(r.chunk, block);
+  auto part = [&](int64_t n) { return max(int64_t(0), min(r.chunk, n - c0)); };
+  auto at = [&](const char* p) { return p + c0 * static_cast<int64_t>(sizeof(T)); };
+  // Slots in one buffer half per round (r.halves, by op counter e, as the two-shot all_reduce):
+  // a block writes into a peer's half of e only once the peer is done with it at e - 2. In this
+  // kernel: its barrier of e - 1 met the peer's twin block, which had left e - 2 (the peer's
+  // other blocks use other bytes of the slots: each owns the same units in every round). In the
+  // first round: this rank's previous kernel, ended before this one started, met every block of
+  // the peer at e - 1. No barrier at the op's ends is then needed. Slots over both halves (twice
+  // the chunk, one round per launch) need them.
+  const uint64_t base = r.halves ? (e & 1ull) * ps.half_bytes : 0;
+  // The first round's barrier: every peer's previous kernels have ended (a block can only
+  // arrive once its rank's whole previous kernel completed), so their buffers are free.
+  if (!r.halves && r.leading && !block_barrier(ps, flag_value(e, 0))) return false;
+
+  // P1: the next rank first (no rank's links take every write at once).
+  if (r.mode == LowpMode::kAllGather) {
+    g::EncDstsN<kN> d{};
+#pragma unroll (kW ? kW : 1)
+    for (int q = 0; q < kN; ++q)
+      if (q < world) d.p[q] = slot(ps, (me + q) % world, base + r.recv_off, r.cap, me);
+    d.count = world;
+    encode_units<T, kE5>(at(r.in[0]), part(r.n_in[0]), block, lay_nb, d, r, r.sr_off1 + c0, sr,
+                         st);
+  } else {
+    for (int k = 1; k < world; ++k) {
+      const int q = (me + k) % world;
+      g::EncDstsN<1> d{};
+      d.p[0] = slot(ps, q, base + r.recv_off, r.cap, recv_slot(r.mode, me, q, world));
+      d.count = 1;
+      encode_units<T, kE5>(at(r.in[q]), part(r.n_in[q]), block, lay_nb, d, r, r.sr_off1 + c0,
+                           sr, st);
+    }
+  }
+  if (!block_barrier(ps, flag_value(e, 1))) return false;
+
+  if (r.mode == LowpMode::kAllReduce || r.mode == LowpMode::kReduceScatter) {
+    g::ReduceSrc rs{};
+    rs.own = at(r.own);
+#pragma unroll (kW ? kW : 1)
+    for (int p = 0; p < kN; ++p)
+      if (p < world && p != me)
+        rs.recv[p] = slot(ps, me, base + r.recv_off, r.cap, recv_slot(r.mode, p, me, world));
+    rs.rank = me;
+    rs.world = world;
+    rs.n = part(r.n_own);
+    rs.code_off = code_off(lay_nb);
+    rs.avg = r.avg;
+    T* out = reinterpret_cast<T*>(const_cast<char*>(at(r.out[me])));
+    if (r.mode == LowpMode::kReduceScatter) {
+      reduce_store_units<T, kE5, kW>(rs, block, out);
+    } else if (sr) {
+      reduce_encode_units<T, kE5, true, kW>(ps, r, base, rs, block, r.sr_off2 + c0, out, st);
+    } else {
+      reduce_encode_units<T, kE5, false, kW>(ps, r, base, rs, block, r.sr_off2 + c0, out, st);
+    }
+    if (!block_barrier(ps, flag_value(e, 2))) return false;
+  }
+
+  if (r.mode != LowpMode::kReduceScatter) {
+    const bool all_reduce = r.mode == LowpMode::kAllReduce;
+    const uint64_t area = base + (all_reduce ? r.gather_off : r.recv_off);
+    for (int k = 0; k < world; ++k) {
+      const int q = (me + k) % world;
+      if (q == me && r.mode == LowpMode::kAllToAll) continue;  // copied by the host side
+      decode_units<T, kE5>(slot(ps, me, area, r.cap, all_reduce ? q : recv_slot(r.mode, q, me, world)),
+                           part(r.n_out[q]), r.chunk, block,
+                           reinterpret_cast<T*>(const_cast<char*>(at(r.out[q]))),
+                           all_reduce && r.two_term, all_reduce && q == me);
+    }
+    // Peers may write these slots again in the next round: all_reduce's next writes follow a
+    // barrier that needs this block's arrival; the others need one here.
+    if (!r.halves && !all_reduce && !block_barrier(ps, flag_value(e, 2))) return false;
+  }
+  // all_reduce's last round: peers may still decode their gather slots, which the next op's
+  // kernels (buffer halves by op counter) may overwrite.
+  if (!r.halves && r.trailing && r.mode == LowpMode::kAllReduce)
+    block_barrier(ps, flag_value(e, 3));
+  return true;
+}
+
+// kMinBlocks: resident blocks per SM the compiler must allow (2: 64 registers, twice the warps to
+// hide latency, but the 16 values per lane spill; 1: up to 128 registers, fewer warps).
+// COMMX_CUDA_LOWP_BLOCKS_PER_SM picks (default 1). kOneRound: the op is one round (r.rounds ==
+// 1); the loop's counters then fold away, leaving the registers that the round's work needs (the
+// loop over rounds kept live values that made ops of one round 1-2 us slower). The round stays
+// inlined in the loop: as a call of its own it read the kernel's parameters through a pointer,
+// into registers, where inlined they are operands of the constant bank (bf16, 2 ranks: 596 / 1184
+// bytes of spill stores / loads as a call, 360 / 736 inlined).
 template <typename T, bool kE5, int kW, int kMinBlocks, bool kOneRound>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     lowp_round_kernel(const __grid_constant__ PeerSet ps, const __grid_constant__ LowpRound r,
                       int64_t block, bool sr) {
-  constexpr int kN = kW ? kW : kMaxRanks;
   const unsigned long long epoch = begin_op(ps);
-  const int me = ps.rank, world = kW ? kW : ps.world;
   const int64_t rounds = kOneRound ? 1 : r.rounds;
   const unsigned long long last = epoch + rounds - 1;
-  const int64_t lay_nb = blocks_of(r.chunk, block);
   g::StatAcc acc;
   g::StatAcc* st = r.stats ? &acc : nullptr;
-  // Round i: op counter e = epoch + i, elements [c0, c0 + chunk) of every range.
-  for (int64_t i = 0; i < rounds; ++i) {
-    const unsigned long long e = epoch + i;
-    const int64_t c0 = kOneRound ? 0 : i * r.chunk;
-    auto part = [&](int64_t n) { return max(int64_t(0), min(r.chunk, n - c0)); };
-    auto at = [&](const char* p) { return p + c0 * static_cast<int64_t>(sizeof(T)); };
-    // Slots in one buffer half per round (r.halves, by op counter e, as the two-shot all_reduce):
-    // a block writes into a peer's half of e only once the peer is done with it at e - 2. In this
-    // kernel: its barrier of e - 1 met the peer's twin block, which had left e - 2 (the peer's
-    // other blocks use other bytes of the slots: each owns the same units in every round). In the
-    // first round: this rank's previous kernel, ended before this one started, met every block of
-    // the peer at e - 1. No barrier at the op's ends is then needed. Slots over both halves (twice
-    // the chunk, one round per launch) need them.
-    const uint64_t base = r.halves ? (e & 1ull) * ps.half_bytes : 0;
-    // The first round's barrier: every peer's previous kernels have ended (a block can only
-    // arrive once its rank's whole previous kernel completed), so their buffers are free.
-    if (!r.halves && r.leading && !block_barrier(ps, flag_value(e, 0))) return finish_op(ps, last);
-
-    // P1: the next rank first (no rank's links take every write at once).
-    if (r.mode == LowpMode::kAllGather) {
-      g::EncDstsN<kN> d{};
-#pragma unroll (kW ? kW : 1)
-      for (int q = 0; q < kN; ++q)
-        if (q < world) d.p[q] = slot(ps, (me + q) % world, base + r.recv_off, r.cap, me);
-      d.count = world;
-      encode_units<T, kE5>(at(r.in[0]), part(r.n_in[0]), block, lay_nb, d, r, r.sr_off1 + c0, sr,
-                           st);
-    } else {
-      for (int k = 1; k < world; ++k) {
-        const int q = (me + k) % world;
-        g::EncDstsN<1> d{};
-        d.p[0] = slot(ps, q, base + r.recv_off, r.cap, me);
-        d.count = 1;
-        encode_units<T, kE5>(at(r.in[q]), part(r.n_in[q]), block, lay_nb, d, r, r.sr_off1 + c0,
-                             sr, st);
-      }
-    }
-    if (!block_barrier(ps, flag_value(e, 1))) return finish_op(ps, last);
-
-    if (r.mode == LowpMode::kAllReduce || r.mode == LowpMode::kReduceScatter) {
-      g::ReduceSrc rs{};
-      rs.own = at(r.own);
-#pragma unroll (kW ? kW : 1)
-      for (int p = 0; p < kN; ++p)
-        if (p < world) rs.recv[p] = slot(ps, me, base + r.recv_off, r.cap, p);
-      rs.rank = me;
-      rs.world = world;
-      rs.n = part(r.n_own);
-      rs.code_off = code_off(lay_nb);
-      rs.avg = r.avg;
-      T* out = reinterpret_cast<T*>(const_cast<char*>(at(r.out[me])));
-      if (r.mode == LowpMode::kReduceScatter) {
-        reduce_store_units<T, kE5, kW>(rs, block, out);
-      } else if (sr) {
-        reduce_encode_units<T, kE5, true, kW>(ps, r, base, rs, block, r.sr_off2 + c0, out, st);
-      } else {
-        reduce_encode_units<T, kE5, false, kW>(ps, r, base, rs, block, r.sr_off2 + c0, out, st);
-      }
-      if (!block_barrier(ps, flag_value(e, 2))) return finish_op(ps, last);
-    }
-
-    if (r.mode != LowpMode::kReduceScatter) {
-      const bool all_reduce = r.mode == LowpMode::kAllReduce;
-      const uint64_t area = base + (all_reduce ? r.gather_off : r.recv_off);
-      for (int k = 0; k < world; ++k) {
-        const int q = (me + k) % world;
-        if (q == me && r.mode == LowpMode::kAllToAll) continue;  // copied by the host side
-        decode_units<T, kE5>(slot(ps, me, area, r.cap, q), part(r.n_out[q]), r.chunk, block,
-                             reinterpret_cast<T*>(const_cast<char*>(at(r.out[q]))),
-                             all_reduce && r.two_term, all_reduce && q == me);
-      }
-      // Peers may write these slots again in the next round: all_reduce's next writes follow a
-      // barrier that needs this block's arrival; the others need one here.
-      if (!r.halves && !all_reduce && !block_barrier(ps, flag_value(e, 2)))
+  if constexpr (kOneRound) {
+    if (!round_body<T, kE5, kW>(ps, r, block, sr, epoch, 0, st)) return finish_op(ps, last);
+  } else {
+    for (int64_t i = 0; i < rounds; ++i)
+      if (!round_body<T, kE5, kW>(ps, r, block, sr, epoch + i, i * r.chunk, st))
         return finish_op(ps, last);
-    }
-    // all_reduce's last round: peers may still decode their gather slots, which the next op's
-    // kernels (buffer halves by op counter) may overwrite.
-    if (!r.halves && r.trailing && r.mode == LowpMode::kAllReduce)
-      block_barrier(ps, flag_value(e, 3));
   }
   finish_round(ps, r, last, acc);
 }
