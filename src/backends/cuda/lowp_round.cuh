@@ -3,14 +3,14 @@
 // encodes, reduces or decodes a pair of adjacent codec blocks (blocks 2u and 2u+1); block b of
 // threads owns units b*kWarps .. b*kWarps+kWarps-1, then every gridDim-th group after that,
 // identically on every rank and in every phase, so a per-block barrier orders exactly the units it
-// needs. A pair of full 256-value blocks takes the fast path (16 values per lane, 16-byte code
-// stores, the next unit's loads in flight: fp8_device.cuh "Pairs"); other blocks go one at a time
-// through encode_block_warp. Slot layout of one encoded chunk of n values in nb blocks: nb scale
-// words, codes from code_off(nb) (4 * nb rounded up to 16, so that code stores are 16-byte
-// aligned), a second term (two-term gather) from enc_bytes(n), all placed for the op's chunk (the
-// most a round holds), so a short last round puts every block where a whole one does. Instantiated
-// per world size 2 and 4 and once for any size. Built with --fmad=false: every float step rounds
-// like the host path.
+// needs. A pair of full 256-value blocks takes the fast path (16 values per lane in 4 groups of
+// 4, each group's accesses coalesced across the warp, the next unit's loads in flight:
+// fp8_device.cuh "Pairs"); other blocks go one at a time through encode_block_warp. Slot layout
+// of one encoded chunk of n values in nb blocks: nb scale words, codes from code_off(nb) (4 * nb
+// rounded up to 16, so that codes are 16-byte aligned), a second term (two-term gather) from
+// enc_bytes(n), all placed for the op's chunk (the most a round holds), so a short last round
+// puts every block where a whole one does. Instantiated per world size 2 and 4 and once for any
+// size. Built with --fmad=false: every float step rounds like the host path.
 // Layer: backends (cuda).
 #pragma once
 
@@ -69,21 +69,20 @@ __device__ __forceinline__ int recv_slot(LowpMode mode, int sender, int receiver
 template <typename T, bool kE5, bool kSR, typename Dsts>
 __device__ __forceinline__ void encode_pairs(const T* src, int64_t npairs, const Dsts& d,
                                              const LowpRound& r, int64_t sr_off, g::StatAcc* st) {
-  const int64_t e0 = 16 * (threadIdx.x & 31);
   const int64_t step = static_cast<int64_t>(gridDim.x) * kWarps;
   int64_t u = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (u >= npairs) return;
   g::Raw16<T> next;
-  g::fetch16<T>(src + u * 512 + e0, next);
+  g::fetch16<T>(src + u * 512, next);
   for (;;) {
     float v[16];
-    g::unpack16<T>(next.q, v);
+    g::unpack16<T>(next, v);
     const int64_t un = u + step;
-    if (un < npairs) g::fetch16<T>(src + un * 512 + e0, next);
+    if (un < npairs) g::fetch16<T>(src + un * 512, next);
     const g::PairCode pc = g::scale_pair<kE5>(v);
     const uint4 w = g::encode16<kE5, kSR>(v, pc, r.seed, r.sr1,
-                                          static_cast<uint64_t>(sr_off + u * 512 + e0), st);
-    g::store_pair(d, u, pc.sb, w);
+                                          static_cast<uint64_t>(sr_off + u * 512), st);
+    g::store_pair(d, u, pc, w);
     if (un >= npairs) return;
     u = un;
   }
@@ -118,39 +117,39 @@ __device__ __forceinline__ void encode_units(const char* src, int64_t n, int64_t
   }
 }
 
-// The sources of an owner's pair u: its own 16 values per lane and each peer's 16 codes and
-// scale word. kW: the world size when known at compile time (0: any, arrays indexed at run time).
+// The sources of an owner's pair u: its own 16 values per lane and each peer's 16 codes and the
+// pair's two scale words. kW: the world size when known at compile time (0: any, arrays indexed at run time).
 template <typename T, int kW>
 struct PairRaw {
   static constexpr int kN = kW ? kW : kMaxRanks;
   g::Raw16<T> own;
   uint4 c[kN];
-  uint32_t sb[kN];
+  uint2 sb[kN];
 };
 
-// Loads pair u's sources (whole warp): the codes are 16-byte aligned in the slots; `own` is read
-// with 16-byte loads where aligned.
+// Loads pair u's sources (whole warp), a group at a time (g::pair_offset); `own` with one load
+// per group where 16-byte aligned.
 template <typename T, int kW>
 __device__ __forceinline__ void fetch_pair(const g::ReduceSrc& rs, bool own_vec, int64_t u,
                                            PairRaw<T, kW>& raw) {
   constexpr int kN = kW ? kW : kMaxRanks;
-  const int lane = threadIdx.x & 31;
-  const int64_t e = u * 512 + 16 * lane;
-  const T* own = static_cast<const T*>(rs.own) + e;
+  const T* own = static_cast<const T*>(rs.own) + u * 512;
   if (own_vec) {
     g::fetch16<T>(own, raw.own);
   } else {
-    T* h = reinterpret_cast<T*>(raw.own.q);
 #pragma unroll
-    for (int j = 0; j < 16; ++j) h[j] = own[j];
+    for (int q = 0; q < 4; ++q) {
+      T* h = reinterpret_cast<T*>(&raw.own.q[q]);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) h[j] = own[g::pair_offset(q) + j];
+    }
   }
-  const int64_t blk = 2 * u + (lane >> 4);
 #pragma unroll (kW ? kW : 1)
   for (int p = 0; p < kN; ++p) {
     if (p >= (kW ? kW : rs.world)) break;
     if (p == rs.rank) continue;
-    raw.c[p] = *reinterpret_cast<const uint4*>(rs.recv[p] + rs.code_off + e);
-    raw.sb[p] = *reinterpret_cast<const uint32_t*>(rs.recv[p] + 4 * blk);
+    raw.c[p] = g::load_pair_codes(rs.recv[p] + rs.code_off, u);
+    raw.sb[p] = *reinterpret_cast<const uint2*>(rs.recv[p] + 8 * u);
   }
 }
 
@@ -168,7 +167,7 @@ __device__ __forceinline__ void sum_pair(const g::ReduceSrc& rs, const PairRaw<T
     if (p >= world) break;
     float x[16];
     if (p == rs.rank)
-      g::unpack16<T>(raw.own.q, x);
+      g::unpack16<T>(raw.own, x);
     else
       g::decode16<kE5>(raw.c[p], raw.sb[p], x);
 #pragma unroll
@@ -180,7 +179,8 @@ __device__ __forceinline__ void sum_pair(const g::ReduceSrc& rs, const PairRaw<T
   }
 }
 
-// Stores 16 values at p: 16-byte stores where aligned.
+// Stores this lane's 16 values of the pair at p (its first element): a store per group where
+// 16-byte aligned.
 template <typename T>
 __device__ __forceinline__ void store_values16(T* p, const float v[16]) {
   if (aligned16(p)) {
@@ -188,7 +188,9 @@ __device__ __forceinline__ void store_values16(T* p, const float v[16]) {
     return;
   }
 #pragma unroll
-  for (int j = 0; j < 16; ++j) g::store_f<T>(p, j, v[j]);
+  for (int q = 0; q < 4; ++q)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) g::store_f<T>(p, g::pair_offset(q) + j, v[4 * q + j]);
 }
 
 // P2's loop over the owner's full pairs 0..npairs-1 (the units FOR_UNITS gives this warp): each
@@ -228,14 +230,13 @@ __device__ __forceinline__ void reduce_encode_pairs(const g::ReduceSrc& rs, int6
                                                     const Dsts& d1, const Dsts& d2,
                                                     const LowpRound& r, int64_t sr_off, T* out,
                                                     g::StatAcc* st) {
-  const int64_t e0 = 16 * (threadIdx.x & 31);
   for_each_reduced_pair<T, kE5, kW>(rs, npairs, [&](int64_t u, float v[16]) {
-    const uint64_t idx = static_cast<uint64_t>(sr_off + u * 512 + e0);
+    const uint64_t idx = static_cast<uint64_t>(sr_off + u * 512);
     const g::PairCode c1 = g::scale_pair<kE5>(v);
     const uint4 w = g::encode16<kE5, kSR>(v, c1, r.seed, r.sr2, idx, st);
-    g::store_pair(d1, u, c1.sb, w);
+    g::store_pair(d1, u, c1, w);
     float o[16];
-    g::decode16<kE5>(w, c1.sb, o);
+    g::decode16<kE5>(w, c1.words(), o);
     if (r.two_term) {
       // The residual v - D(Q1) (0 where D(Q1) is not finite), encoded as the second term.
 #pragma unroll
@@ -243,13 +244,13 @@ __device__ __forceinline__ void reduce_encode_pairs(const g::ReduceSrc& rs, int6
         v[j] = (lowp::f2u(o[j]) & g::kInfBits) != g::kInfBits ? __fsub_rn(v[j], o[j]) : 0.0f;
       const g::PairCode c2 = g::scale_pair<kE5>(v);
       const uint4 w2 = g::encode16<kE5, kSR>(v, c2, r.seed, r.sr2b, idx, st);
-      g::store_pair(d2, u, c2.sb, w2);
+      g::store_pair(d2, u, c2, w2);
       float o2[16];
-      g::decode16<kE5>(w2, c2.sb, o2);
+      g::decode16<kE5>(w2, c2.words(), o2);
 #pragma unroll
       for (int j = 0; j < 16; ++j) o[j] = __fadd_rn(o[j], o2[j]);
     }
-    store_values16<T>(out + u * 512 + e0, o);
+    store_values16<T>(out + u * 512, o);
   });
 }
 
@@ -302,7 +303,7 @@ __device__ __forceinline__ void reduce_store_units(const g::ReduceSrc& rs, int64
   const int lane = threadIdx.x & 31;
   const int64_t nfp = full_pairs(rs.n, block);
   for_each_reduced_pair<T, kE5, kW>(
-      rs, nfp, [&](int64_t u, const float v[16]) { store_values16<T>(out + u * 512 + 16 * lane, v); });
+      rs, nfp, [&](int64_t u, const float v[16]) { store_values16<T>(out + u * 512, v); });
   FOR_UNITS(u, (nb + 1) / 2) {
     if (u < nfp) continue;
     for (int64_t j = 2 * u; j < nb && j < 2 * u + 2; ++j) {
@@ -331,22 +332,20 @@ __device__ __forceinline__ void decode_units(const uint8_t* enc, int64_t n, int6
   const int64_t nfp = full_pairs(n, block);
   FOR_UNITS(u, (nb + 1) / 2) {
     if (skip_owned && owner_finishes(u, n, block)) continue;
-    if (u < nfp) {  // 16 values per lane, 16-byte code loads
-      const int64_t e = u * 512 + 16 * lane;
-      const int64_t blk = 2 * u + (lane >> 4);
-      const uint4 w = *reinterpret_cast<const uint4*>(codes + e);
-      const uint32_t sb = *reinterpret_cast<const uint32_t*>(enc + 4 * blk);
+    if (u < nfp) {  // 16 values per lane in groups (g::pair_offset), coalesced
+      const uint4 w = g::load_pair_codes(codes, u);
+      const uint2 sb = *reinterpret_cast<const uint2*>(enc + 8 * u);
       float v[16];
       g::decode16<kE5>(w, sb, v);
       if (two_term) {
-        const uint4 w2 = *reinterpret_cast<const uint4*>(codes2 + e);
-        const uint32_t sb2 = *reinterpret_cast<const uint32_t*>(enc2 + 4 * blk);
+        const uint4 w2 = g::load_pair_codes(codes2, u);
+        const uint2 sb2 = *reinterpret_cast<const uint2*>(enc2 + 8 * u);
         float v2[16];
         g::decode16<kE5>(w2, sb2, v2);
 #pragma unroll
         for (int k = 0; k < 16; ++k) v[k] = __fadd_rn(v[k], v2[k]);
       }
-      store_values16<T>(out + e, v);
+      store_values16<T>(out + u * 512, v);
       continue;
     }
     for (int64_t j = 2 * u; j < nb && j < 2 * u + 2; ++j) {

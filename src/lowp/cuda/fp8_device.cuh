@@ -11,6 +11,7 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "lowp/cuda/fp8_codec_cuda.h"
 #include "lowp/fp8_bits.h"
@@ -549,46 +550,59 @@ struct ResidualSrc {
 };
 
 
-// ---- Pairs of full blocks: 16 values per lane, 16-byte code accesses ----
-// A warp works on two adjacent full blocks of 256 values (blocks 2u and 2u+1, 512 values): lane l
-// holds values 16l..16l+15 of the pair, so lanes 0-15 hold the first block and 16-31 the second,
-// and its 16 codes are bytes 16l..16l+15 of the pair's 512 codes (one 16-byte store per lane and
-// destination where one block per warp stored 8). Same bits as encode_block_warp.
+// ---- Pairs of full blocks: 16 values per lane in 4 groups, coalesced accesses ----
+// A warp works on two adjacent full blocks of 256 values (blocks 2u and 2u+1, 512 values). Lane l
+// holds 4 groups of 4 consecutive values: group g is values 128g + 4l .. 128g + 4l + 3 of the pair
+// (groups 0-1 in block 2u, 2-3 in block 2u+1), and its 4 codes are the bytes at the same offsets
+// of the pair's 512 codes. Every access of one group by the whole warp is then one contiguous
+// span (values: 512 bytes of f32, 256 of bf16 or f16; codes: 128 bytes), whatever the element
+// type: a lane's 16 consecutive values put 32-64 bytes between lanes and made each 16-byte access
+// of a warp touch 8-16 lines of 128 bytes. Same bits as encode_block_warp.
 
-// The codec state of one lane's block in a pair.
+// The offset of this lane's group g in a pair (values and codes alike).
+__device__ __forceinline__ int pair_offset(int g) { return 128 * g + 4 * (threadIdx.x & 31); }
+
+// The codec state of a pair's two blocks (the same in every lane).
 struct PairCode {
-  float inv;      // values are multiplied by this before the FP8 conversion
-  bool flagged;   // the lane's block holds NaN/Inf
-  uint32_t sb;    // the lane's block's scale word
-  uint32_t amax;  // bits of the block's (finite) amax: bounds every |x * inv| (saturation check)
+  float inv[2];      // values are multiplied by this before the FP8 conversion
+  bool flagged[2];   // the block holds NaN/Inf
+  uint32_t sb[2];    // the block's scale word
+  uint32_t amax[2];  // bits of the block's (finite) amax: bounds every |x * inv| (saturation check)
+  __device__ __forceinline__ bool any_flagged() const { return flagged[0] || flagged[1]; }
+  __device__ __forceinline__ uint2 words() const { return make_uint2(sb[0], sb[1]); }
 };
 
-// The scales of a pair (whole warp): the max of |x| over each half-warp by two warp reductions.
+// The scales of a pair (whole warp): the max of |x| over each block by one warp reduction each
+// (values 0-7 of a lane are in block 2u, 8-15 in block 2u+1).
 template <bool kE5>
 __device__ __forceinline__ PairCode scale_pair(const float v[16]) {
   constexpr Fp8Traits t = kE5 ? e5m2_traits() : e4m3_traits();
-  const bool hi = (threadIdx.x & 31) >= 16;
-  uint32_t a = 0;
+  uint32_t a[2] = {0u, 0u};
 #pragma unroll
-  for (int j = 0; j < 16; ++j) a = max(a, f2u(v[j]) & kAbsMask);
-  const uint32_t lo_max = __reduce_max_sync(0xffffffffu, hi ? 0u : a);
-  const uint32_t hi_max = __reduce_max_sync(0xffffffffu, hi ? a : 0u);
-  uint32_t amax = hi ? hi_max : lo_max;
-  const bool flagged = amax >= kInfBits;
-  if (__any_sync(0xffffffffu, flagged)) {  // rare: the finite amax of a block with NaN/Inf
-    uint32_t f = 0;
+  for (int j = 0; j < 16; ++j) a[j / 8] = max(a[j / 8], f2u(v[j]) & kAbsMask);
+  uint32_t amax[2] = {__reduce_max_sync(0xffffffffu, a[0]), __reduce_max_sync(0xffffffffu, a[1])};
+  const bool flagged[2] = {amax[0] >= kInfBits, amax[1] >= kInfBits};
+  if (flagged[0] || flagged[1]) {  // rare (and the same in every lane): the finite amax
+    uint32_t f[2] = {0u, 0u};
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
-      const uint32_t b = f2u(v[j]) & kAbsMask;
-      if (b < kInfBits) f = max(f, b);
+      const uint32_t x = f2u(v[j]) & kAbsMask;
+      if (x < kInfBits) f[j / 8] = max(f[j / 8], x);
     }
-    const uint32_t lo_f = __reduce_max_sync(0xffffffffu, hi ? 0u : f);
-    const uint32_t hi_f = __reduce_max_sync(0xffffffffu, hi ? f : 0u);
-    if (flagged) amax = hi ? hi_f : lo_f;
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+      if (flagged[k]) amax[k] = __reduce_max_sync(0xffffffffu, f[k]);
   }
-  const BlockScale bs = block_scale(u2f(amax), flagged ? t.flagged_target : t.max);
-  const uint32_t sb = flagged ? (f2u(bs.scale) | 0x80000000u) : f2u(bs.scale);
-  return PairCode{bs.inv, flagged, sb, amax};
+  PairCode pc;
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const BlockScale bs = block_scale(u2f(amax[k]), flagged[k] ? t.flagged_target : t.max);
+    pc.inv[k] = bs.inv;
+    pc.flagged[k] = flagged[k];
+    pc.sb[k] = flagged[k] ? (f2u(bs.scale) | 0x80000000u) : f2u(bs.scale);
+    pc.amax[k] = amax[k];
+  }
+  return pc;
 }
 
 // Two codes from two values already multiplied by the block's inverse scale (finite, so the
@@ -598,125 +612,150 @@ __device__ __forceinline__ uint32_t cvt2(float q0, float q1) {
   return __nv_cvt_float2_to_fp8x2(make_float2(q0, q1), __NV_SATFINITE, kE5 ? __NV_E5M2 : __NV_E4M3);
 }
 
-// This lane's 16 codes (w: codes 0-3 in w.x, byte 0 first), counted into `st` (nullable) as
-// encode8 counts. idx: stochastic-rounding index of v[0].
+// This lane's 16 codes (group g's 4 codes in word g, byte 0 first), counted into `st` (nullable)
+// as encode8 counts. idx: stochastic-rounding index of the pair's value 0.
 template <bool kE5, bool kSR>
 __device__ __forceinline__ uint4 encode16(const float v[16], const PairCode& pc, uint64_t seed,
                                           uint64_t stream, uint64_t idx, StatAcc* st) {
   constexpr Fp8Traits t = kE5 ? e5m2_traits() : e4m3_traits();
   uint32_t w[4] = {0u, 0u, 0u, 0u};
-  if (!kSR && !__any_sync(0xffffffffu, pc.flagged)) {
+  if (!kSR && !pc.any_flagged()) {
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const uint32_t lo = cvt2<kE5>(__fmul_rn(v[4 * k], pc.inv), __fmul_rn(v[4 * k + 1], pc.inv));
-      const uint32_t hi =
-          cvt2<kE5>(__fmul_rn(v[4 * k + 2], pc.inv), __fmul_rn(v[4 * k + 3], pc.inv));
-      w[k] = __byte_perm(lo, hi, 0x5410);
+    for (int g = 0; g < 4; ++g) {
+      const float inv = pc.inv[g / 2];
+      const uint32_t lo = cvt2<kE5>(__fmul_rn(v[4 * g], inv), __fmul_rn(v[4 * g + 1], inv));
+      const uint32_t hi = cvt2<kE5>(__fmul_rn(v[4 * g + 2], inv), __fmul_rn(v[4 * g + 3], inv));
+      w[g] = __byte_perm(lo, hi, 0x5410);
     }
   } else {
 #pragma unroll
-    for (int j = 0; j < 16; ++j)
-      w[j / 4] |= static_cast<uint32_t>(encode_one<kE5, kSR>(v[j], pc.inv, pc.flagged, seed, stream,
-                                                             idx + j))
-                  << (8 * (j % 4));
+    for (int j = 0; j < 16; ++j) {
+      const int g = j / 4, b = j / 8;
+      w[g] |= static_cast<uint32_t>(encode_one<kE5, kSR>(v[j], pc.inv[b], pc.flagged[b], seed,
+                                                         stream, idx + pair_offset(g) + j % 4))
+              << (8 * (j % 4));
+    }
   }
   if (st) {
-    // Underflow: a non-zero finite value whose code is +-0. Most lanes rule it out at once: the
-    // smallest non-zero |x| scaled stays at or above the smallest FP8 step (a value rounds to 0
-    // only at or below half of it).
-    uint32_t amin = 0xffffffffu;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) amin = min(amin, (f2u(v[j]) & kAbsMask) - 1u);  // 0 -> max
     const float step = 1.0f / t.inv_quantum;
-    if (amin < kInfBits && !(__fmul_rn(u2f(amin + 1u), pc.inv) >= step)) {
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const uint32_t a = f2u(v[j]) & kAbsMask;
-        st->under += (a != 0) & (a < kInfBits) & (((w[j / 4] >> (8 * (j % 4))) & 0x7fu) == 0);
+    for (int b = 0; b < 2; ++b) {
+      // Underflow: a non-zero finite value whose code is +-0. Most lanes rule it out at once: the
+      // smallest non-zero |x| scaled stays at or above the smallest FP8 step (a value rounds to 0
+      // only at or below half of it).
+      uint32_t amin = 0xffffffffu;
+#pragma unroll
+      for (int j = 8 * b; j < 8 * b + 8; ++j) amin = min(amin, (f2u(v[j]) & kAbsMask) - 1u);  // 0 -> max
+      if (amin < kInfBits && !(__fmul_rn(u2f(amin + 1u), pc.inv[b]) >= step)) {
+#pragma unroll
+        for (int j = 8 * b; j < 8 * b + 8; ++j) {
+          const uint32_t a = f2u(v[j]) & kAbsMask;
+          st->under += (a != 0) & (a < kInfBits) & (((w[j / 4] >> (8 * (j % 4))) & 0x7fu) == 0);
+        }
+      }
+      // Saturation: |x * inv| <= amax * inv for every finite x (rounding is monotonic).
+      if (!(__fmul_rn(u2f(pc.amax[b]), pc.inv[b]) <= t.sat_mid)) {
+#pragma unroll
+        for (int j = 8 * b; j < 8 * b + 8; ++j) {
+          const uint32_t a = f2u(v[j]) & kAbsMask;
+          st->sat += (a < kInfBits) & ((f2u(__fmul_rn(v[j], pc.inv[b])) & kAbsMask) > f2u(t.sat_mid));
+        }
+      }
+      if (pc.flagged[b]) {
+#pragma unroll
+        for (int j = 8 * b; j < 8 * b + 8; ++j) st->nonfinite += (f2u(v[j]) & kAbsMask) >= kInfBits;
       }
     }
-    // Saturation: |x * inv| <= amax * inv for every finite x (rounding is monotonic).
-    if (!(__fmul_rn(u2f(pc.amax), pc.inv) <= t.sat_mid)) {
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const uint32_t a = f2u(v[j]) & kAbsMask;
-        st->sat += (a < kInfBits) & ((f2u(__fmul_rn(v[j], pc.inv)) & kAbsMask) > f2u(t.sat_mid));
-      }
-    }
-    if (pc.flagged) {
-#pragma unroll
-      for (int j = 0; j < 16; ++j) st->nonfinite += (f2u(v[j]) & kAbsMask) >= kInfBits;
-    }
-    if ((threadIdx.x & 15) == 0) st->elements += 256, st->nonfinite_blocks += pc.flagged;
+    if ((threadIdx.x & 31) == 0) st->elements += 512, st->nonfinite_blocks += pc.flagged[0] + pc.flagged[1];
   }
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 // Writes pair `u`'s two scale words (lane d for destination d, one 8-byte store) and this lane's
-// 16 codes to every destination. The destinations' scales must be 8-byte and their codes 16-byte
-// aligned (the cuda backend's slots are).
+// 16 codes (a 4-byte store per group) to every destination. The destinations' scales must be
+// 8-byte and their codes 16-byte aligned (the cuda backend's slots are).
 template <typename Dsts>
-__device__ __forceinline__ void store_pair(const Dsts& dsts, int64_t u, uint32_t sb,
+__device__ __forceinline__ void store_pair(const Dsts& dsts, int64_t u, const PairCode& pc,
                                            const uint4& w) {
   const int lane = threadIdx.x & 31;
-  const uint32_t sb0 = __shfl_sync(0xffffffffu, sb, 0);
-  const uint32_t sb1 = __shfl_sync(0xffffffffu, sb, 16);
+  const uint32_t c[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll (Dsts::kCap <= 4 ? Dsts::kCap : 1)
   for (int d = 0; d < Dsts::kCap; ++d) {
     if (d >= dsts.count) break;
-    if (lane == d) *reinterpret_cast<uint2*>(dsts.p[d] + 8 * u) = make_uint2(sb0, sb1);
-    *reinterpret_cast<uint4*>(dsts.p[d] + dsts.code_off + 512 * u + 16 * lane) = w;
+    if (lane == d) *reinterpret_cast<uint2*>(dsts.p[d] + 8 * u) = pc.words();
+    uint8_t* codes = dsts.p[d] + dsts.code_off + 512 * u;
+#pragma unroll
+    for (int g = 0; g < 4; ++g) *reinterpret_cast<uint32_t*>(codes + pair_offset(g)) = c[g];
   }
 }
 
-// The 16 values of codes w under the scale word sb (decode_one for each).
+// This lane's 16 codes of pair u from `codes` (the pair's code bytes start at codes + 512u).
+__device__ __forceinline__ uint4 load_pair_codes(const uint8_t* codes, int64_t u) {
+  const uint8_t* p = codes + 512 * u;
+  return make_uint4(*reinterpret_cast<const uint32_t*>(p + pair_offset(0)),
+                    *reinterpret_cast<const uint32_t*>(p + pair_offset(1)),
+                    *reinterpret_cast<const uint32_t*>(p + pair_offset(2)),
+                    *reinterpret_cast<const uint32_t*>(p + pair_offset(3)));
+}
+
+// The 16 values of codes w under the pair's scale words sb (block 2u's in x): decode_one for each.
 template <bool kE5>
-__device__ __forceinline__ void decode16(const uint4& w, uint32_t sb, float o[16]) {
+__device__ __forceinline__ void decode16(const uint4& w, uint2 sb, float o[16]) {
   const uint32_t c[4] = {w.x, w.y, w.z, w.w};
-  if (!(sb & 0x80000000u)) {
-    const float s = __uint_as_float(sb);
+  const uint32_t s[2] = {sb.x, sb.y};
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const __half2_raw h =
-          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(c[k / 2] >> (16 * (k % 2))),
-                                     kE5 ? __NV_E5M2 : __NV_E4M3);
-      const float2 f = __half22float2(__half2(h));
-      o[2 * k] = __fmul_rn(f.x, s);
-      o[2 * k + 1] = __fmul_rn(f.y, s);
+  for (int g = 0; g < 4; ++g) {
+    const uint32_t sw = s[g / 2];
+    if (!(sw & 0x80000000u)) {
+      const float f = __uint_as_float(sw);
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+            static_cast<__nv_fp8x2_storage_t>(c[g] >> (16 * k)), kE5 ? __NV_E5M2 : __NV_E4M3);
+        const float2 x = __half22float2(__half2(h));
+        o[4 * g + 2 * k] = __fmul_rn(x.x, f);
+        o[4 * g + 2 * k + 1] = __fmul_rn(x.y, f);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) o[4 * g + j] = decode_one<kE5>(code_of(c[g], j), sw);
     }
-    return;
   }
-#pragma unroll
-  for (int j = 0; j < 16; ++j) o[j] = decode_one<kE5>(code_of(c[j / 4], j % 4), sb);
 }
 
-// Sixteen elements of T as floats from sizeof(T) raw 16-byte words; Raw16 holds them,
-// fetch16 and store16 move them with 16-byte accesses (p 16-byte aligned).
-template <typename T>
-__device__ __forceinline__ void unpack16(const uint4* raw, float v[16]) {
-  const T* h = reinterpret_cast<const T*>(raw);
-#pragma unroll
-  for (int j = 0; j < 16; ++j) v[j] = load_f<T>(h, j);
-}
+// This lane's 16 elements of a pair of T, raw: one access per group (16 bytes of f32, 8 of the
+// 16-bit types); fetch16 and store16 move them (p: the pair's first element, 16-byte aligned).
 template <typename T>
 struct Raw16 {
-  uint4 q[sizeof(T)];  // 16 elements of T
+  using Group = std::conditional_t<sizeof(T) == 4, uint4, uint2>;  // 4 elements
+  Group q[4];
 };
 template <typename T>
 __device__ __forceinline__ void fetch16(const T* p, Raw16<T>& r) {
-  const uint4* s = reinterpret_cast<const uint4*>(p);
+  using G = typename Raw16<T>::Group;
 #pragma unroll
-  for (int k = 0; k < static_cast<int>(sizeof(T)); ++k) r.q[k] = s[k];
+  for (int g = 0; g < 4; ++g) r.q[g] = *reinterpret_cast<const G*>(p + pair_offset(g));
+}
+template <typename T>
+__device__ __forceinline__ void unpack16(const Raw16<T>& r, float v[16]) {
+#pragma unroll
+  for (int g = 0; g < 4; ++g) {
+    const T* h = reinterpret_cast<const T*>(&r.q[g]);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[4 * g + j] = load_f<T>(h, j);
+  }
 }
 template <typename T>
 __device__ __forceinline__ void store16(T* p, const float v[16]) {
-  Raw16<T> r;
-  T* h = reinterpret_cast<T*>(r.q);
+  using G = typename Raw16<T>::Group;
 #pragma unroll
-  for (int j = 0; j < 16; ++j) store_f<T>(h, j, v[j]);
-  uint4* d = reinterpret_cast<uint4*>(p);
+  for (int g = 0; g < 4; ++g) {
+    G x;
+    T* h = reinterpret_cast<T*>(&x);
 #pragma unroll
-  for (int k = 0; k < static_cast<int>(sizeof(T)); ++k) d[k] = r.q[k];
+    for (int j = 0; j < 4; ++j) store_f<T>(h, j, v[4 * g + j]);
+    *reinterpret_cast<G*>(p + pair_offset(g)) = x;
+  }
 }
 
 }  // namespace commx::lowp::gpu
