@@ -13,7 +13,7 @@
 #   hier     the hierarchical (multi-host) path with forced hosts: its tests, FP8 between hosts
 #            included, and its benchmark over NVLink and a TCP link (scripts/gpu_hier.sh)
 #   lowp     the FP8 collectives: tests, benchmarks against NCCL bf16/f32 and NCCL's native FP8,
-#            and the training-quality check (scripts/gpu_lowp.sh)
+#            the same through PyTorch, and the training-quality check (scripts/gpu_lowp.sh)
 # Results go to $OUT (default bench/results/<machine>_<date>, results_dir in scripts/gpu_env.sh):
 # the summaries (report.md, torch_bench.md, decode.md, moe.md, summary.txt) and everything else
 # packed in results.tar.gz (a remote runner may return at most 8 files). Env of the underlying
@@ -64,7 +64,7 @@ for suite in "${@:-test}"; do
     scaling) run scaling bash scripts/gpu_scaling.sh ;;
     vmm) run vmm bash scripts/gpu_vmm.sh ;;
     hier) run hier bash scripts/gpu_hier.sh ;;
-    lowp) run lowp env LOWP_TRAIN=${LOWP_TRAIN:-1} bash scripts/gpu_lowp.sh ;;
+    lowp) run lowp env LOWP_TRAIN=${LOWP_TRAIN:-1} LOWP_TORCH=${LOWP_TORCH:-1} bash scripts/gpu_lowp.sh ;;
     *) echo "unknown suite '$suite' (test, python, bench, torch, scaling, vmm, hier, lowp, moe)"; rc=2 ;;
   esac
 done

@@ -13,6 +13,10 @@
 #                       per SM with up to 128 registers, or 2 with 64), same binary and run
 #   fp8_training.*      loss curves of a 2-layer MLP trained with bf16 / FP8 / fp8x2 gradient
 #                       all-reduce (LOWP_TRAIN=1; tools/gpu_bench/fp8_training.py)
+#   torch_fp8.*         the FP8 all_reduce as PyTorch users call it (LOWP_TORCH=1;
+#                       tools/gpu_bench/torch_bench.py): commx's Python API with the per-op FP8
+#                       hint beside torch's NCCL and commx in the dtype, eager (also with the last
+#                       rank 100 us late) and torch.cuda.graph, 16-256 MiB
 #   logs.tar.gz         build and benchmark logs
 # Env: LOWP_TESTS=0 / LOWP_BENCH=0 skip a part; LOWP_MIN/LOWP_MAX bound the sizes (16M, 1G);
 # LOWP_REPS (5); LOWP_BASE=DIR also benchmarks the FP8 all_reduce of the commx tree at DIR (built
@@ -88,6 +92,15 @@ if [ "${LOWP_TRAIN:-0}" = 1 ]; then
     PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" timeout 240 python3 tools/gpu_bench/fp8_training.py \
       --ranks "$NR" --steps 200 --out "$OUT" > "$LOGS/fp8_training.log" 2>&1
   echo "training: rc $?"; tail -8 "$LOGS/fp8_training.log"
+fi
+if [ "${LOWP_TORCH:-0}" = 1 ]; then
+  # The Python extension over this build (no tests), then torch_bench with the FP8 clients.
+  BUILD_DIR=$BUILD GPU_PY_TESTS=0 OUT=$LOGS bash scripts/gpu_python.sh > "$LOGS/python_build.log" 2>&1
+  PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" timeout 300 python3 tools/gpu_bench/torch_bench.py \
+    --ranks "$NR" --clients nccl,cuda,cuda+fp8,cuda+fp8x2 --dtypes bf16,f32 --min 16M --max 256M \
+    --factor 4 --skews 100 --skew-max 256M --ops 20 --reps 3 \
+    --json "$OUT/torch_fp8.json" --md "$OUT/torch_fp8.md" > "$LOGS/torch_fp8.log" 2>&1 || rc=1
+  echo "torch_fp8: rc $rc"; tail -4 "$LOGS/torch_fp8.log"
 fi
 tar -czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null
 rm -rf "$LOGS"

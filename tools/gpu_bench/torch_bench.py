@@ -6,8 +6,10 @@ symm_mem, in the same processes on the same tensors. Layer: tools.
 Modes: eager back-to-back from Python (GPU time per op from CUDA events, host time per call),
 eager with one rank spinning SKEW us on the host before each op (--skews), and graphs captured
 with torch.cuda.graph's default settings, replayed. Every client's result is checked against the
-exact sum (integer-valued inputs). JSON rows as commx-bench's GPU sweep writes them (backend, op, dtype,
-mode, bytes, time_us, busbw_gbps, wrong) plus client, skew_us and host_us.
+exact sum (integer-valued inputs); the FP8 clients (cuda+fp8, cuda+fp8x2: the per-op
+low-precision hint, for --clients) against FP8_ERROR_BOUND, with their relative error in the row.
+JSON rows as commx-bench's GPU sweep writes them (backend, op, dtype, mode, bytes, time_us,
+busbw_gbps, wrong, error) plus client, skew_us and host_us.
 
   python3 tools/gpu_bench/torch_bench.py --ranks 2 --json out.json --md out.md
 """
@@ -25,11 +27,16 @@ from torch_timing import capture, ready_all, size_arg, sizes, time_replays
 
 CLIENTS = {  # backend name in the rows -> how it is called
     "cuda": "commx Python API",
+    "cuda+fp8": "commx Python API, FP8 per-op hint",
+    "cuda+fp8x2": "commx Python API, FP8 two-term per-op hint",
     "commx": "torch.distributed backend commx",
     "nccl": "torch.distributed backend nccl",
     "symm_mem": "torch symm_mem one_shot/two_shot",
 }
 DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32}
+# FP8 clients are lossy: their result counts as wrong past this relative L2 error (two E4M3
+# roundings, each within 1/16 of the value; a broken kernel is off by O(1)).
+FP8_ERROR_BOUND = 0.125
 
 
 def spin_us(us):
@@ -37,6 +44,16 @@ def spin_us(us):
         end = time.perf_counter() + us * 1e-6
         while time.perf_counter() < end:
             pass
+
+
+def check(name, result, ref):
+    """(wrong, error) of a client's result: exact clients count the values that differ from the
+    sum; FP8 clients report the relative L2 error and count as wrong past FP8_ERROR_BOUND."""
+    if "+fp8" in name:
+        diff = torch.linalg.vector_norm(result.float() - ref)
+        err = float(diff / torch.linalg.vector_norm(ref).clamp_min(1e-30))
+        return int(err > FP8_ERROR_BOUND), err
+    return int((result.float() != ref).sum().item()), 0.0
 
 
 def inputs(rank, n, dtype, dev):
@@ -53,7 +70,7 @@ class Clients:
         self.names = args.clients.split(",")
         self.comm = None
         self.pg = None
-        if "cuda" in self.names or any(c.startswith("cuda:") for c in self.names):
+        if any(c == "cuda" or c.startswith(("cuda:", "cuda+")) for c in self.names):
             import commx
             store = dist.distributed_c10d._get_default_store()
             self.comm = commx.new_comm("cuda", dev, name="torch_bench", store=store, rank=rank,
@@ -72,6 +89,10 @@ class Clients:
             return (lambda: dist.all_reduce(buf, group=self.pg)), buf
         if name == "cuda" or name.startswith("cuda:"):
             hints = {"algorithm": name.split(":", 1)[1]} if ":" in name else None
+            return (lambda: self.comm.all_reduce(buf, self.SUM, False, hints=hints)), buf
+        if name in ("cuda+fp8", "cuda+fp8x2"):
+            hints = {"low_precision": "fp8e4m3", "low_precision_min_bytes": "0",
+                     "low_precision_gather": name.split("+", 1)[1]}
             return (lambda: self.comm.all_reduce(buf, self.SUM, False, hints=hints)), buf
         if name == "symm_mem":
             return self.symm(buf)
@@ -153,9 +174,9 @@ def worker(rank, args, port):
                 reset()
                 call()
                 torch.cuda.synchronize()
-                wrong = int((result.float() != ref).sum().item())
+                wrong, error = check(name, result, ref)
                 base = dict(backend=name, client=CLIENTS.get(name.split(":")[0], name), op="all_reduce",
-                            dtype=dname, bytes=n * es, wrong=wrong)
+                            dtype=dname, bytes=n * es, wrong=wrong, error=error)
                 for mode in args.modes.split(","):
                     todo = [(s, None) for s in skews if s == 0 or nbytes <= args.skew_max] if mode == "eager" else [(0.0, None)]
                     for skew, _ in todo:
@@ -181,7 +202,7 @@ def worker(rank, args, port):
                             ready_all()
                             one.replay()
                             torch.cuda.synchronize()
-                            base["wrong"] = max(base["wrong"], int((result.float() != ref).sum().item()))
+                            base["wrong"] = max(base["wrong"], check(name, result, ref)[0])
                             del g, one
                         bw = n * es / (us * 1e-6) / 1e9
                         row = dict(base, mode=mode, skew_us=skew, time_us=us, host_us=host,
@@ -190,7 +211,7 @@ def worker(rank, args, port):
                         if rank == 0:
                             print(f"{name:10s} {dname:4s} {mode:5s} skew {skew:5.0f} {n*es:11d} B "
                                   f"{us:10.2f} us host {host or 0:7.2f} us busbw {row['busbw_gbps']:7.2f} "
-                                  f"wrong {row['wrong']}", flush=True)
+                                  f"wrong {row['wrong']}" + (f" error {error:.2e}" if error else ""), flush=True)
             del buf
     if rank == 0:
         with open(args.json, "w") as f:
@@ -233,7 +254,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--clients", default="nccl,cuda,commx,symm_mem",
-                   help="nccl, cuda (commx Python API; cuda:ALGO forces an algorithm), commx, symm_mem")
+                   help="nccl, cuda (commx Python API; cuda:ALGO forces an algorithm), cuda+fp8, cuda+fp8x2 "
+                        "(FP8 per-op hint), commx, symm_mem")
     p.add_argument("--dtypes", default="bf16,f32")
     p.add_argument("--modes", default="eager,graph")
     p.add_argument("--skews", default="5,20,100", help="us the last rank spins before each eager op")
