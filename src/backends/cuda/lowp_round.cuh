@@ -381,8 +381,8 @@ __device__ __forceinline__ void finish_round(const PeerSet& ps, const LowpRound&
   finish_op(ps, epoch);
 }
 
-// One round of the op (round i, op counter e, elements [c0, c0 + chunk) of every range); false
-// when a barrier timed out. kW: the world size when known at compile time (2, 4), 0 for any: the
+// One round of the op: op counter e, elements [c0, c0 + chunk) of every range; false when a
+// barrier timed out. kW: the world size when known at compile time (2, 4), 0 for any: the
 // peers' pointers and scale words then live in registers.
 template <typename T, bool kE5, int kW>
 __device__ __forceinline__ bool round_body(const PeerSet& ps, const LowpRound& r, int64_t block,
