@@ -36,6 +36,13 @@ test_step() {
 }
 ab_summary() { grep -E "^=== |^\[ +(OK|FAILED|PASSED|SKIPPED) +\]|rank [0-9]+ failed" "$OUT/tests.log" | tail -60; }
 
+# ab_side_build SIDE: the build folder of side base or new: AB_BASE_BUILD / AB_NEW_BUILD when set
+# (a build made elsewhere for this CUDA: bin/ and lib/, run with its lib/ on LD_LIBRARY_PATH),
+# else BASE/build-ab and ./build-ab.
+ab_side_build() {
+  if [ "$1" = base ]; then echo "${AB_BASE_BUILD:-$BASE/build-ab}"; else echo "${AB_NEW_BUILD:-$PWD/build-ab}"; fi
+}
+
 # ab_bench TAG LIMIT ARGS...: commx-bench ARGS on base, then new (WORK/<side>_<TAG>.json), added
 # to the runs compared; then the comparison so far into $OUT/ab.md / ab.json (a run cut short
 # still leaves it) and every run's JSON and log into $OUT/runs.tar.gz. AB_BASE_BENCH names the base
@@ -44,11 +51,13 @@ ab_summary() { grep -E "^=== |^\[ +(OK|FAILED|PASSED|SKIPPED) +\]|rank [0-9]+ fa
 # base side only (e.g. an older tree's defaults brought level with the new tree's).
 ab_runs=()
 ab_bench() {
-  local tag=$1 limit=$2 side bin; shift 2
+  local tag=$1 limit=$2 side dir bin more; shift 2
   for side in base new; do
     [ $side = base ] && [ -z "$BASE" ] && continue
-    bin=build-ab/bin/commx-bench; [ $side = base ] && bin=$BASE/build-ab/bin/${AB_BASE_BENCH:-commx-bench}
-    local envs=(); [ $side = base ] && read -ra envs <<< "${AB_BASE_ENV:-}"
+    dir=$(ab_side_build $side)
+    bin=$dir/bin/commx-bench; [ $side = base ] && bin=$dir/bin/${AB_BASE_BENCH:-commx-bench}
+    local envs=("LD_LIBRARY_PATH=$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+    [ $side = base ] && read -ra more <<< "${AB_BASE_ENV:-}" && envs+=("${more[@]}")
     env "${envs[@]}" timeout "$limit" "$bin" "$@" --json "$WORK/${side}_$tag.json" --md /dev/null \
       > "$WORK/${side}_$tag.log" 2>&1 || { rc=1; echo "bench $side $tag failed"; }
     ab_runs+=("$side=$WORK/${side}_$tag.json")
@@ -73,7 +82,9 @@ ab_rounds_and_reference() {
   for r in $(seq 1 "${AB_ROUNDS:-3}"); do ab_bench "$r" "$limit" "$@"; done
   ab_report
   echo "command (reference): COMMX_CUDA_BUFFER_BYTES=256M commx-bench $*" >> "$OUT/machine.txt"
-  COMMX_CUDA_BUFFER_BYTES=256M timeout "$limit" build-ab/bin/commx-bench "$@" \
+  local dir; dir=$(ab_side_build new)
+  LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" COMMX_CUDA_BUFFER_BYTES=256M \
+    timeout "$limit" "$dir/bin/commx-bench" "$@" \
     --json "$OUT/buf256M.json" --md "$OUT/buf256M.md" > "$WORK/buf256M.log" 2>&1 ||
     { rc=1; echo "bench with 256M halves failed"; }
   cat "$OUT/buf256M.md" 2>/dev/null

@@ -12,9 +12,11 @@
 #   tune         the cuda all_reduce algorithms measured per size at 2 ranks and at every GPU
 #                (commx-bench --tune): cuda_tuning.txt, the file bench/tuning/cuda.txt keeps
 #   hier         scripts/gpu_hier.sh (forced hosts, FP8 between them; 2 hosts of 2 GPUs on 4)
-# Both trees are built once (the first step) in build-ab; BASE_DIR/build-ab points into /tmp, so a
-# carried BASE_DIR that is replaced between runs on the same machine keeps its build. A step
-# skips work an earlier run on the machine did. Files in $OUT: machine.txt, tests.log,
+# AB_BASE_BUILD and AB_NEW_BUILD (both) name builds made elsewhere for this CUDA (bin/ and lib/
+# with the benchmark and the cuda and nccl plugins), which then run without building here: the
+# bench step only. Else both trees are built once (the first step) in build-ab; BASE_DIR/build-ab
+# points into /tmp, so a carried BASE_DIR that is replaced between runs on the same machine keeps
+# its build. A step skips work an earlier run on the machine did. Files in $OUT: machine.txt, tests.log,
 # conformance.log, ab.md, ab.json, cuda_tuning.txt, tune_logs.tar.gz, hier.tar.gz, runs.tar.gz.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -30,8 +32,10 @@ export AB_BASE_BENCH=${AB_BASE_BENCH:-commx-gpu-bench}
 ab_machine
 [ -e "$BASE/build-ab" ] || { mkdir -p /tmp/commx_ab_base_build; ln -s /tmp/commx_ab_base_build "$BASE/build-ab"; }
 
-ab_build "${AB_BUILD_S:-420}" "commx_backend_cuda commx_backend_nccl $AB_BASE_BENCH" \
-  commx_backend_cuda commx_backend_nccl commx-bench $GPU_TEST_BINARIES $GPU_CONFORMANCE_TESTS || exit 1
+if [ -z "${AB_BASE_BUILD:-}" ] || [ -z "${AB_NEW_BUILD:-}" ]; then
+  ab_build "${AB_BUILD_S:-420}" "commx_backend_cuda commx_backend_nccl $AB_BASE_BENCH" \
+    commx_backend_cuda commx_backend_nccl commx-bench $GPU_TEST_BINARIES $GPU_CONFORMANCE_TESTS || exit 1
+fi
 T=build-ab/bin
 NG=$(nvidia-smi -L | wc -l)
 
