@@ -2,8 +2,9 @@
 // halves of the registered buffer) is cut into slots, one per peer that sends to it (all_gather:
 // one per rank; all_reduce: plus one per owner for the gather); a round moves one chunk of every
 // rank's data through them in the fused kernel (lowp_kernels.h): encode and write to the
-// destination slots, barrier, (reduce and re-encode or round,) barrier, decode. With slots in the op counter's half (the default) one
-// launch runs every round of the op, alternating halves; else one launch per round.
+// destination slots, barrier, (reduce and re-encode or round,) barrier, decode. With slots in the
+// op counter's half (the default) one launch runs every round of the op, alternating halves; else
+// one launch per round.
 // Layer: backends (cuda).
 #include "cuda/lowp_cuda.h"
 

@@ -118,7 +118,8 @@ __device__ __forceinline__ void encode_units(const char* src, int64_t n, int64_t
 }
 
 // The sources of an owner's pair u: its own 16 values per lane and each peer's 16 codes and the
-// pair's two scale words. kW: the world size when known at compile time (0: any, arrays indexed at run time).
+// pair's two scale words. kW: the world size when known at compile time (0: any, arrays indexed
+// at run time).
 template <typename T, int kW>
 struct PairRaw {
   static constexpr int kN = kW ? kW : kMaxRanks;
@@ -137,12 +138,9 @@ __device__ __forceinline__ void fetch_pair(const g::ReduceSrc& rs, bool own_vec,
   if (own_vec) {
     g::fetch16<T>(own, raw.own);
   } else {
+    T* h = reinterpret_cast<T*>(raw.own.q);
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      T* h = reinterpret_cast<T*>(&raw.own.q[q]);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) h[j] = own[g::pair_offset(q) + j];
-    }
+    for (int j = 0; j < 16; ++j) h[j] = own[g::pair_value_offset(j)];
   }
 #pragma unroll (kW ? kW : 1)
   for (int p = 0; p < kN; ++p) {
@@ -188,9 +186,7 @@ __device__ __forceinline__ void store_values16(T* p, const float v[16]) {
     return;
   }
 #pragma unroll
-  for (int q = 0; q < 4; ++q)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) g::store_f<T>(p, g::pair_offset(q) + j, v[4 * q + j]);
+  for (int j = 0; j < 16; ++j) g::store_f<T>(p, g::pair_value_offset(j), v[j]);
 }
 
 // P2's loop over the owner's full pairs 0..npairs-1 (the units FOR_UNITS gives this warp): each
@@ -455,8 +451,8 @@ __device__ __forceinline__ bool round_body(const PeerSet& ps, const LowpRound& r
     for (int k = 0; k < world; ++k) {
       const int q = (me + k) % world;
       if (q == me && r.mode == LowpMode::kAllToAll) continue;  // copied by the host side
-      decode_units<T, kE5>(slot(ps, me, area, r.cap, all_reduce ? q : recv_slot(r.mode, q, me, world)),
-                           part(r.n_out[q]), r.chunk, block,
+      const int from = all_reduce ? q : recv_slot(r.mode, q, me, world);  // gather slots by owner
+      decode_units<T, kE5>(slot(ps, me, area, r.cap, from), part(r.n_out[q]), r.chunk, block,
                            reinterpret_cast<T*>(const_cast<char*>(at(r.out[q]))),
                            all_reduce && r.two_term, all_reduce && q == me);
     }

@@ -561,6 +561,8 @@ struct ResidualSrc {
 
 // The offset of this lane's group g in a pair (values and codes alike).
 __device__ __forceinline__ int pair_offset(int g) { return 128 * g + 4 * (threadIdx.x & 31); }
+// The offset in the pair of this lane's value j (0..15): group j / 4, position j % 4.
+__device__ __forceinline__ int pair_value_offset(int j) { return pair_offset(j / 4) + j % 4; }
 
 // The codec state of a pair's two blocks (the same in every lane).
 struct PairCode {
@@ -630,10 +632,10 @@ __device__ __forceinline__ uint4 encode16(const float v[16], const PairCode& pc,
   } else {
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
-      const int g = j / 4, b = j / 8;
-      w[g] |= static_cast<uint32_t>(encode_one<kE5, kSR>(v[j], pc.inv[b], pc.flagged[b], seed,
-                                                         stream, idx + pair_offset(g) + j % 4))
-              << (8 * (j % 4));
+      const int b = j / 8;
+      w[j / 4] |= static_cast<uint32_t>(encode_one<kE5, kSR>(v[j], pc.inv[b], pc.flagged[b], seed,
+                                                             stream, idx + pair_value_offset(j)))
+                  << (8 * (j % 4));
     }
   }
   if (st) {
@@ -645,7 +647,8 @@ __device__ __forceinline__ uint4 encode16(const float v[16], const PairCode& pc,
       // only at or below half of it).
       uint32_t amin = 0xffffffffu;
 #pragma unroll
-      for (int j = 8 * b; j < 8 * b + 8; ++j) amin = min(amin, (f2u(v[j]) & kAbsMask) - 1u);  // 0 -> max
+      for (int j = 8 * b; j < 8 * b + 8; ++j)
+        amin = min(amin, (f2u(v[j]) & kAbsMask) - 1u);  // 0 -> max
       if (amin < kInfBits && !(__fmul_rn(u2f(amin + 1u), pc.inv[b]) >= step)) {
 #pragma unroll
         for (int j = 8 * b; j < 8 * b + 8; ++j) {
@@ -658,7 +661,8 @@ __device__ __forceinline__ uint4 encode16(const float v[16], const PairCode& pc,
 #pragma unroll
         for (int j = 8 * b; j < 8 * b + 8; ++j) {
           const uint32_t a = f2u(v[j]) & kAbsMask;
-          st->sat += (a < kInfBits) & ((f2u(__fmul_rn(v[j], pc.inv[b])) & kAbsMask) > f2u(t.sat_mid));
+          st->sat +=
+              (a < kInfBits) & ((f2u(__fmul_rn(v[j], pc.inv[b])) & kAbsMask) > f2u(t.sat_mid));
         }
       }
       if (pc.flagged[b]) {
@@ -666,7 +670,8 @@ __device__ __forceinline__ uint4 encode16(const float v[16], const PairCode& pc,
         for (int j = 8 * b; j < 8 * b + 8; ++j) st->nonfinite += (f2u(v[j]) & kAbsMask) >= kInfBits;
       }
     }
-    if ((threadIdx.x & 31) == 0) st->elements += 512, st->nonfinite_blocks += pc.flagged[0] + pc.flagged[1];
+    if ((threadIdx.x & 31) == 0)
+      st->elements += 512, st->nonfinite_blocks += pc.flagged[0] + pc.flagged[1];
   }
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
