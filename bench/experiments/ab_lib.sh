@@ -42,6 +42,12 @@ ab_summary() { grep -E "^=== |^\[ +(OK|FAILED|PASSED|SKIPPED) +\]|rank [0-9]+ fa
 ab_side_build() {
   if [ "$1" = base ]; then echo "${AB_BASE_BUILD:-$BASE/build-ab}"; else echo "${AB_NEW_BUILD:-$PWD/build-ab}"; fi
 }
+# ab_on SIDE CMD...: CMD with the side's lib/ first on LD_LIBRARY_PATH (a build made elsewhere
+# keeps the RPATH of the folder it was built in).
+ab_on() {
+  local dir; dir=$(ab_side_build "$1"); shift
+  LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"
+}
 
 # ab_bench TAG LIMIT ARGS...: commx-bench ARGS on base, then new (WORK/<side>_<TAG>.json), added
 # to the runs compared; then the comparison so far into $OUT/ab.md / ab.json (a run cut short
@@ -51,14 +57,13 @@ ab_side_build() {
 # base side only (e.g. an older tree's defaults brought level with the new tree's).
 ab_runs=()
 ab_bench() {
-  local tag=$1 limit=$2 side dir bin more; shift 2
+  local tag=$1 limit=$2 side bin envs; shift 2
   for side in base new; do
     [ $side = base ] && [ -z "$BASE" ] && continue
-    dir=$(ab_side_build $side)
-    bin=$dir/bin/commx-bench; [ $side = base ] && bin=$dir/bin/${AB_BASE_BENCH:-commx-bench}
-    local envs=("LD_LIBRARY_PATH=$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
-    [ $side = base ] && read -ra more <<< "${AB_BASE_ENV:-}" && envs+=("${more[@]}")
-    env "${envs[@]}" timeout "$limit" "$bin" "$@" --json "$WORK/${side}_$tag.json" --md /dev/null \
+    bin=$(ab_side_build $side)/bin/commx-bench
+    [ $side = base ] && bin=$(ab_side_build base)/bin/${AB_BASE_BENCH:-commx-bench}
+    envs=(); [ $side = base ] && read -ra envs <<< "${AB_BASE_ENV:-}"
+    ab_on $side env "${envs[@]}" timeout "$limit" "$bin" "$@" --json "$WORK/${side}_$tag.json" --md /dev/null \
       > "$WORK/${side}_$tag.log" 2>&1 || { rc=1; echo "bench $side $tag failed"; }
     ab_runs+=("$side=$WORK/${side}_$tag.json")
   done
@@ -72,21 +77,25 @@ ab_report() {
   cat "$OUT/ab.md"
 }
 
+# ab_reference LIMIT ARGS...: commx-bench ARGS on the new tree with buffer halves that hold a
+# 256 MiB op whole (COMMX_CUDA_BUFFER_BYTES=256M): the one-round reference that ops in rounds
+# should approach, into $OUT/buf256M.json / .md. Every run's JSON and log in runs.tar.gz.
+ab_reference() {
+  local limit=$1; shift
+  echo "command (reference): COMMX_CUDA_BUFFER_BYTES=256M commx-bench $*" >> "$OUT/machine.txt"
+  ab_on new env COMMX_CUDA_BUFFER_BYTES=256M timeout "$limit" "$(ab_side_build new)/bin/commx-bench" \
+    "$@" --json "$OUT/buf256M.json" --md "$OUT/buf256M.md" > "$WORK/buf256M.log" 2>&1 ||
+    { rc=1; echo "bench with 256M halves failed"; }
+  cat "$OUT/buf256M.md" 2>/dev/null
+  (cd "$WORK" && tar czf "$OUT/runs.tar.gz" ./*.json ./*.log) 2>/dev/null
+}
+
 # ab_rounds_and_reference LIMIT ARGS...: AB_ROUNDS (default 3) rounds of commx-bench ARGS on both
-# trees (ab_bench), the comparison (ab_report), then the new tree once more with buffer halves that
-# hold a 256 MiB op whole (COMMX_CUDA_BUFFER_BYTES=256M): the one-round reference that ops in
-# rounds should approach, into $OUT/buf256M.json / .md. Every run's JSON and log in runs.tar.gz.
+# trees (ab_bench), the comparison (ab_report), then the one-round reference (ab_reference).
 ab_rounds_and_reference() {
   local limit=$1 r; shift
   echo "command: commx-bench $*" >> "$OUT/machine.txt"
   for r in $(seq 1 "${AB_ROUNDS:-3}"); do ab_bench "$r" "$limit" "$@"; done
   ab_report
-  echo "command (reference): COMMX_CUDA_BUFFER_BYTES=256M commx-bench $*" >> "$OUT/machine.txt"
-  local dir; dir=$(ab_side_build new)
-  LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" COMMX_CUDA_BUFFER_BYTES=256M \
-    timeout "$limit" "$dir/bin/commx-bench" "$@" \
-    --json "$OUT/buf256M.json" --md "$OUT/buf256M.md" > "$WORK/buf256M.log" 2>&1 ||
-    { rc=1; echo "bench with 256M halves failed"; }
-  cat "$OUT/buf256M.md" 2>/dev/null
-  (cd "$WORK" && tar czf "$OUT/runs.tar.gz" ./*.json ./*.log) 2>/dev/null
+  ab_reference "$limit" "$@"
 }

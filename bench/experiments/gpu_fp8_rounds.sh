@@ -15,7 +15,8 @@
 #               the noise): all_reduce 16-256 MiB at 2 ranks (NCCL, commx, commx FP8 one- and
 #               two-term; bf16 and f32; eager), FP8 reduce_scatter and all_gather at 2 ranks, and
 #               all_reduce 512 KiB - 32 MiB at every GPU (up to 4) graph-captured
-#   runs.tar.gz every run's JSON and log, and the new build with 256 MiB buffer halves (one round)
+#   buf256M.*   the new build with 256 MiB buffer halves (one round): the reference
+#   runs.tar.gz every run's JSON and log
 # Every step is bounded.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -28,56 +29,39 @@ rc=0
   echo "new: ${1:-build-gpu (built here)}  base: ${BASE_BUILD:-none}"; } > "$OUT/machine.txt" 2>&1
 TESTS="lowp_cuda_test conformance_all_reduce_test"
 if [ -n "${1:-}" ]; then
-  NEW=$(cd "$1" && pwd)
+  AB_NEW_BUILD=$(cd "$1" && pwd)
 else
-  NEW=$PWD/build-gpu
-  gpu_build "$NEW" "$WORK/build.log" commx_backend_cuda commx_backend_nccl commx-bench $TESTS || exit 1
+  AB_NEW_BUILD=$PWD/build-gpu
+  gpu_build "$AB_NEW_BUILD" "$WORK/build.log" commx_backend_cuda commx_backend_nccl commx-bench $TESTS || exit 1
 fi
-BASE=""; [ -n "${BASE_BUILD:-}" ] && BASE=$(cd "$BASE_BUILD" && pwd)
+AB_BASE_BUILD=""; [ -n "${BASE_BUILD:-}" ] && AB_BASE_BUILD=$(cd "$BASE_BUILD" && pwd)
+BASE=$AB_BASE_BUILD  # ab_bench runs a base side when set
+. bench/experiments/ab_lib.sh
 echo "binaries ready $(date -u +%T)"
-
-# on BUILD CMD...: CMD with BUILD's libraries (a build made elsewhere keeps its own RPATH).
-on() { local b=$1; shift; LD_LIBRARY_PATH="$b/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
 
 : > "$OUT/tests.log"
 for side in ${BASE:+base} new; do
-  b=$NEW; [ $side = base ] && b=$BASE
   for t in $TESTS; do
     [ $side = base ] && [ $t != lowp_cuda_test ] && continue
     f=""; [ $t = conformance_all_reduce_test ] && f="--gtest_filter=*/cuda_*"
     echo "=== $side $t" >> "$OUT/tests.log"
-    on "$b" timeout 150 "$b/bin/$t" $f >> "$OUT/tests.log" 2>&1 ||
+    ab_on $side timeout 150 "$(ab_side_build $side)/bin/$t" $f >> "$OUT/tests.log" 2>&1 ||
       { rc=1; echo "=== $side $t FAILED" >> "$OUT/tests.log"; }
   done
 done
 grep -E "^=== |^\[  (PASSED|FAILED) |^\[  FAILED  \] [A-Z]" "$OUT/tests.log"
 
-runs=()
-# bench TAG RANKS LIMIT ARGS...: commx-bench on base, then new; the comparison so far into $OUT.
-bench() {
-  local tag=$1 ranks=$2 limit=$3 side b; shift 3
-  echo "$tag: commx-bench --ranks $ranks $*" >> "$OUT/machine.txt"
-  for side in ${BASE:+base} new; do
-    b=$NEW; [ $side = base ] && b=$BASE
-    on "$b" timeout "$limit" "$b/bin/commx-bench" --ranks "$ranks" "$@" --json "$WORK/${side}_$tag.json" \
-      --md /dev/null > "$WORK/${side}_$tag.log" 2>&1 || { rc=1; echo "$side $tag failed"; tail -3 "$WORK/${side}_$tag.log"; }
-    runs+=("$side=$WORK/${side}_$tag.json")
-  done
-  [ -n "$BASE" ] && python3 bench/experiments/latency_ab.py --md "$OUT/ab.md" --json "$OUT/ab.json" "${runs[@]}" > /dev/null 2>&1
-  (cd "$WORK" && tar czf "$OUT/runs.tar.gz" ./*.json ./*.log) 2>/dev/null
-}
-bench fp8 2 120 --backend nccl,cuda,cuda+fp8,cuda+fp8x2 --dtypes bf16,f32 --ops all_reduce --modes eager \
-  --min 16M --max 256M --factor 4 --reps 3 --error 16M
-bench phases 2 90 --backend nccl,cuda+fp8 --dtypes bf16,f32 --ops reduce_scatter,all_gather --modes eager \
-  --min 16M --max 256M --factor 4 --reps 3
+# bench TAG LIMIT ARGS...: ab_bench (base, then new; the comparison so far into $OUT), logged.
+bench() { echo "$1: commx-bench ${*:3}" >> "$OUT/machine.txt"; ab_bench "$@"; }
+bench fp8 120 --ranks 2 --backend nccl,cuda,cuda+fp8,cuda+fp8x2 --dtypes bf16,f32 --ops all_reduce \
+  --modes eager --min 16M --max 256M --factor 4 --reps 3 --error 16M
+bench phases 90 --ranks 2 --backend nccl,cuda+fp8 --dtypes bf16,f32 --ops reduce_scatter,all_gather \
+  --modes eager --min 16M --max 256M --factor 4 --reps 3
 NG=$(nvidia-smi -L | wc -l); [ "$NG" -gt 4 ] && NG=4
-bench ar "$NG" 90 --backend cuda,nccl --dtypes bf16,f32 --ops all_reduce --modes graph --min 512K --max 32M \
-  --factor 4 --reps 5
-[ -n "$BASE" ] && { python3 bench/experiments/latency_ab.py --md "$OUT/ab.md" --json "$OUT/ab.json" "${runs[@]}" || rc=1; }
-echo "buf256M: COMMX_CUDA_BUFFER_BYTES=256M commx-bench --ranks 2 (new) --backend cuda+fp8 ..." >> "$OUT/machine.txt"
-on "$NEW" env COMMX_CUDA_BUFFER_BYTES=256M timeout 60 "$NEW/bin/commx-bench" --ranks 2 --backend cuda+fp8 \
-  --dtypes bf16,f32 --ops all_reduce --modes eager --min 16M --max 256M --factor 4 --reps 3 \
-  --json "$WORK/new_buf256M.json" --md /dev/null > "$WORK/new_buf256M.log" 2>&1 || rc=1
-(cd "$WORK" && tar czf "$OUT/runs.tar.gz" ./*.json ./*.log) 2>/dev/null
+bench ar 90 --ranks "$NG" --backend cuda,nccl --dtypes bf16,f32 --ops all_reduce --modes graph \
+  --min 512K --max 32M --factor 4 --reps 5
+[ -n "$BASE" ] && ab_report > /dev/null
+ab_reference 60 --ranks 2 --backend cuda+fp8 --dtypes bf16,f32 --ops all_reduce --modes eager \
+  --min 16M --max 256M --factor 4 --reps 3 > /dev/null
 grep -E "mean change" "$OUT/ab.md" 2>/dev/null
 exit $rc
