@@ -20,14 +20,16 @@
 #   logs.tar.gz         build and benchmark logs
 # Env: LOWP_TESTS=0 / LOWP_BENCH=0 skip a part; LOWP_MIN/LOWP_MAX bound the sizes (16M, 1G);
 # LOWP_REPS (5); LOWP_BASE=DIR also benchmarks the FP8 all_reduce of the commx tree at DIR (built
-# there in build-gpu) as the "before" of a comparison (lowp_base.json).
+# there in build-gpu) as the "before" of a comparison (lowp_base.json); LOWP_BUILD=DIR runs a build
+# made elsewhere for this CUDA instead of building (DIR/bin: commx-bench and the two tests; DIR/lib:
+# libcommx, the cuda and nccl plugins, the tuning tables; the Python extension is built against it).
 # Not here: an Nsight Compute profile. ncu serialises the kernels of the two rank processes, so the
 # profiled kernel waits for a peer kernel that cannot start (it ends at the op timeout).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/gpu_env.sh
 start_results
-BUILD=${BUILD_DIR:-build-gpu}
+BUILD=${LOWP_BUILD:-${BUILD_DIR:-build-gpu}}
 # The benchmark binary of a tree: commx-bench, or commx-gpu-bench in trees from before the port.
 bench_bin() { if [ -f "$1/tools/gpu_bench/gpu_bench.cc" ]; then echo commx-gpu-bench; else echo commx-bench; fi; }
 BENCH_TARGETS="commx_backend_cuda commx_backend_nccl"
@@ -37,7 +39,12 @@ if [ -n "$BASE" ]; then
   (cd "$BASE" && gpu_build build-gpu "$LOGS/base_build.log" $BENCH_TARGETS "$(bench_bin .)") &
   base_pid=$!
 fi
-gpu_build "$BUILD" "$LOGS/build.log" $BENCH_TARGETS commx-bench $TESTS || exit 1
+if [ -n "${LOWP_BUILD:-}" ]; then
+  BUILD=$(cd "$LOWP_BUILD" && pwd)
+  export LD_LIBRARY_PATH="$BUILD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+else
+  gpu_build "$BUILD" "$LOGS/build.log" $BENCH_TARGETS commx-bench $TESTS || exit 1
+fi
 if [ -n "$BASE" ]; then wait $base_pid || BASE=""; fi
 echo "build ok${BASE:+ (and $BASE)}"
 rc=0

@@ -37,15 +37,19 @@ if [ -f build-gpu/CMakeCache.txt ]; then
 else
   BUILD=${BUILD_DIR:-build-gpu-py}
 fi
-if [ ! -f "$BUILD/CMakeCache.txt" ]; then
-  cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCOMMX_WITH_CUDA=ON \
-    -DCOMMX_BUILD_TESTS=OFF >> "$LOG" 2>&1 || { say "FAIL: cmake (native)"; tail -30 "$LOG"; exit 1; }
+if [ -f "$BUILD/lib/libcommx.so" ] && [ ! -f "$BUILD/CMakeCache.txt" ]; then
+  say "native build made elsewhere: $BUILD"  # bin/ and lib/ only: nothing to build
+else
+  if [ ! -f "$BUILD/CMakeCache.txt" ]; then
+    cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCOMMX_WITH_CUDA=ON \
+      -DCOMMX_BUILD_TESTS=OFF >> "$LOG" 2>&1 || { say "FAIL: cmake (native)"; tail -30 "$LOG"; exit 1; }
+  fi
+  ninja -C "$BUILD" -j"$JOBS" commx commx_backend_cuda commx_backend_nccl >> "$LOG" 2>&1 ||
+    { say "FAIL: native build"; tail -40 "$LOG"; exit 1; }
 fi
-ninja -C "$BUILD" -j"$JOBS" commx commx_backend_cuda commx_backend_nccl >> "$LOG" 2>&1 ||
-  { say "FAIL: native build"; tail -40 "$LOG"; exit 1; }
 # The extension, in place (python/commx/_C*.so) over that build: what scripts/test_python.sh does.
 cmake -G Ninja -S python -B build-py-gpu -DCMAKE_BUILD_TYPE=Release \
-  -DCOMMX_NATIVE_BUILD_DIR="$PWD/$BUILD" -DCOMMX_PY_INPLACE=ON -DPython_EXECUTABLE="$PY" \
+  -DCOMMX_NATIVE_BUILD_DIR="$(cd "$BUILD" && pwd)" -DCOMMX_PY_INPLACE=ON -DPython_EXECUTABLE="$PY" \
   -Dpybind11_DIR="$("$PY" -c 'import pybind11; print(pybind11.get_cmake_dir())')" >> "$LOG" 2>&1 &&
   ninja -C build-py-gpu -j"$JOBS" >> "$LOG" 2>&1 || { say "FAIL: extension build"; tail -40 "$LOG"; exit 1; }
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"

@@ -195,8 +195,15 @@ bool lowp_eligible(OpType t, DataType dtype, ReduceOp op, std::string* why) {
   return true;
 }
 
-std::optional<LowpPlan> lowp_choice(const LowpSettings& s, OpType t, DataType dtype, ReduceOp op,
+std::optional<LowpPlan> lowp_choice(const LowpSettings& comm, OpType t, DataType dtype, ReduceOp op,
                                     int64_t bytes, const Hints& op_hints, const std::string& ctx) {
+  // The op's own low_precision_* hints win over the comm's settings for this op.
+  LowpSettings s = comm;
+  apply_shared(s, [&](const Key& k) -> std::optional<Found> {
+    auto v = op_hints.find(k.hint);
+    if (v == op_hints.end()) return std::nullopt;
+    return Found{ctx + "op hint " + k.hint, v->second};
+  });
   auto it = op_hints.find("low_precision");
   if (it != op_hints.end() && it->second != "auto") {
     auto m = parse_mode(it->second);

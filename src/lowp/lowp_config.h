@@ -54,7 +54,9 @@ bool lowp_eligible(OpType t, DataType dtype, ReduceOp op, std::string* why = nul
 
 // The codec to use for this op, or nullopt for the normal path. `bytes` is a size every rank
 // agrees on (count of the op's per-rank input times the dtype size). An op hint that forces FP8
-// on an ineligible op throws Unsupported, prefixed by `ctx` (op_context of the caller).
+// on an ineligible op throws Unsupported, prefixed by `ctx` (op_context of the caller). The op
+// hints `low_precision_min_bytes`, `_block`, `_rounding`, `_seed` and `_gather` override the
+// comm's settings `s` for this op (a bad value throws InvalidArgument naming the op hint).
 std::optional<LowpPlan> lowp_choice(const LowpSettings& s, OpType t, DataType dtype, ReduceOp op,
                                     int64_t bytes, const Hints& op_hints,
                                     const std::string& ctx = "");

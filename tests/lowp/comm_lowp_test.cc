@@ -136,6 +136,21 @@ TEST(CommLowp, TwoTermGatherThroughComm) {
     Fp8Codec codec({});
     env.check(io.same_bits(simulate_all_reduce(codec, in, ReduceKind::kAvg, true)), "fp8x2");
   }));
+  // The same chosen per op: one comm, each all_reduce with its own gather hint.
+  expect_ok(run_forked(3, [&](RankEnv& env) {
+    auto comm = env.comm("lowp_x2_op");
+    auto in = inputs(DataType::kBFloat16, 3, 3001, 6);
+    Fp8Codec codec({});
+    for (bool two_term : {true, false, true}) {
+      Buf io = in[env.rank];
+      OpOptions o;
+      o.hints["low_precision"] = "fp8e4m3";
+      o.hints["low_precision_gather"] = two_term ? "fp8x2" : "fp8";
+      comm->all_reduce(io.tensor(), ReduceOp::SUM, false, o);
+      env.check(io.same_bits(simulate_all_reduce(codec, in, ReduceKind::kSum, two_term)),
+                two_term ? "op hint fp8x2" : "op hint fp8");
+    }
+  }));
 }
 
 TEST(CommLowp, CollectivesOverTheTcpTransport) {

@@ -157,6 +157,42 @@ TEST(LowpConfig, OpHintPrecedence) {
   }
 }
 
+TEST(LowpConfig, OpHintsOverrideTheCommSettingsForThatOp) {
+  EnvGuard env;
+  env.set("COMMX_LOW_PRECISION_GATHER", "fp8");  // the environment sets the comm's settings only
+  LowpSettings s = resolve_lowp_settings({{"low_precision", "on"}});
+  Hints h{{"low_precision", "fp8e4m3"},  {"low_precision_gather", "fp8x2"},
+          {"low_precision_block", "64"}, {"low_precision_rounding", "stochastic"},
+          {"low_precision_seed", "7"}};
+  auto c = lowp_choice(s, OpType::kAllReduce, kF32, ReduceOp::SUM, kBig, h);
+  ASSERT_TRUE(c);
+  EXPECT_TRUE(c->two_term_gather);
+  EXPECT_EQ(c->codec.block, 64);
+  EXPECT_TRUE(c->codec.stochastic);
+  EXPECT_EQ(c->codec.seed, 7u);
+  // Without them the comm's settings apply.
+  c = lowp_choice(s, OpType::kAllReduce, kF32, ReduceOp::SUM, kBig, {{"low_precision", "on"}});
+  ASSERT_TRUE(c);
+  EXPECT_FALSE(c->two_term_gather);
+  EXPECT_EQ(c->codec.block, kDefaultBlock);
+  // The threshold of an op that is not forced.
+  EXPECT_FALSE(lowp_choice(s, OpType::kAllReduce, kF32, ReduceOp::SUM, 4096, {}));
+  EXPECT_TRUE(lowp_choice(s, OpType::kAllReduce, kF32, ReduceOp::SUM, 4096,
+                          {{"low_precision_min_bytes", "1024"}}));
+  try {
+    lowp_choice(s, OpType::kAllReduce, kF32, ReduceOp::SUM, kBig,
+                {{"low_precision", "on"}, {"low_precision_gather", "fp16"}},
+                "[comm 'c' rank 1/2] all_reduce #4: ");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    std::string m = e.what();
+    EXPECT_NE(m.find("rank 1/2] all_reduce #4: op hint low_precision_gather='fp16'"),
+              std::string::npos)
+        << m;
+  }
+}
+
 TEST(LowpConfig, BadValuesAreClearErrors) {
   {
     EnvGuard env;
