@@ -8,7 +8,8 @@
 #   conformance  the conformance suite on its cuda and nccl worlds, two suites at a time
 #   bench        commx-bench (base: its benchmark) side by side, AB_ROUNDS rounds alternating base
 #                and new: all_reduce bf16/f32 and all_gather/reduce_scatter/all_to_all bf16,
-#                eager and graph, cuda and nccl, 8 B - 256 MiB; compared by latency_ab.py
+#                eager and graph, cuda and nccl, 8 B - 256 MiB; compared by latency_ab.py (AB_AR_MIN,
+#                AB_COLL_MIN, AB_MAX and AB_FACTOR narrow the sizes: 8, 1K, 256M, 4)
 #   tune         the cuda all_reduce algorithms measured per size at 2 ranks and at every GPU
 #                (commx-bench --tune): cuda_tuning.txt, the file bench/tuning/cuda.txt keeps
 #   hier         scripts/gpu_hier.sh (forced hosts, FP8 between them; 2 hosts of 2 GPUs on 4)
@@ -65,12 +66,15 @@ for step in "$@"; do
       grep -E "^=== |tests? from .* ran|^\[  (PASSED|FAILED) " "$OUT/conformance.log" ;;
     bench)
       R=$NG
-      COMMON="--ranks $R --backend cuda,nccl --modes eager,graph --max 256M --factor 4 --reps ${AB_REPS:-5}"
-      echo "commands: commx-bench (base: $AB_BASE_BENCH) $COMMON --dtypes bf16,f32 --ops all_reduce --min 8" \
-        "and $COMMON --dtypes bf16 --ops all_gather,reduce_scatter,all_to_all --min 1K" >> "$OUT/machine.txt"
+      COMMON="--ranks $R --backend cuda,nccl --modes eager,graph --max ${AB_MAX:-256M}"
+      COMMON="$COMMON --factor ${AB_FACTOR:-4} --reps ${AB_REPS:-5}"
+      AR="--dtypes bf16,f32 --ops all_reduce --min ${AB_AR_MIN:-8}"
+      COLL="--dtypes bf16 --ops all_gather,reduce_scatter,all_to_all --min ${AB_COLL_MIN:-1K}"
+      echo "commands: commx-bench (base: $AB_BASE_BENCH) $COMMON $AR" \
+        "and $COMMON $COLL" >> "$OUT/machine.txt"
       for r in $(seq 1 "${AB_ROUNDS:-2}"); do
-        ab_bench "ar$r" "${AB_BENCH_S:-150}" $COMMON --dtypes bf16,f32 --ops all_reduce --min 8
-        ab_bench "coll$r" "${AB_BENCH_S:-150}" $COMMON --dtypes bf16 --ops all_gather,reduce_scatter,all_to_all --min 1K
+        ab_bench "ar$r" "${AB_BENCH_S:-150}" $COMMON $AR
+        ab_bench "coll$r" "${AB_BENCH_S:-150}" $COMMON $COLL
       done
       ab_report | grep -E "^\*\*|mean|^- " ;;
     tune)

@@ -47,9 +47,14 @@ void two_shot_enqueue(const PeerSet& ps, const AllReduceShape& a, const OpDesc& 
   if (a.n <= 0) return;
   const int64_t es = static_cast<int64_t>(a.elem);
   const int64_t unit = (16 / es) * a.world;
-  // Pieces of whole packs per owner: every piece starts as aligned as the op's buffers.
-  int64_t chunk = static_cast<int64_t>((a.half / 2 / a.world - 256) / a.elem) * a.world;
-  chunk = std::min(std::max<int64_t>(chunk / unit * unit, unit), a.n);
+  // Pieces of whole packs per owner, so every piece starts as aligned as the op's buffers, and of
+  // even sizes: an op a little over one half's worth runs as two like pieces, not as a full one
+  // and a short tail. A half holds a slot per peer for each step (two_shot_bytes_needed).
+  const int64_t slots = std::max(1, 2 * (a.world - 1));
+  int64_t most = static_cast<int64_t>((a.half / slots - 256) / a.elem) * a.world;
+  most = std::max<int64_t>(most / unit * unit, unit);
+  const int64_t pieces = (a.n + most - 1) / most;
+  const int64_t chunk = std::min(((a.n + pieces - 1) / pieces + unit - 1) / unit * unit, a.n);
   launch_allreduce_two_shot(ps, a.in, a.out, a.n, chunk, a.out_rank, spec_of(a, op),
                             blocks_for(static_cast<uint64_t>(chunk * es) / a.world,
                                        t.max_blocks_large),

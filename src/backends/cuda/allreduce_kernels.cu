@@ -147,7 +147,8 @@ __global__ void __launch_bounds__(kThreads, kPieces ? 2 : 0)
   if (!kPieces) chunk = n;
   const int64_t pieces = kPieces ? (n + chunk - 1) / chunk : 1;
   const unsigned long long last = epoch + pieces - 1;
-  // Rank q's region of a half: reduce-scatter input at q * sreg, gather input at (world + q) * sreg.
+  // A half holds a slot per peer for the reduce-scatter (peer q's at peer_slot(q, me) * sreg),
+  // then one per peer for the gather (at (world - 1 + peer_slot(q, me)) * sreg).
   const uint64_t sreg = align256(slice_elems<T>(chunk, world) * sizeof(T));
   const bool want_out = out_rank < 0 || out_rank == me;
   for (int64_t i = 0; i < pieces; ++i) {
@@ -163,34 +164,35 @@ __global__ void __launch_bounds__(kThreads, kPieces ? 2 : 0)
       return l < 0 ? int64_t(0) : (l > s ? s : l);
     };
     char* mine = half_of(ps, me, e);
-    // 1. Reduce-scatter: push slice q of the piece into region `me` of owner q (next rank first).
+    // 1. Reduce-scatter: push slice q of the piece into this rank's slot at owner q (next rank
+    // first).
     for (int k = 1; k < world; ++k) {
       const int q = (me + k) % world;
-      copy_block(pin + q * s, reinterpret_cast<T*>(half_of(ps, q, e) + me * sreg), len(q), aligned,
-                 true);
+      copy_block(pin + q * s, reinterpret_cast<T*>(half_of(ps, q, e) + peer_slot(me, q) * sreg),
+                 len(q), aligned, true);
     }
     if (!block_barrier(ps, flag_value(e, 0))) return finish_op(ps, last);
     // 2. Reduce the own slice in rank order, keep it, and push it to the peers' gather areas.
     {
       const T* own = pin + me * s;
       T* res = pout + me * s;
-      const uint64_t gather = world * sreg + me * sreg;
+      auto gather = [&](int q) {  // this rank's gather slot at rank q
+        return reinterpret_cast<T*>(half_of(ps, q, e) + (world - 1 + peer_slot(me, q)) * sreg);
+      };
       for_block_packs<T>(
           len(me),
           [&](int64_t x) {
             T v[P];
-            reduce_pack(rd, world, me, own, aligned, mine, sreg, x, v);
+            reduce_pack<T, OP, true>(rd, world, me, own, aligned, mine, sreg, x, v);
             if (want_out) store_pack(res + x, aligned, v);
             for (int q = 0; q < world; ++q)
-              if (q != me && (out_rank < 0 || q == out_rank))
-                store_pack(reinterpret_cast<T*>(half_of(ps, q, e) + gather) + x, true, v);
+              if (q != me && (out_rank < 0 || q == out_rank)) store_pack(gather(q) + x, true, v);
           },
           [&](int64_t x) {
-            const T v = reduce_elem(rd, world, me, own, mine, sreg, x);
+            const T v = reduce_elem<T, OP, true>(rd, world, me, own, mine, sreg, x);
             if (want_out) res[x] = v;
             for (int q = 0; q < world; ++q)
-              if (q != me && (out_rank < 0 || q == out_rank))
-                reinterpret_cast<T*>(half_of(ps, q, e) + gather)[x] = v;
+              if (q != me && (out_rank < 0 || q == out_rank)) gather(q)[x] = v;
           });
     }
     if (!block_barrier(ps, flag_value(e, 1))) return finish_op(ps, last);
@@ -198,8 +200,8 @@ __global__ void __launch_bounds__(kThreads, kPieces ? 2 : 0)
     if (want_out) {
       for (int q = 0; q < world; ++q) {
         if (q == me) continue;
-        copy_block(reinterpret_cast<const T*>(mine + world * sreg + q * sreg), pout + q * s, len(q),
-                   true, aligned);
+        copy_block(reinterpret_cast<const T*>(mine + (world - 1 + peer_slot(q, me)) * sreg),
+                   pout + q * s, len(q), true, aligned);
       }
     }
   }
@@ -249,7 +251,7 @@ uint64_t flat_bytes_needed(int64_t n, size_t elem, int world) {
 uint64_t two_shot_bytes_needed(int64_t n, size_t elem, int world) {
   const int64_t p = 16 / static_cast<int64_t>(elem);
   const int64_t s = ((n + world - 1) / world + p - 1) / p * p;
-  return 2ull * world * align256(s * elem);
+  return 2ull * (world - 1) * align256(s * elem);  // a slot per peer for each of the two steps
 }
 
 uint64_t ll128_bytes_needed(int64_t n, size_t elem, int world) {

@@ -77,11 +77,20 @@ Reducer<T, OP> reducer_of(const ReduceSpec& rs) {
   return rd;
 }
 
+// Rank q's slot in rank r's buffer where r keeps one slot per peer (q != r): q's index among
+// r's peers, so world - 1 slots hold them all.
+__device__ __forceinline__ int peer_slot(int q, int r) { return q - (q > r); }
+
 // The rank-order reduction of the simple-protocol kernels: element(s) e of each rank's
 // contribution, rank `me`'s read from `own`, every other rank r's from region r (`region` bytes
-// apart) of this rank's buffer half `mine`, combined in the order 0..world-1 (bit-identical on
-// every rank).
-template <typename T, int OP>
+// apart; with kPeerSlots region peer_slot(r, me)) of this rank's buffer half `mine`, combined in
+// the order 0..world-1 (bit-identical on every rank).
+template <bool kPeerSlots = false>
+__device__ __forceinline__ int region_of(int r, int me) {
+  return kPeerSlots ? peer_slot(r, me) : r;
+}
+
+template <typename T, int OP, bool kPeerSlots = false>
 __device__ __forceinline__ void reduce_pack(const Reducer<T, OP>& rd, int world, int me,
                                             const T* own, bool aligned, const char* mine,
                                             uint64_t region, int64_t e, T (&v)[kPack<T>]) {
@@ -92,19 +101,21 @@ __device__ __forceinline__ void reduce_pack(const Reducer<T, OP>& rd, int world,
     if (r == me)
       load_pack(own + e, aligned, v);
     else
-      load_pack(reinterpret_cast<const T*>(mine + r * region) + e, true, v);
+      load_pack(reinterpret_cast<const T*>(mine + region_of<kPeerSlots>(r, me) * region) + e, true,
+                v);
     accumulate<OP>(acc, v, r);
   }
 #pragma unroll
   for (int k = 0; k < P; ++k) v[k] = rd.finish(acc[k]);
 }
 
-template <typename T, int OP>
+template <typename T, int OP, bool kPeerSlots = false>
 __device__ __forceinline__ T reduce_elem(const Reducer<T, OP>& rd, int world, int me, const T* own,
                                          const char* mine, uint64_t region, int64_t e) {
   typename AccOf<T>::type acc = 0;
   for (int r = 0; r < world; ++r) {
-    T v = r == me ? own[e] : reinterpret_cast<const T*>(mine + r * region)[e];
+    T v = r == me ? own[e]
+                  : reinterpret_cast<const T*>(mine + region_of<kPeerSlots>(r, me) * region)[e];
     accumulate<OP>(acc, v, r);
   }
   return rd.finish(acc);
