@@ -18,7 +18,7 @@
 #                       hint beside torch's NCCL and commx in the dtype, eager (also with the last
 #                       rank 100 us late) and torch.cuda.graph, 16-256 MiB
 #   logs.tar.gz         build and benchmark logs
-# Env: LOWP_TESTS=0 / LOWP_BENCH=0 skip a part; LOWP_MIN/LOWP_MAX bound the sizes (16M, 1G);
+# Env: LOWP_TESTS=0 / LOWP_BENCH=0 skip a part (LOWP_SETTINGS=0: lowp_generic and lowp_occupancy); LOWP_MIN/LOWP_MAX bound the sizes (16M, 1G);
 # LOWP_REPS (5); LOWP_BASE=DIR also benchmarks the FP8 all_reduce of the commx tree at DIR (built
 # there in build-gpu) as the "before" of a comparison (lowp_base.json); LOWP_BUILD=DIR runs a build
 # made elsewhere for this CUDA instead of building (DIR/bin: commx-bench and the two tests; DIR/lib:
@@ -78,6 +78,8 @@ if [ "${LOWP_BENCH:-1}" = 1 ]; then
   bench lowp_coll "$BUILD" commx-bench --backend nccl,cuda,cuda+fp8 --dtypes bf16 \
     --ops reduce_scatter,all_gather,all_to_all --modes eager --min "$MIN" --max "$MAX" --factor 4 \
     --reps "$REPS" --json "$OUT/lowp_coll.json" --md "$LOGS/lowp_coll.md"
+fi
+if [ "${LOWP_BENCH:-1}" = 1 ] && [ "${LOWP_SETTINGS:-1}" = 1 ]; then
   COMMX_CUDA_LOWP_KERNEL=generic bench lowp_generic "$BUILD" commx-bench --backend cuda+fp8,cuda+fp8x2 \
     --dtypes bf16 --ops all_reduce --modes eager --min "$MIN" --max "$MAX" --factor 4 --reps "$REPS" \
     --json "$OUT/lowp_generic.json" --md /dev/null
@@ -86,11 +88,11 @@ if [ "${LOWP_BENCH:-1}" = 1 ]; then
   COMMX_CUDA_LOWP_BLOCKS_PER_SM=$other_bpsm bench lowp_occupancy "$BUILD" commx-bench --backend cuda+fp8,cuda+fp8x2 \
     --dtypes bf16 --ops all_reduce --modes eager --min "$MIN" --max "$MAX" --factor 4 --reps "$REPS" \
     --json "$OUT/lowp_occupancy.json" --md /dev/null
-  if [ -n "$BASE" ]; then
-    bench lowp_base "$BASE/build-gpu" "$(bench_bin "$BASE")" --backend cuda+fp8,cuda+fp8x2 --dtypes bf16 --ops all_reduce \
-      --modes eager --min "$MIN" --max "$MAX" --factor 4 --reps "$REPS" \
-      --json "$OUT/lowp_base.json" --md /dev/null
-  fi
+fi
+if [ "${LOWP_BENCH:-1}" = 1 ] && [ -n "$BASE" ]; then
+  bench lowp_base "$BASE/build-gpu" "$(bench_bin "$BASE")" --backend cuda+fp8,cuda+fp8x2 --dtypes bf16 --ops all_reduce \
+    --modes eager --min "$MIN" --max "$MAX" --factor 4 --reps "$REPS" \
+    --json "$OUT/lowp_base.json" --md /dev/null
 fi
 
 if [ "${LOWP_TRAIN:-0}" = 1 ]; then

@@ -14,6 +14,10 @@
 #   ncu.log           Nsight Compute on rank 0 only (rank 1 runs unprofiled beside it), one kernel,
 #                     metric groups that need one pass each (a replayed pass would wait for a peer
 #                     kernel that already ended: it ends at the op timeout and is dropped)
+# PROFILE_BUILD=DIR runs a build made elsewhere for this CUDA (bin/: commx-bench, commx-run; lib/)
+# instead of building; PROFILE_TABLE=0 skips fp8.json (the table scripts/gpu_lowp.sh also makes);
+# NCU_ALL=1 tries every metric group (only the first has completed across two GPUs: the others
+# ended at the peer's timeout).
 # Every step is bounded.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -25,7 +29,12 @@ B=build-ab
 rc=0
 T0=$(date +%s)
 { date -u; nvidia-smi --query-gpu=name,memory.total --format=csv; nvidia-smi topo -m; uname -r; } > "$OUT/machine.txt" 2>&1
-gpu_build $B "$LOGS/build.log" commx_backend_cuda commx_backend_nccl commx-bench commx-run || exit 1
+if [ -n "${PROFILE_BUILD:-}" ]; then
+  B=$(cd "$PROFILE_BUILD" && pwd)
+  export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+else
+  gpu_build $B "$LOGS/build.log" commx_backend_cuda commx_backend_nccl commx-bench commx-run || exit 1
+fi
 echo "build ok $(date -u +%T)"
 BENCH=$B/bin/commx-bench
 
@@ -35,7 +44,7 @@ run_bench() {  # NAME LIMIT ARGS...
   timeout "$limit" $BENCH --ranks 2 "$@" > "$LOGS/$name.log" 2>&1 || { rc=1; echo "$name failed"; tail -3 "$LOGS/$name.log"; }
 }
 
-run_bench fp8 200 --backend nccl,cuda,cuda+fp8,cuda+fp8x2,nccl+fp8 --dtypes bf16,f32 --ops all_reduce \
+[ "${PROFILE_TABLE:-1}" = 1 ] && run_bench fp8 200 --backend nccl,cuda,cuda+fp8,cuda+fp8x2,nccl+fp8 --dtypes bf16,f32 --ops all_reduce \
   --modes eager,graph --min 16M --max 1G --factor 4 --reps 3 --error 16M --json "$OUT/fp8.json" --md "$OUT/fp8.md"
 echo "fp8 table $(date -u +%T)"
 
@@ -71,12 +80,14 @@ echo "variants $(date -u +%T)"
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 # gVisor (kernel 4.4.0) gives ncu no counters.
 if [ -n "$NCU" ] && [ "$(uname -r)" != 4.4.0 ]; then
-  for g in "gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum" \
+  groups=("gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum")
+  [ "${NCU_ALL:-0}" = 1 ] && groups+=(
            "sm__throughput.avg.pct_of_peak_sustained_elapsed,gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed,smsp__issue_active.avg.pct_of_peak_sustained_active" \
            "smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct,smsp__warp_issue_stalled_lg_throttle_per_warp_active.pct,smsp__warp_issue_stalled_drain_per_warp_active.pct" \
            "smsp__warp_issue_stalled_membar_per_warp_active.pct,smsp__warp_issue_stalled_barrier_per_warp_active.pct,smsp__warp_issue_stalled_sleeping_per_warp_active.pct" \
-           "smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct,smsp__warp_issue_stalled_wait_per_warp_active.pct,smsp__warp_issue_stalled_no_instruction_per_warp_active.pct"; do
-    for dt in f32; do
+           "smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct,smsp__warp_issue_stalled_wait_per_warp_active.pct,smsp__warp_issue_stalled_no_instruction_per_warp_active.pct")
+  for g in "${groups[@]}"; do
+    for dt in ${NCU_DTYPES:-f32 bf16}; do
       [ $(( $(date +%s) - T0 )) -lt 330 ] || break 2
       echo "=== $dt $g" >> "$OUT/ncu.log"
       COMMX_TIMEOUT_SECONDS=15 timeout 60 $B/bin/commx-run -n 2 --timeout 55 -- bash -c \
