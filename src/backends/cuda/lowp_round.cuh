@@ -3,8 +3,8 @@
 // encodes, reduces or decodes a pair of adjacent codec blocks (blocks 2u and 2u+1); block b of
 // threads owns units b*kWarps .. b*kWarps+kWarps-1, then every gridDim-th group after that,
 // identically on every rank and in every phase, so a per-block barrier orders exactly the units it
-// needs. A pair of full 256-value blocks takes the fast path (16 values per lane in 4 groups of
-// 4, each group's accesses coalesced across the warp, the next unit's loads in flight:
+// needs. A pair of full 256-value blocks takes the fast path (16 values per lane in groups of 16
+// bytes, each group's accesses coalesced across the warp, the next unit's loads in flight:
 // fp8_device.cuh "Pairs"); other blocks go one at a time through encode_block_warp. Slot layout
 // of one encoded chunk of n values in nb blocks: nb scale words, codes from code_off(nb) (4 * nb
 // rounded up to 16, so that codes are 16-byte aligned), a second term (two-term gather) from
@@ -80,9 +80,9 @@ __device__ __forceinline__ void encode_pairs(const T* src, int64_t npairs, const
     const int64_t un = u + step;
     if (un < npairs) g::fetch16<T>(src + un * 512, next);
     const g::PairCode pc = g::scale_pair<kE5>(v);
-    const uint4 w = g::encode16<kE5, kSR>(v, pc, r.seed, r.sr1,
-                                          static_cast<uint64_t>(sr_off + u * 512), st);
-    g::store_pair(d, u, pc, w);
+    const uint64_t idx = static_cast<uint64_t>(sr_off + u * 512);
+    const uint4 w = g::encode16<kE5, kSR, g::kGroupOf<T>>(v, pc, r.seed, r.sr1, idx, st);
+    g::store_pair<g::kGroupOf<T>>(d, u, pc, w);
     if (un >= npairs) return;
     u = un;
   }
@@ -140,13 +140,13 @@ __device__ __forceinline__ void fetch_pair(const g::ReduceSrc& rs, bool own_vec,
   } else {
     T* h = reinterpret_cast<T*>(raw.own.q);
 #pragma unroll
-    for (int j = 0; j < 16; ++j) h[j] = own[g::pair_value_offset(j)];
+    for (int j = 0; j < 16; ++j) h[j] = own[g::pair_value_offset<g::kGroupOf<T>>(j)];
   }
 #pragma unroll (kW ? kW : 1)
   for (int p = 0; p < kN; ++p) {
     if (p >= (kW ? kW : rs.world)) break;
     if (p == rs.rank) continue;
-    raw.c[p] = g::load_pair_codes(rs.recv[p] + rs.code_off, u);
+    raw.c[p] = g::load_pair_codes<g::kGroupOf<T>>(rs.recv[p] + rs.code_off, u);
     raw.sb[p] = *reinterpret_cast<const uint2*>(rs.recv[p] + 8 * u);
   }
 }
@@ -186,7 +186,7 @@ __device__ __forceinline__ void store_values16(T* p, const float v[16]) {
     return;
   }
 #pragma unroll
-  for (int j = 0; j < 16; ++j) g::store_f<T>(p, g::pair_value_offset(j), v[j]);
+  for (int j = 0; j < 16; ++j) g::store_f<T>(p, g::pair_value_offset<g::kGroupOf<T>>(j), v[j]);
 }
 
 // P2's loop over the owner's full pairs 0..npairs-1 (the units FOR_UNITS gives this warp): each
@@ -229,8 +229,8 @@ __device__ __forceinline__ void reduce_encode_pairs(const g::ReduceSrc& rs, int6
   for_each_reduced_pair<T, kE5, kW>(rs, npairs, [&](int64_t u, float v[16]) {
     const uint64_t idx = static_cast<uint64_t>(sr_off + u * 512);
     const g::PairCode c1 = g::scale_pair<kE5>(v);
-    const uint4 w = g::encode16<kE5, kSR>(v, c1, r.seed, r.sr2, idx, st);
-    g::store_pair(d1, u, c1, w);
+    const uint4 w = g::encode16<kE5, kSR, g::kGroupOf<T>>(v, c1, r.seed, r.sr2, idx, st);
+    g::store_pair<g::kGroupOf<T>>(d1, u, c1, w);
     float o[16];
     g::decode16<kE5>(w, c1.words(), o);
     if (r.two_term) {
@@ -239,8 +239,8 @@ __device__ __forceinline__ void reduce_encode_pairs(const g::ReduceSrc& rs, int6
       for (int j = 0; j < 16; ++j)
         v[j] = (lowp::f2u(o[j]) & g::kInfBits) != g::kInfBits ? __fsub_rn(v[j], o[j]) : 0.0f;
       const g::PairCode c2 = g::scale_pair<kE5>(v);
-      const uint4 w2 = g::encode16<kE5, kSR>(v, c2, r.seed, r.sr2b, idx, st);
-      g::store_pair(d2, u, c2, w2);
+      const uint4 w2 = g::encode16<kE5, kSR, g::kGroupOf<T>>(v, c2, r.seed, r.sr2b, idx, st);
+      g::store_pair<g::kGroupOf<T>>(d2, u, c2, w2);
       float o2[16];
       g::decode16<kE5>(w2, c2.words(), o2);
 #pragma unroll
@@ -329,12 +329,12 @@ __device__ __forceinline__ void decode_units(const uint8_t* enc, int64_t n, int6
   FOR_UNITS(u, (nb + 1) / 2) {
     if (skip_owned && owner_finishes(u, n, block)) continue;
     if (u < nfp) {  // 16 values per lane in groups (g::pair_offset), coalesced
-      const uint4 w = g::load_pair_codes(codes, u);
+      const uint4 w = g::load_pair_codes<g::kGroupOf<T>>(codes, u);
       const uint2 sb = *reinterpret_cast<const uint2*>(enc + 8 * u);
       float v[16];
       g::decode16<kE5>(w, sb, v);
       if (two_term) {
-        const uint4 w2 = g::load_pair_codes(codes2, u);
+        const uint4 w2 = g::load_pair_codes<g::kGroupOf<T>>(codes2, u);
         const uint2 sb2 = *reinterpret_cast<const uint2*>(enc2 + 8 * u);
         float v2[16];
         g::decode16<kE5>(w2, sb2, v2);

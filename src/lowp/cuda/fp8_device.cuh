@@ -11,7 +11,6 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "lowp/cuda/fp8_codec_cuda.h"
 #include "lowp/fp8_bits.h"
@@ -550,19 +549,30 @@ struct ResidualSrc {
 };
 
 
-// ---- Pairs of full blocks: 16 values per lane in 4 groups, coalesced accesses ----
+// ---- Pairs of full blocks: 16 values per lane in groups of 16 bytes, coalesced accesses ----
 // A warp works on two adjacent full blocks of 256 values (blocks 2u and 2u+1, 512 values). Lane l
-// holds 4 groups of 4 consecutive values: group g is values 128g + 4l .. 128g + 4l + 3 of the pair
-// (groups 0-1 in block 2u, 2-3 in block 2u+1), and its 4 codes are the bytes at the same offsets
-// of the pair's 512 codes. Every access of one group by the whole warp is then one contiguous
-// span (values: 512 bytes of f32, 256 of bf16 or f16; codes: 128 bytes), whatever the element
-// type: a lane's 16 consecutive values put 32-64 bytes between lanes and made each 16-byte access
-// of a warp touch 8-16 lines of 128 bytes. Same bits as encode_block_warp.
+// holds groups of kG consecutive values, kG = 16 / sizeof(T) (4 of f32, 8 of bf16 or f16): group g
+// is values 32 kG g + kG l .. + kG - 1 of the pair, and its kG codes are the bytes at the same
+// offsets of the pair's 512 codes. Every access of one group by the whole warp is then one
+// contiguous span of 512 bytes of values and 32 kG bytes of codes, with 16-byte value accesses:
+// a lane's 16 consecutive values put 32-64 bytes between lanes and made each 16-byte access of a
+// warp touch 8-16 lines of 128 bytes. Values 0-7 of a lane are in block 2u, 8-15 in block 2u+1,
+// and so are the codes of words 0-1 and 2-3. Same bits as encode_block_warp.
+
+// Values per group of element type T (16 bytes).
+template <typename T>
+constexpr int kGroupOf = 16 / static_cast<int>(sizeof(T));
 
 // The offset of this lane's group g in a pair (values and codes alike).
-__device__ __forceinline__ int pair_offset(int g) { return 128 * g + 4 * (threadIdx.x & 31); }
-// The offset in the pair of this lane's value j (0..15): group j / 4, position j % 4.
-__device__ __forceinline__ int pair_value_offset(int j) { return pair_offset(j / 4) + j % 4; }
+template <int kG>
+__device__ __forceinline__ int pair_offset(int g) {
+  return 32 * kG * g + kG * (threadIdx.x & 31);
+}
+// The offset in the pair of this lane's value j (0..15): group j / kG, position j % kG.
+template <int kG>
+__device__ __forceinline__ int pair_value_offset(int j) {
+  return pair_offset<kG>(j / kG) + j % kG;
+}
 
 // The codec state of a pair's two blocks (the same in every lane).
 struct PairCode {
@@ -614,9 +624,9 @@ __device__ __forceinline__ uint32_t cvt2(float q0, float q1) {
   return __nv_cvt_float2_to_fp8x2(make_float2(q0, q1), __NV_SATFINITE, kE5 ? __NV_E5M2 : __NV_E4M3);
 }
 
-// This lane's 16 codes (group g's 4 codes in word g, byte 0 first), counted into `st` (nullable)
-// as encode8 counts. idx: stochastic-rounding index of the pair's value 0.
-template <bool kE5, bool kSR>
+// This lane's 16 codes (value j's in byte j % 4 of word j / 4), counted into `st` (nullable) as
+// encode8 counts. idx: stochastic-rounding index of the pair's value 0; kG: values per group.
+template <bool kE5, bool kSR, int kG>
 __device__ __forceinline__ uint4 encode16(const float v[16], const PairCode& pc, uint64_t seed,
                                           uint64_t stream, uint64_t idx, StatAcc* st) {
   constexpr Fp8Traits t = kE5 ? e5m2_traits() : e4m3_traits();
@@ -633,8 +643,8 @@ __device__ __forceinline__ uint4 encode16(const float v[16], const PairCode& pc,
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
       const int b = j / 8;
-      w[j / 4] |= static_cast<uint32_t>(encode_one<kE5, kSR>(v[j], pc.inv[b], pc.flagged[b], seed,
-                                                             stream, idx + pair_value_offset(j)))
+      w[j / 4] |= static_cast<uint32_t>(encode_one<kE5, kSR>(
+                      v[j], pc.inv[b], pc.flagged[b], seed, stream, idx + pair_value_offset<kG>(j)))
                   << (8 * (j % 4));
     }
   }
@@ -677,9 +687,9 @@ __device__ __forceinline__ uint4 encode16(const float v[16], const PairCode& pc,
 }
 
 // Writes pair `u`'s two scale words (lane d for destination d, one 8-byte store) and this lane's
-// 16 codes (a 4-byte store per group) to every destination. The destinations' scales must be
+// 16 codes (a kG-byte store per group) to every destination. The destinations' scales must be
 // 8-byte and their codes 16-byte aligned (the cuda backend's slots are).
-template <typename Dsts>
+template <int kG, typename Dsts>
 __device__ __forceinline__ void store_pair(const Dsts& dsts, int64_t u, const PairCode& pc,
                                            const uint4& w) {
   const int lane = threadIdx.x & 31;
@@ -689,18 +699,31 @@ __device__ __forceinline__ void store_pair(const Dsts& dsts, int64_t u, const Pa
     if (d >= dsts.count) break;
     if (lane == d) *reinterpret_cast<uint2*>(dsts.p[d] + 8 * u) = pc.words();
     uint8_t* codes = dsts.p[d] + dsts.code_off + 512 * u;
+    if constexpr (kG == 4) {
 #pragma unroll
-    for (int g = 0; g < 4; ++g) *reinterpret_cast<uint32_t*>(codes + pair_offset(g)) = c[g];
+      for (int g = 0; g < 4; ++g) *reinterpret_cast<uint32_t*>(codes + pair_offset<4>(g)) = c[g];
+    } else {
+#pragma unroll
+      for (int g = 0; g < 2; ++g)
+        *reinterpret_cast<uint2*>(codes + pair_offset<8>(g)) = make_uint2(c[2 * g], c[2 * g + 1]);
+    }
   }
 }
 
 // This lane's 16 codes of pair u from `codes` (the pair's code bytes start at codes + 512u).
+template <int kG>
 __device__ __forceinline__ uint4 load_pair_codes(const uint8_t* codes, int64_t u) {
   const uint8_t* p = codes + 512 * u;
-  return make_uint4(*reinterpret_cast<const uint32_t*>(p + pair_offset(0)),
-                    *reinterpret_cast<const uint32_t*>(p + pair_offset(1)),
-                    *reinterpret_cast<const uint32_t*>(p + pair_offset(2)),
-                    *reinterpret_cast<const uint32_t*>(p + pair_offset(3)));
+  if constexpr (kG == 4) {
+    return make_uint4(*reinterpret_cast<const uint32_t*>(p + pair_offset<4>(0)),
+                      *reinterpret_cast<const uint32_t*>(p + pair_offset<4>(1)),
+                      *reinterpret_cast<const uint32_t*>(p + pair_offset<4>(2)),
+                      *reinterpret_cast<const uint32_t*>(p + pair_offset<4>(3)));
+  } else {
+    const uint2 a = *reinterpret_cast<const uint2*>(p + pair_offset<8>(0));
+    const uint2 b = *reinterpret_cast<const uint2*>(p + pair_offset<8>(1));
+    return make_uint4(a.x, a.y, b.x, b.y);
+  }
 }
 
 // The 16 values of codes w under the pair's scale words sb (block 2u's in x): decode_one for each.
@@ -728,39 +751,33 @@ __device__ __forceinline__ void decode16(const uint4& w, uint2 sb, float o[16]) 
   }
 }
 
-// This lane's 16 elements of a pair of T, raw: one access per group (16 bytes of f32, 8 of the
-// 16-bit types); fetch16 and store16 move them (p: the pair's first element, 16-byte aligned).
+// This lane's 16 elements of a pair of T, raw: one 16-byte access per group; fetch16 and store16
+// move them (p: the pair's first element, 16-byte aligned).
 template <typename T>
 struct Raw16 {
-  using Group = std::conditional_t<sizeof(T) == 4, uint4, uint2>;  // 4 elements
-  Group q[4];
+  uint4 q[sizeof(T)];  // sizeof(T) groups of 16 / sizeof(T) elements
 };
 template <typename T>
 __device__ __forceinline__ void fetch16(const T* p, Raw16<T>& r) {
-  using G = typename Raw16<T>::Group;
 #pragma unroll
-  for (int g = 0; g < 4; ++g) r.q[g] = *reinterpret_cast<const G*>(p + pair_offset(g));
+  for (int g = 0; g < static_cast<int>(sizeof(T)); ++g)
+    r.q[g] = *reinterpret_cast<const uint4*>(p + pair_offset<kGroupOf<T>>(g));
 }
 template <typename T>
 __device__ __forceinline__ void unpack16(const Raw16<T>& r, float v[16]) {
+  const T* h = reinterpret_cast<const T*>(r.q);
 #pragma unroll
-  for (int g = 0; g < 4; ++g) {
-    const T* h = reinterpret_cast<const T*>(&r.q[g]);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) v[4 * g + j] = load_f<T>(h, j);
-  }
+  for (int j = 0; j < 16; ++j) v[j] = load_f<T>(h, j);
 }
 template <typename T>
 __device__ __forceinline__ void store16(T* p, const float v[16]) {
-  using G = typename Raw16<T>::Group;
+  Raw16<T> r;
+  T* h = reinterpret_cast<T*>(r.q);
 #pragma unroll
-  for (int g = 0; g < 4; ++g) {
-    G x;
-    T* h = reinterpret_cast<T*>(&x);
+  for (int j = 0; j < 16; ++j) store_f<T>(h, j, v[j]);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) store_f<T>(h, j, v[4 * g + j]);
-    *reinterpret_cast<G*>(p + pair_offset(g)) = x;
-  }
+  for (int g = 0; g < static_cast<int>(sizeof(T)); ++g)
+    *reinterpret_cast<uint4*>(p + pair_offset<kGroupOf<T>>(g)) = r.q[g];
 }
 
 }  // namespace commx::lowp::gpu
