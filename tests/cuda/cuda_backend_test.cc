@@ -142,7 +142,7 @@ TEST(CudaBackend, ChunkingThroughASmallBuffer) {
 }
 
 // A large two-shot all_reduce runs as one kernel over pieces that alternate buffer halves, each
-// block moving on with only its per-block barriers. Through a 1 MiB buffer (3 to 33 pieces):
+// block moving on with only its per-block barriers. Through a 1 MiB buffer (2 to 17 pieces):
 // sizes that end on a piece boundary and ones with a short last piece and a tail, each of
 // f32/bf16/f16, unaligned buffers, reduce to a non-zero root, results bit-identical on every
 // rank and to the one-shot's (same reduction order) on a comm whose buffer holds the whole op,
@@ -152,7 +152,7 @@ TEST(CudaBackend, TwoShotPiecesInOneLaunch) {
   std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
     auto small = make_comm(ctx, "cuda", "pieces", {{"buffer_bytes", "1M"}});
     uint64_t seed = 500;
-    // 1047552 elements: exactly 8 pieces of f32 or 4 of bf16/f16 (523776-byte pieces at 2 ranks).
+    // 1047552 elements: exactly 4 pieces of f32 or 2 of bf16/f16 (1047552-byte pieces at 2 ranks).
     for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16})
       for (int64_t n : {int64_t(1047552), (int64_t(1) << 21) + 3, 3 * (int64_t(1) << 18) + 9})
         check_allreduce(*small, ctx, t, ReduceOp::SUM, n, seed++, algo("tree"));
@@ -176,7 +176,7 @@ TEST(CudaBackend, TwoShotPiecesInOneLaunch) {
       if (ctx.rank == 0) ctx.store->set(key, pieces);
       RANK_CHECK(ctx.store->get(key) == pieces, "two-shot in pieces differs between ranks");
     }
-    // Graph capture of an op of 8 pieces, replayed with fresh data, then an eager op.
+    // Graph capture of an op of 5 pieces, replayed with fresh data, then an eager op.
     const Device dev = Device::cuda(ctx.device);
     const DataType t = DataType::kFloat32;
     const int64_t n = (1 << 20) + 3;
