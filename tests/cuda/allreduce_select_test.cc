@@ -9,6 +9,7 @@
 #include "commx/algorithm.h"
 #include "commx/error.h"
 #include "cuda/allreduce_algorithms.h"
+#include "cuda/kernels.h"
 
 namespace commx::cuda {
 namespace {
@@ -86,6 +87,51 @@ TEST(CudaAllReduceSelect, UnknownHintNamesTheRows) {
     EXPECT_NE(std::string(e.what()).find("hierarchical"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("[test] "), std::string::npos) << e.what();
   }
+}
+
+// The two-shot's pieces: each fits a buffer half (a slot per peer for each step), starts on a
+// whole pack per owner, and an op takes as few pieces as the half allows, of even sizes.
+TEST(CudaAllReduceSelect, TwoShotPiecesFitAHalfAndAreEven) {
+  for (int world = 1; world <= 8; ++world)
+    for (size_t elem : {size_t(2), size_t(4), size_t(8)})
+      for (uint64_t half : {uint64_t(1) << 20, uint64_t(31) << 20, uint64_t(256) << 20})
+        for (int64_t bytes : {int64_t(16), int64_t(1000), int64_t(1) << 20, (int64_t(1) << 24) + 48,
+                              int64_t(16) << 20, int64_t(32) << 20, int64_t(100000007),
+                              int64_t(1) << 30}) {
+          const int64_t n = bytes / static_cast<int64_t>(elem);
+          const AllReduceShape a{nullptr, nullptr, n, elem, world, -1, half};
+          const int64_t piece = two_shot_piece(a);
+          const std::string at = "world " + std::to_string(world) + " elem " +
+                                 std::to_string(elem) + " half " + std::to_string(half) + " n " +
+                                 std::to_string(n);
+          ASSERT_GT(piece, 0) << at;
+          ASSERT_LE(piece, n) << at;
+          EXPECT_LE(two_shot_bytes_needed(piece, elem, world), half) << at;
+          const int64_t unit = (16 / static_cast<int64_t>(elem)) * world;
+          if (piece < n) EXPECT_EQ(piece % unit, 0) << at;
+          if (world == 1) {  // nothing goes through the buffer: one piece
+            EXPECT_EQ(piece, n) << at;
+            continue;
+          }
+          // Fewest pieces: as many as pieces of the largest that fits would take; the last one
+          // is at most a unit per piece shorter than the others.
+          int64_t lo = 1, hi = int64_t(half) / int64_t(elem) / unit + 1;  // in units
+          while (hi - lo > 1) {
+            const int64_t mid = (lo + hi) / 2;
+            (two_shot_bytes_needed(mid * unit, elem, world) <= half ? lo : hi) = mid;
+          }
+          const int64_t largest = lo * unit, pieces = (n + piece - 1) / piece;
+          EXPECT_EQ(pieces, (n + largest - 1) / largest) << at;
+          if (pieces > 1) EXPECT_GE(n - (pieces - 1) * piece, piece - unit * pieces) << at;
+        }
+  // The default 31 MiB halves hold a 16 MiB op in one piece at 2 and 4 ranks.
+  for (int world : {2, 4}) {
+    const int64_t n = (int64_t(16) << 20) / 2;
+    EXPECT_EQ(two_shot_piece({nullptr, nullptr, n, 2, world, -1, uint64_t(31) << 20}), n) << world;
+  }
+  // 32 MiB at 2 ranks: two pieces of 16 MiB.
+  EXPECT_EQ(two_shot_piece({nullptr, nullptr, int64_t(16) << 20, 2, 2, -1, uint64_t(31) << 20}),
+            int64_t(8) << 20);
 }
 
 }  // namespace

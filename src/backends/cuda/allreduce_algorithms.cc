@@ -46,20 +46,29 @@ void two_shot_enqueue(const PeerSet& ps, const AllReduceShape& a, const OpDesc& 
                       cudaStream_t s) {
   if (a.n <= 0) return;
   const int64_t es = static_cast<int64_t>(a.elem);
-  const int64_t unit = (16 / es) * a.world;
-  // Pieces of whole packs per owner, so every piece starts as aligned as the op's buffers, and of
-  // even sizes: an op a little over one half's worth runs as two like pieces, not as a full one
-  // and a short tail. A half holds a slot per peer for each step (two_shot_bytes_needed).
-  const int64_t slots = std::max(1, 2 * (a.world - 1));
-  int64_t most = static_cast<int64_t>((a.half / slots - 256) / a.elem) * a.world;
-  most = std::max<int64_t>(most / unit * unit, unit);
-  const int64_t pieces = (a.n + most - 1) / most;
-  const int64_t chunk = std::min(((a.n + pieces - 1) / pieces + unit - 1) / unit * unit, a.n);
+  const int64_t chunk = two_shot_piece(a);
   launch_allreduce_two_shot(ps, a.in, a.out, a.n, chunk, a.out_rank, spec_of(a, op),
                             blocks_for(static_cast<uint64_t>(chunk * es) / a.world,
                                        t.max_blocks_large),
                             s);
 }
+
+}  // namespace
+
+int64_t two_shot_piece(const AllReduceShape& a) {
+  if (a.world <= 1) return a.n;  // nothing goes through the buffer
+  const int64_t unit = (16 / static_cast<int64_t>(a.elem)) * a.world;
+  // Pieces of whole packs per owner, so every piece starts as aligned as the op's buffers, and of
+  // even sizes: an op a little over one half's worth runs as two like pieces, not as a full one
+  // and a short tail. A half holds a slot per peer for each step (two_shot_bytes_needed).
+  const int64_t slots = 2 * (a.world - 1);
+  int64_t most = static_cast<int64_t>((a.half / slots - 256) / a.elem) * a.world;
+  most = std::max<int64_t>(most / unit * unit, unit);
+  const int64_t pieces = (a.n + most - 1) / most;
+  return std::min(((a.n + pieces - 1) / pieces + unit - 1) / unit * unit, a.n);
+}
+
+namespace {
 
 // The kernels of one host's links; on several hosts their ops go to the hierarchical path.
 bool one_host(const OpDesc&, const Topology& topo) { return topo.hosts <= 1; }

@@ -49,6 +49,9 @@ std::span<const AllReduceAlgorithm> allreduce_algorithms();
 // the one-host rows fall back to "hierarchical". Throws InvalidArgument for an unknown hint.
 const AllReduceAlgorithm& select_allreduce(const Tuning& t, const OpDesc& op, const Topology& topo,
                                            const TuningTable* table, const std::string& where);
+// Elements per piece of the two-shot (the last piece may be shorter; all of `a.n` when it fits
+// one): whole packs per owner, pieces of even size, two_shot_bytes_needed(piece) within a half.
+int64_t two_shot_piece(const AllReduceShape& a);
 // The row to run for `preferred`, following buffer fallbacks until one fits.
 const AllReduceAlgorithm& fitting_allreduce(const AllReduceAlgorithm& preferred,
                                             const AllReduceShape& a);
