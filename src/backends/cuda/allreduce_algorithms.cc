@@ -57,13 +57,13 @@ void two_shot_enqueue(const PeerSet& ps, const AllReduceShape& a, const OpDesc& 
 
 int64_t two_shot_piece(const AllReduceShape& a) {
   if (a.world <= 1) return a.n;  // nothing goes through the buffer
-  const int64_t unit = (16 / static_cast<int64_t>(a.elem)) * a.world;
+  const int64_t pack = 16 / static_cast<int64_t>(a.elem), unit = pack * a.world;
   // Pieces of whole packs per owner, so every piece starts as aligned as the op's buffers, and of
   // even sizes: an op a little over one half's worth runs as two like pieces, not as a full one
-  // and a short tail. A half holds a slot per peer for each step (two_shot_bytes_needed).
-  const int64_t slots = 2 * (a.world - 1);
-  int64_t most = static_cast<int64_t>((a.half / slots - 256) / a.elem) * a.world;
-  most = std::max<int64_t>(most / unit * unit, unit);
+  // and a short tail. A half holds a slot per peer for each step (two_shot_bytes_needed), each
+  // 256-byte aligned: the largest piece has the most whole packs per slot.
+  const uint64_t slot = a.half / (2 * (a.world - 1)) / 256 * 256;
+  const int64_t most = std::max<int64_t>(static_cast<int64_t>(slot / a.elem) / pack, 1) * unit;
   const int64_t pieces = (a.n + most - 1) / most;
   return std::min(((a.n + pieces - 1) / pieces + unit - 1) / unit * unit, a.n);
 }
