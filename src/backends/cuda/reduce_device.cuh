@@ -81,15 +81,17 @@ Reducer<T, OP> reducer_of(const ReduceSpec& rs) {
 // r's peers, so world - 1 slots hold them all.
 __device__ __forceinline__ int peer_slot(int q, int r) { return q - (q > r); }
 
-// The rank-order reduction of the simple-protocol kernels: element(s) e of each rank's
-// contribution, rank `me`'s read from `own`, every other rank r's from region r (`region` bytes
-// apart; with kPeerSlots region peer_slot(r, me)) of this rank's buffer half `mine`, combined in
-// the order 0..world-1 (bit-identical on every rank).
+// The region of rank r's contribution in rank me's buffer half: r, or with a slot per peer
+// peer_slot(r, me).
 template <bool kPeerSlots = false>
 __device__ __forceinline__ int region_of(int r, int me) {
   return kPeerSlots ? peer_slot(r, me) : r;
 }
 
+// The rank-order reduction of the simple-protocol kernels: element(s) e of each rank's
+// contribution, rank `me`'s read from `own`, every other rank r's from region region_of(r, me)
+// (`region` bytes apart) of this rank's buffer half `mine`, combined in the order 0..world-1
+// (bit-identical on every rank).
 template <typename T, int OP, bool kPeerSlots = false>
 __device__ __forceinline__ void reduce_pack(const Reducer<T, OP>& rd, int world, int me,
                                             const T* own, bool aligned, const char* mine,
