@@ -113,6 +113,14 @@ int ShmGroup::any_dead() {
   return -1;
 }
 
+int ShmGroup::dead_in_op() {
+  if (watches_.size() != static_cast<size_t>(size_)) return -1;  // closed
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_ && !alive(r) && !(bases_[r] && shm_op_finished(header(r).op, header(rank_).op)))
+      return r;
+  return -1;
+}
+
 char* ShmGroup::map_peer(int r) {
   std::istringstream in(infos_.at(r));
   int pid = -1, fd = -1;

@@ -68,6 +68,15 @@ void shm_op_end(ShmOpState& s) {
   s.seq.store(s.seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
 }
 
+bool shm_op_finished(const ShmOpState& theirs, const ShmOpState& mine) {
+  // The owner of `theirs` is gone, so its fields no longer change: plain reads are stable.
+  const uint64_t t = theirs.seq.load(std::memory_order_acquire);
+  if (t == 0 || (t & 1)) return false;  // no op yet, or it exited inside one
+  const Snapshot me = read(mine);
+  if (!me.in_op || me.call.p2p() || theirs.call.p2p()) return false;
+  return theirs.call.ordinal >= me.call.ordinal;
+}
+
 std::string shm_op_mismatch(const ShmOpState& mine, int my_rank, const ShmOpState& theirs,
                             int peer, int64_t now_ns, int64_t grace_ns) {
   const Snapshot me = read(mine);

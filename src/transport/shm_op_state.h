@@ -34,6 +34,12 @@ void shm_op_end(ShmOpState& s);
 // which only skips the full check that a differing note triggers).
 uint64_t call_note(const OpFingerprint& call, uint64_t step);
 
+// A waiter's side: whether the owner of `theirs`, whose process has exited, had finished the
+// collective that the owner of `mine` is in: it left between ops, after a collective numbered at or
+// past this one among the comm's collectives (`ordinal`). Such a rank blocks nobody in this op (it
+// posted every step of it); a rank that left inside an op, or before this one, does.
+bool shm_op_finished(const ShmOpState& theirs, const ShmOpState& mine);
+
 // A waiter's side: the mismatch message when `peer` sits in an op of the other kind than this
 // rank's own that involves this rank (a collective always does; a p2p op when this rank is one of
 // its peers) since at least `grace` ago; else empty. Both ops are then stuck on each other.

@@ -33,6 +33,8 @@ class PeerWatch {
   virtual bool alive(int peer) = 0;
   // Some rank whose process exited, or -1.
   virtual int any_dead() { return -1; }
+  // Some rank whose process exited without finishing the collective this rank is in, or -1.
+  virtual int dead_in_op() { return any_dead(); }
   // Who is to blame for `peer` leaving the comm: the rank it recorded as its own verdict when it
   // gave up (it is not at fault then), else `peer`. *stalled: that rank stalled (else it died).
   virtual int culprit(int peer, bool* stalled) {
@@ -60,8 +62,9 @@ struct WaitScope {
   // Where the waiting thread sleeps right now, so abort() can wake it.
   std::atomic<ShmWord*>* sleeping_on = nullptr;
   bool skip_spin = false;  // the awaited peer shares this CPU: go straight to yielding
-  // A collective of the whole group: any dead rank fails the wait, not only the awaited ones
-  // (a live peer that left the op after seeing the death would otherwise never arrive).
+  // A collective of the whole group: any rank that died before finishing the op fails the wait,
+  // not only the awaited ones (a live peer that left the op after seeing the death would
+  // otherwise never arrive); one that finished its part and exited blocks nobody.
   bool whole_group = false;
 };
 

@@ -1,15 +1,18 @@
 // The shm wait primitive against a peer that posts its last step and exits: the wait must end
 // with the step, not with a failure blamed on the exit (the conformance suite once saw
 // "rank 5 died (its process exited) while this rank waited for a collective step" with every
-// rank exiting 0). And a peer that really left before posting is still a PeerFailure.
-// Layer: tests.
+// rank exiting 0). And a peer that really left before posting is still a PeerFailure. A rank that
+// finished its part of the collective and exited while this rank waits for another one fails
+// nothing (shm_op_finished: it left between ops, past this op). Layer: tests.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <thread>
 #include <vector>
 
 #include "commx/error.h"
+#include "transport/shm_op_state.h"
 #include "transport/shm_wait.h"
 
 namespace commx {
@@ -89,6 +92,75 @@ TEST(ShmWait, StepArrivingAtTheDeadlineIsNotATimeout) {
   };
   EXPECT_NO_THROW(wait_slow(pred, word, peers, "a collective step", sc));
   EXPECT_GT(reads, 1);
+}
+
+// A whole-group wait while a rank that is not awaited has exited: it ends with the step when that
+// rank finished the op (dead_in_op: none), with PeerFailure when it did not.
+class FinishedPeer : public PeerWatch {
+ public:
+  explicit FinishedPeer(bool finished) : finished_(finished) {}
+  bool alive(int peer) override { return peer != 5; }
+  int any_dead() override { return 5; }
+  int dead_in_op() override { return finished_ ? -1 : 5; }
+
+ private:
+  bool finished_;
+};
+
+TEST(ShmWait, RankThatFinishedTheOpAndExitedFailsNoWholeGroupWait) {
+  for (bool finished : {true, false}) {
+    std::atomic<bool> step{false};
+    std::thread poster([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      step = true;
+    });
+    FinishedPeer watch(finished);
+    ShmWord word{};
+    const std::vector<int> peers{2};  // awaited: rank 2, alive and late
+    try {
+      wait_slow([&] { return step.load(); }, word, peers, "a collective step",
+                scope_with(&watch, true));
+      EXPECT_TRUE(finished) << "a rank that left inside the op must fail the wait";
+    } catch (const Error& e) {
+      EXPECT_FALSE(finished) << e.what();
+      EXPECT_EQ(e.code(), ErrorCode::kPeerFailure);
+      EXPECT_NE(std::string(e.what()).find("rank 5 died"), std::string::npos) << e.what();
+    }
+    poster.join();
+  }
+}
+
+// shm_op_finished on the op states the ranks publish: a gone rank finished this rank's collective
+// when it left between ops after a collective numbered at or past this one.
+TEST(ShmOpState, FinishedMeansBetweenOpsAndAtOrPastThisCollective) {
+  auto collective = [](uint32_t ordinal) {
+    OpFingerprint f;
+    f.ordinal = ordinal;
+    return f;
+  };
+  OpFingerprint p2p;
+  p2p.flags = OpFingerprint::kPointToPoint;
+  ShmOpState mine{}, theirs{};
+  EXPECT_FALSE(shm_op_finished(theirs, mine)) << "neither in an op";
+  shm_op_begin(mine, collective(7), {}, 0);
+  EXPECT_FALSE(shm_op_finished(theirs, mine)) << "it never began an op";
+  shm_op_begin(theirs, collective(7), {}, 0);
+  EXPECT_FALSE(shm_op_finished(theirs, mine)) << "it left inside this op";
+  shm_op_end(theirs);
+  EXPECT_TRUE(shm_op_finished(theirs, mine)) << "it finished this op";
+  shm_op_begin(theirs, collective(8), {}, 0);
+  shm_op_end(theirs);
+  EXPECT_TRUE(shm_op_finished(theirs, mine)) << "it finished a later one";
+  ShmOpState behind{};
+  shm_op_begin(behind, collective(6), {}, 0);
+  shm_op_end(behind);
+  EXPECT_FALSE(shm_op_finished(behind, mine)) << "it left before this op";
+  const int none[] = {0};
+  shm_op_begin(behind, p2p, none, 0);
+  shm_op_end(behind);
+  EXPECT_FALSE(shm_op_finished(behind, mine)) << "its last op was point-to-point: unknown";
+  shm_op_end(mine);
+  EXPECT_FALSE(shm_op_finished(theirs, mine)) << "this rank is in no op";
 }
 
 }  // namespace
