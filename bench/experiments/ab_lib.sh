@@ -72,6 +72,18 @@ ab_bench() {
   (cd "$WORK" && tar czf "$OUT/runs.tar.gz" ./*.json ./*.log) 2>/dev/null
 }
 
+# ab_compare DIR ARGS...: a comparison of its own in DIR (ab.md, ab.json, runs.tar.gz, machine.txt):
+# AB_ROUNDS (2) rounds of commx-bench ARGS on both sides, its mean changes printed. Each comparison
+# keeps its own runs, so ones at different rank counts are not pooled. Leaves OUT set to DIR.
+ab_compare() {
+  local dir=$1 r; shift
+  OUT=$dir; mkdir -p "$OUT"; ab_runs=()
+  echo "sides: base $(ab_side_build base) ${AB_BASE_ENV:-}, new $(ab_side_build new); commx-bench $*" \
+    > "$OUT/machine.txt"
+  for r in $(seq 1 "${AB_ROUNDS:-2}"); do ab_bench "$(basename "$dir")_r$r" 90 "$@"; done
+  echo "== $(basename "$dir")"; ab_report | grep -E "mean change"
+}
+
 # ab_report: the final comparison, printed (rc 1 when it fails).
 ab_report() {
   python3 bench/experiments/latency_ab.py --md "$OUT/ab.md" --json "$OUT/ab.json" "${ab_runs[@]}" || rc=1

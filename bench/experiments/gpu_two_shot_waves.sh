@@ -43,19 +43,10 @@ ab_on new timeout 150 "$OCC2/bin/conformance_all_reduce_test" --gtest_filter='*/
 grep -E "^=== |^\[  (PASSED|FAILED) " "$TOP/tests.log"
 
 SWEEP="--backend cuda,nccl --dtypes bf16,f32 --ops all_reduce --modes graph,eager --min 1M --max 32M --factor 2 --reps 5"
-# compare NAME N: AB_ROUNDS rounds of the sweep at N ranks on both sides, into $TOP/NAME_N.
-compare() {
-  local r
-  OUT=$TOP/$1_$2; mkdir -p "$OUT"; ab_runs=()
-  echo "sides: base $(ab_side_build base) ${AB_BASE_ENV:-}, new $(ab_side_build new);" \
-    "commx-bench --ranks $2 $SWEEP" > "$OUT/machine.txt"
-  for r in $(seq 1 "${AB_ROUNDS:-2}"); do ab_bench "$1_$2_r$r" 90 --ranks "$2" $SWEEP; done
-  echo "== $1_$2"; ab_report | grep -E "mean change"
-}
-compare occ "$NG"
-[ "$NG" -gt 2 ] && compare occ 2
-AB_BASE_ENV="COMMX_CUDA_MAX_BLOCKS_LARGE=132" compare cap "$NG"
+ab_compare "$TOP/occ_$NG" --ranks "$NG" $SWEEP
+[ "$NG" -gt 2 ] && ab_compare "$TOP/occ_2" --ranks 2 $SWEEP
+AB_BASE_ENV="COMMX_CUDA_MAX_BLOCKS_LARGE=132" ab_compare "$TOP/cap_$NG" --ranks "$NG" $SWEEP
 if [ -n "$OLD" ]; then
-  BASE=$OLD AB_BASE_BUILD=$OLD AB_BASE_BENCH=commx-gpu-bench compare base "$NG"
+  BASE=$OLD AB_BASE_BUILD=$OLD AB_BASE_BENCH=commx-gpu-bench ab_compare "$TOP/base_$NG" --ranks "$NG" $SWEEP
 fi
 exit $rc
