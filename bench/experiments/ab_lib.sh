@@ -72,6 +72,22 @@ ab_bench() {
   (cd "$WORK" && tar czf "$OUT/runs.tar.gz" ./*.json ./*.log) 2>/dev/null
 }
 
+# ab_two_builds TAG BASE_BUILD NEW_BUILD: the start of an A/B of two builds made elsewhere for this
+# CUDA (bin/ and lib/): OUT (default results_dir/HHMM_TAG) and TOP (the same, kept while
+# ab_compare moves OUT), WORK, rc, NG (the GPUs, at most 4), the sides, machine.txt.
+ab_two_builds() {
+  OUT=${OUT:-$(results_dir)/$(date -u +%H%M)_$1}
+  TOP=$OUT
+  mkdir -p "$TOP"
+  AB_BASE_BUILD=$(cd "$2" && pwd) && AB_NEW_BUILD=$(cd "$3" && pwd) || exit 2
+  BASE=$AB_BASE_BUILD
+  WORK=$(mktemp -d)
+  rc=0
+  NG=$(nvidia-smi -L | wc -l)
+  [ "$NG" -gt 4 ] && NG=4
+  ab_machine
+}
+
 # ab_compare DIR ARGS...: a comparison of its own in DIR (ab.md, ab.json, runs.tar.gz, machine.txt):
 # AB_ROUNDS (2) rounds of commx-bench ARGS on both sides, its mean changes printed. Each comparison
 # keeps its own runs, so ones at different rank counts are not pooled. Leaves OUT set to DIR.

@@ -20,19 +20,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 . scripts/gpu_env.sh
-OUT=${OUT:-$(results_dir)/$(date -u +%H%M)_barrier_check}
-TOP=$OUT
-mkdir -p "$TOP"
-USAGE="usage: gpu_barrier_check.sh MAIN_BUILD CANDIDATE_BUILD [NOCALLWORD_BUILD]"
-MAIN=$(cd "${1:?$USAGE}" && pwd)
-CAND=$(cd "${2:?$USAGE}" && pwd)
-NCW=""; [ -n "${3:-}" ] && NCW=$(cd "$3" && pwd)
-WORK=$(mktemp -d)
-rc=0
-NG=$(nvidia-smi -L | wc -l); [ "$NG" -gt 4 ] && NG=4
-BASE=$MAIN AB_BASE_BUILD=$MAIN AB_NEW_BUILD=$CAND
 . bench/experiments/ab_lib.sh
-ab_machine
+USAGE="usage: gpu_barrier_check.sh MAIN_BUILD CANDIDATE_BUILD [NOCALLWORD_BUILD]"
+ab_two_builds barrier_check "${1:?$USAGE}" "${2:?$USAGE}"
+CAND=$AB_NEW_BUILD
+NCW=""; [ -n "${3:-}" ] && NCW=$(cd "$3" && pwd)
 
 : > "$TOP/tests.log"
 for t in cuda_call_check_test cuda_backend_test "conformance_all_reduce_test --gtest_filter=*/cuda_*" lowp_cuda_test; do

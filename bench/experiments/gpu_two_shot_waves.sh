@@ -20,18 +20,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 . scripts/gpu_env.sh
-OUT=${OUT:-$(results_dir)/$(date -u +%H%M)_two_shot_waves}
-TOP=$OUT
-mkdir -p "$TOP"
-MAIN=$(cd "${1:?usage: gpu_two_shot_waves.sh MAIN_BUILD OCC2_BUILD [BASE_BUILD]}" && pwd)
-OCC2=$(cd "${2:?usage: gpu_two_shot_waves.sh MAIN_BUILD OCC2_BUILD [BASE_BUILD]}" && pwd)
-OLD=""; [ -n "${3:-}" ] && OLD=$(cd "$3" && pwd)
-WORK=$(mktemp -d)
-rc=0
-NG=$(nvidia-smi -L | wc -l); [ "$NG" -gt 4 ] && NG=4
-BASE=$MAIN AB_BASE_BUILD=$MAIN AB_NEW_BUILD=$OCC2
 . bench/experiments/ab_lib.sh
-ab_machine
+USAGE="usage: gpu_two_shot_waves.sh MAIN_BUILD OCC2_BUILD [BASE_BUILD]"
+ab_two_builds two_shot_waves "${1:?$USAGE}" "${2:?$USAGE}"
+MAIN=$AB_BASE_BUILD OCC2=$AB_NEW_BUILD
+OLD=""; [ -n "${3:-}" ] && OLD=$(cd "$3" && pwd)
 
 echo "=== main cuda_backend_test" > "$TOP/tests.log"
 ab_on base timeout 240 "$MAIN/bin/cuda_backend_test" \
