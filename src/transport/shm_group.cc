@@ -109,13 +109,6 @@ std::string ShmGroup::call_mismatch(std::span<const int> peers, Clock::time_poin
 int ShmGroup::any_dead() {
   if (watches_.size() != static_cast<size_t>(size_)) return -1;  // closed
   for (int r = 0; r < size_; ++r)
-    if (r != rank_ && !alive(r)) return r;
-  return -1;
-}
-
-int ShmGroup::dead_in_op() {
-  if (watches_.size() != static_cast<size_t>(size_)) return -1;  // closed
-  for (int r = 0; r < size_; ++r)
     if (r != rank_ && !alive(r) && !(bases_[r] && shm_op_finished(header(r).op, header(rank_).op)))
       return r;
   return -1;

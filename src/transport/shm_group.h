@@ -83,7 +83,6 @@ class ShmGroup : public PeerWatch {
 
   bool alive(int peer) override;
   int any_dead() override;
-  int dead_in_op() override;
   int culprit(int peer, bool* stalled) override;
   int verdict_of(int peer) override;
   void record_verdict(int rank, bool stalled) override;

@@ -61,7 +61,7 @@ bool check(const std::function<bool()>& pred, std::span<const int> peers, const 
       }
     }
   if (sc.watch && sc.whole_group) {
-    int d = sc.watch->dead_in_op();
+    int d = sc.watch->any_dead();
     if (d >= 0) {
       if (pred()) return true;
       throw left(d, true);

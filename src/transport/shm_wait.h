@@ -31,10 +31,9 @@ class PeerWatch {
  public:
   virtual ~PeerWatch() = default;
   virtual bool alive(int peer) = 0;
-  // Some rank whose process exited, or -1.
+  // Some rank whose process exited, or -1; while this rank is in a collective, one that exited
+  // without finishing it (a rank done with its part of the op blocks nobody in it).
   virtual int any_dead() { return -1; }
-  // Some rank whose process exited without finishing the collective this rank is in, or -1.
-  virtual int dead_in_op() { return any_dead(); }
   // Who is to blame for `peer` leaving the comm: the rank it recorded as its own verdict when it
   // gave up (it is not at fault then), else `peer`. *stalled: that rank stalled (else it died).
   virtual int culprit(int peer, bool* stalled) {

@@ -95,13 +95,12 @@ TEST(ShmWait, StepArrivingAtTheDeadlineIsNotATimeout) {
 }
 
 // A whole-group wait while a rank that is not awaited has exited: it ends with the step when that
-// rank finished the op (dead_in_op: none), with PeerFailure when it did not.
+// rank finished the op (any_dead: none), with PeerFailure when it did not.
 class FinishedPeer : public PeerWatch {
  public:
   explicit FinishedPeer(bool finished) : finished_(finished) {}
   bool alive(int peer) override { return peer != 5; }
-  int any_dead() override { return 5; }
-  int dead_in_op() override { return finished_ ? -1 : 5; }
+  int any_dead() override { return finished_ ? -1 : 5; }
 
  private:
   bool finished_;
