@@ -45,6 +45,13 @@ start_results() {
     "${PY:-python3}" -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' 2>/dev/null
   } > "$OUT/machine.txt" 2>&1
 }
+# use_build_elsewhere DIR: a build made elsewhere for this CUDA (bin/ and lib/) runs here: BUILT is
+# its absolute path, its lib/ first on LD_LIBRARY_PATH (its binaries keep the RPATH of the folder
+# they were built in).
+use_build_elsewhere() {
+  BUILT=$(cd "$1" && pwd) || exit 1
+  export LD_LIBRARY_PATH="$BUILT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
 # gpu_build DIR LOG TARGET...: configures DIR (Release, CUDA on, the carried GoogleTest) and builds
 # the targets with every core; output to LOG, its tail printed on failure.
 gpu_build() {

@@ -18,11 +18,12 @@
 #                       hint beside torch's NCCL and commx in the dtype, eager (also with the last
 #                       rank 100 us late) and torch.cuda.graph, 16-256 MiB
 #   logs.tar.gz         build and benchmark logs
-# Env: LOWP_TESTS=0 / LOWP_BENCH=0 skip a part (LOWP_SETTINGS=0: lowp_generic and lowp_occupancy); LOWP_MIN/LOWP_MAX bound the sizes (16M, 1G);
-# LOWP_REPS (5); LOWP_BASE=DIR also benchmarks the FP8 all_reduce of the commx tree at DIR (built
-# there in build-gpu) as the "before" of a comparison (lowp_base.json); LOWP_BUILD=DIR runs a build
-# made elsewhere for this CUDA instead of building (DIR/bin: commx-bench and the two tests; DIR/lib:
-# libcommx, the cuda and nccl plugins, the tuning tables; the Python extension is built against it).
+# Env: LOWP_TESTS=0 / LOWP_BENCH=0 skip a part (LOWP_SETTINGS=0: lowp_generic and
+# lowp_occupancy); LOWP_MIN/LOWP_MAX bound the sizes (16M, 1G); LOWP_REPS (5); LOWP_BASE=DIR also
+# benchmarks the FP8 all_reduce of the commx tree at DIR (built there in build-gpu) as the "before"
+# of a comparison (lowp_base.json); LOWP_BUILD=DIR runs a build made elsewhere for this CUDA
+# instead of building (DIR/bin: commx-bench and the two tests; DIR/lib: libcommx, the cuda and nccl
+# plugins, the tuning tables; the Python extension is built against it).
 # Not here: an Nsight Compute profile. ncu serialises the kernels of the two rank processes, so the
 # profiled kernel waits for a peer kernel that cannot start (it ends at the op timeout).
 set -uo pipefail
@@ -40,8 +41,8 @@ if [ -n "$BASE" ]; then
   base_pid=$!
 fi
 if [ -n "${LOWP_BUILD:-}" ]; then
-  BUILD=$(cd "$LOWP_BUILD" && pwd)
-  export LD_LIBRARY_PATH="$BUILD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  use_build_elsewhere "$LOWP_BUILD"
+  BUILD=$BUILT
 else
   gpu_build "$BUILD" "$LOGS/build.log" $BENCH_TARGETS commx-bench $TESTS || exit 1
 fi

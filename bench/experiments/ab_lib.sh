@@ -10,7 +10,7 @@ ab_machine() {
     date -u; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
     nvidia-smi topo -m; nvcc --version | tail -1; echo "COMMX_NCCL_LIBRARY=${COMMX_NCCL_LIBRARY:-}"
     echo "new: ${AB_NEW_BUILD:-$(git rev-parse --short HEAD 2>/dev/null)}" \
-      " base: ${AB_BASE_BUILD:-$(git -C "$BASE" rev-parse --short HEAD 2>/dev/null)}"
+      "${BASE:+ base: ${AB_BASE_BUILD:-$(git -C "$BASE" rev-parse --short HEAD 2>/dev/null)}}"
   } > "$OUT/machine.txt" 2>&1
 }
 

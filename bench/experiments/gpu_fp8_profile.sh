@@ -30,8 +30,8 @@ rc=0
 T0=$(date +%s)
 { date -u; nvidia-smi --query-gpu=name,memory.total --format=csv; nvidia-smi topo -m; uname -r; } > "$OUT/machine.txt" 2>&1
 if [ -n "${PROFILE_BUILD:-}" ]; then
-  B=$(cd "$PROFILE_BUILD" && pwd)
-  export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  use_build_elsewhere "$PROFILE_BUILD"
+  B=$BUILT
 else
   gpu_build $B "$LOGS/build.log" commx_backend_cuda commx_backend_nccl commx-bench commx-run || exit 1
 fi

@@ -25,8 +25,6 @@ OUT=${OUT:-$(results_dir)/$(date -u +%H%M)_fp8_rounds}
 mkdir -p "$OUT"
 WORK=$(mktemp -d)
 rc=0
-{ date -u; nvidia-smi --query-gpu=name,memory.total --format=csv; nvidia-smi topo -m; uname -r
-  echo "new: ${1:-build-gpu (built here)}  base: ${BASE_BUILD:-none}"; } > "$OUT/machine.txt" 2>&1
 TESTS="lowp_cuda_test conformance_all_reduce_test"
 if [ -n "${1:-}" ]; then
   AB_NEW_BUILD=$(cd "$1" && pwd)
@@ -37,6 +35,7 @@ fi
 AB_BASE_BUILD=""; [ -n "${BASE_BUILD:-}" ] && AB_BASE_BUILD=$(cd "$BASE_BUILD" && pwd)
 BASE=$AB_BASE_BUILD  # ab_bench runs a base side when set
 . bench/experiments/ab_lib.sh
+ab_machine
 echo "binaries ready $(date -u +%T)"
 
 : > "$OUT/tests.log"
