@@ -133,12 +133,13 @@ __device__ __forceinline__ int64_t slice_elems(int64_t m, int world) {
 // The op takes the counters epoch .. epoch + pieces - 1, the same as a kernel per piece would.
 // (The protocol of rounds_device.cuh, with counters of its own: written with begin_rounds, this
 // kernel's spills changed.)
-// kPieces: two blocks per SM (at most 64 registers): large ops launch up to 2 x SMs blocks, and a
-// block whose peer block is not yet resident only waits; the piece loop alone let ptxas take up
-// to 127. false: one piece (n <= chunk) with no minimum of blocks (0), the code of the kernel of
-// one piece (the piece loop's registers made ops of one piece 12% slower at 2 MiB on 4 ranks).
+// Two blocks per SM (at most 64 registers): large ops launch up to 2 x SMs blocks, and a block
+// whose peer block is not yet resident only waits. With one block per SM, an op of more than
+// SMs blocks (16 MiB at 4 ranks: 256) runs in two waves. kPieces: the piece loop (it spills more);
+// false: one piece (n <= chunk), the code of the kernel of one piece (the piece loop's registers
+// made ops of one piece 12% slower at 2 MiB on 4 ranks).
 template <typename T, int OP, bool kPieces>
-__global__ void __launch_bounds__(kThreads, kPieces ? 2 : 0)
+__global__ void __launch_bounds__(kThreads, 2)
     two_shot_kernel(PeerSet ps, const T* in, T* out, int64_t n, int64_t chunk, int out_rank,
                     Reducer<T, OP> rd, bool aligned) {
   constexpr int P = kPack<T>;
