@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -116,6 +117,30 @@ TEST(CudaCallStamp, MismatchMessageNamesBothCalls) {
   EXPECT_EQ(call_mismatch_message(report(mine, theirs, false), 1, 0, recent),
             "rank 1 called all_reduce #4 (sum, 16 x float) but rank 0 called broadcast #4 (root "
             "1, 16 x float): the ranks' calls do not match");
+}
+
+// A barrier flag carries its call's check in its low bits: later flag values stay larger whatever
+// the calls (so a peer ahead still passes "flag >= mine"), the value reads back, and two calls'
+// checks agree at one value by chance (about 2^-20) but not again at the next.
+TEST(CudaCallStamp, BarrierWordsOrderByValueAndSeparateCalls) {
+  std::mt19937_64 rng(20261127);
+  const unsigned long long mask = (1ull << kFlagCheckBits) - 1;
+  int agree_once = 0, agree_twice = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const unsigned long long top = (1ull << (64 - kFlagCheckBits)) - 2;
+    const unsigned long long v = i < 100 ? top - i : rng() % top + 1;
+    const unsigned long long a = rng(), b = i % 2 ? rng() : a ^ (1ull << (i % 64));
+    ASSERT_LT(barrier_word(v, a), barrier_word(v + 1, b)) << v;
+    ASSERT_EQ(barrier_word(v, a) >> kFlagCheckBits, v);
+    ASSERT_EQ(barrier_word(v, a) & mask, flag_check(a, v));
+    const bool now = flag_check(a, v) == flag_check(b, v);
+    agree_once += now;
+    agree_twice += now && flag_check(a, v + 1) == flag_check(b, v + 1);
+  }
+  EXPECT_LE(agree_once, 5);  // 200000 pairs at 2^-20: about 0.2 expected
+  EXPECT_EQ(agree_twice, 0);
+  // The same call at the same value always carries the same check.
+  EXPECT_EQ(barrier_word(12345, 0xabcdefull), barrier_word(12345, 0xabcdefull));
 }
 
 }  // namespace

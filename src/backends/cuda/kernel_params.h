@@ -15,8 +15,9 @@ inline constexpr int kThreads = 512;
 // LL128 line: 120 payload bytes and an 8-byte flag, stored by 8 lanes of a warp.
 inline constexpr int kLL128Line = 128;
 inline constexpr int kLL128Payload = 120;
-// Per-rank signal pad: flags[kMaxBlocks][kMaxRanks] of 64-bit monotonic values, then the count
-// rows of all_to_all_v_dynamic, the call words of the barriers and the call entries (below).
+// Per-rank signal pad: flags[kMaxBlocks][kMaxRanks] of 64-bit monotonic values (each with the
+// sender's call check in its low bits, see sync_device.cuh), then the count rows of
+// all_to_all_v_dynamic and the call entries (below).
 inline constexpr uint64_t kSignalBytes = 128 * 1024;
 static_assert(kMaxBlocks * kMaxRanks * 8 <= kSignalBytes, "signal pad too small");
 
@@ -47,16 +48,28 @@ COMMX_HOST_DEVICE inline unsigned long long call_hash(const unsigned long long* 
   return h;
 }
 
-// The barriers' call words: before it raises its flag at a block barrier, a rank writes its call
-// hash into [epoch & 1][block][its rank] of the peer's pad; the peer reads it once it sees the
-// flag. Two parities: a peer can be one op ahead, never two (it needs this rank's next flags).
-inline constexpr uint64_t kCallWordsOffset = 64 * 1024;
+// The check a barrier flag of value `value` carries for the call hashed `hash`: kFlagCheckBits of
+// a mix of both, so calls whose checks agree by chance at one flag value differ at the next.
+inline constexpr int kFlagCheckBits = 20;
+COMMX_HOST_DEVICE inline unsigned long long flag_check(unsigned long long hash,
+                                                       unsigned long long value) {
+  return ((hash ^ value) * 0x9e3779b97f4a7c15ull) >> (64 - kFlagCheckBits);
+}
+
+// The word a rank raises at a block barrier: the flag value (below 2^44, i.e. 2^42 ops at four
+// flags an op) in the high bits, its call's flag_check in the low ones. One 8-byte store, as a
+// flag without a check: the words of later values are larger whatever the calls.
+COMMX_HOST_DEVICE inline unsigned long long barrier_word(unsigned long long value,
+                                                         unsigned long long hash) {
+  return (value << kFlagCheckBits) | flag_check(hash, value);
+}
+
 // The call entries: at the start of its kernel, every rank writes its DeviceCall and the op
 // counter (+1, so a zeroed pad holds none) into entry [epoch & 1] of its own pad, where a peer
 // stuck waiting for it reads them (a different call at the same op counter is a mismatch whatever
 // protocol either kernel uses), and where a rank that saw a mismatch reads the peer's call.
 inline constexpr int kCallEntryWords = 8;  // DeviceCall words[5], hash, epoch + 1, spare
-inline constexpr uint64_t kCallEntriesOffset = kCallWordsOffset + 2 * kMaxBlocks * kMaxRanks * 8;
+inline constexpr uint64_t kCallEntriesOffset = 64 * 1024;
 static_assert(kCallEntriesOffset + 2 * kCallEntryWords * 8 <= kSignalBytes,
               "signal pad too small for the call entries");
 
@@ -116,7 +129,7 @@ struct PeerSet {
 // [2 parities][kMaxRanks senders][kDynamicRowWords] 64-bit words (see all_to_all_v_dynamic.cu).
 inline constexpr int kDynamicRowWords = 256 + 3;  // kMaxDynamicSegments + kTailWords
 inline constexpr uint64_t kDynamicRowsOffset = kMaxBlocks * kMaxRanks * 8;
-static_assert(kDynamicRowsOffset + 2 * kMaxRanks * kDynamicRowWords * 8 <= kCallWordsOffset,
+static_assert(kDynamicRowsOffset + 2 * kMaxRanks * kDynamicRowWords * 8 <= kCallEntriesOffset,
               "signal pad too small for the count rows");
 
 // Up to kMaxRanks device pointers (per-peer inputs or outputs of list collectives).
