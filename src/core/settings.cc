@@ -169,8 +169,9 @@ const std::vector<SettingSpec>& table() {
        "per thread, or 2 with 64 (they spill)",
        "cuda.md", 1, 2},
       {"COMMX_CUDA_LOWP_HALVES", T::kBool, "1",
-       "cuda backend: FP8 kernel slots in one buffer half per kernel, alternating (1), or over "
-       "both halves with a barrier at each end of an op (0)",
+       "cuda backend: FP8 kernel slots in one buffer half per kernel, alternating (1; an "
+       "all_reduce that both halves hold in one round, where one half takes two or more, takes "
+       "both), or over both halves with a barrier at each end of an op (0)",
        "cuda.md"},
       {"COMMX_CUDA_LOWP_KERNEL", T::kChoice, "auto",
        "cuda backend: FP8 kernel specialised for 2 and 4 ranks (auto) or the one for any world "

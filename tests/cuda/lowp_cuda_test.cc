@@ -224,8 +224,10 @@ TEST(CudaLowp, ChunksThroughASmallBufferE5M2AndBlock64) {
 
 // With slots in the op counter's buffer half (the default), one launch runs every round of an op,
 // round i on op counter epoch + i. Through 1 MiB halves (2-8 rounds): each collective captured in
-// a CUDA graph and replayed, back-to-back all_reduces, the two-term gather, all bit-identical to
-// the host path; then a two-shot all_reduce in pieces, whose op counters must follow on.
+// a CUDA graph and replayed, back-to-back all_reduces (350K values per rank: one round over both
+// halves, where one half takes two, lowp_all_reduce_both_halves), the two-term gather (rounds of
+// one half again), all bit-identical to the host path; then a two-shot all_reduce in pieces, whose
+// op counters must follow on.
 TEST(CudaLowp, RoundsOfALargeOpInOneLaunch) {
   REQUIRE_GPUS(1);
   std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {

@@ -4,7 +4,7 @@
 // rank's data through them in the fused kernel (lowp_kernels.h): encode and write to the
 // destination slots, barrier, (reduce and re-encode or round,) barrier, decode. With slots in the
 // op counter's half (the default) one launch runs every round of the op, alternating halves; else
-// one launch per round.
+// one launch per round (an all_reduce that both halves hold in one round takes them: Rounds::layout).
 // Layer: backends (cuda).
 #include "cuda/lowp_cuda.h"
 
@@ -17,6 +17,7 @@
 #include "commx/env.h"
 #include "cuda/kernels.h"
 #include "cuda/lowp_kernels.h"
+#include "cuda/lowp_slots.h"
 #include "cuda/tuning.h"
 #include "cuda_common/cuda_util.h"
 #include "lowp/cuda/fp8_codec_cuda.h"
@@ -49,23 +50,26 @@ struct Rounds {
   int64_t chunk = 0;  // elements per slot and round
   int64_t step = 0;   // elements per launch: every round (halves) or one
 
+  bool halves = true;   // this op's slots in one buffer half (see layout)
+
   // Cuts each rank's data area (the op counter's half: COMMX_CUDA_LOWP_HALVES=1, the default;
   // both halves, with barriers at both ends of an op: 0) into `slots` slots holding `terms`
-  // encoded chunks each. An encoded chunk in a slot has its scales and its codes each padded to
-  // 16 bytes (lowp_round.cuh), hence the 32 bytes kept back per term.
-  void layout(int slots, int terms) {
-    cap = ((halves() ? 1 : 2) * ps.half_bytes / slots) & ~uint64_t(255);
+  // encoded chunks each (lowp_slots.h). An all_reduce whose longest range is `longest` elements
+  // takes both halves when they hold it in one round where one half would take two or more.
+  void layout(int slots, int terms, int64_t longest = 0) {
     const int64_t b = plan.codec.block;
-    const uint64_t per_term = cap / terms;
-    chunk = per_term > 32 ? static_cast<int64_t>((per_term - 32) / static_cast<uint64_t>(b + 4)) * b
-                          : 0;
+    halves = halves_setting() &&
+             !(longest > 0 && lowp_all_reduce_both_halves(ps.half_bytes, slots, terms, b, longest));
+    const LowpSlots sl = lowp_slots((halves ? 1 : 2) * ps.half_bytes, slots, terms, b);
+    cap = sl.cap;
+    chunk = sl.chunk;
     if (chunk <= 0)
       throw Error(ErrorCode::kInvalidArgument,
                   where + "the registered buffer is too small for low-precision chunks "
                           "(raise COMMX_CUDA_BUFFER_BYTES)");
-    step = halves() ? std::numeric_limits<int64_t>::max() / 2 : chunk;
+    step = halves ? std::numeric_limits<int64_t>::max() / 2 : chunk;
   }
-  static bool halves() {
+  static bool halves_setting() {
     static const bool on = env_bool("COMMX_CUDA_LOWP_HALVES", true);
     return on;
   }
@@ -73,7 +77,7 @@ struct Rounds {
   LowpRound round(LowpMode mode) const {
     LowpRound r{};
     r.mode = mode;
-    r.halves = halves();
+    r.halves = halves;
     r.cap = cap;
     r.seed = plan.codec.seed;
     r.stats = stats;
@@ -102,9 +106,9 @@ struct Rounds {
 void all_reduce(Rounds& rd, const Tensor& in, const Tensor& out, bool avg) {
   const int w = rd.ps.world, me = rd.ps.rank;
   const bool two = rd.plan.two_term_gather;
-  rd.layout(2 * w - 1, two ? 2 : 1);  // a recv slot per peer, then a gather slot per owner
   const lowp::LowpSlices sl(in.count, rd.plan.codec.block, w);
   const int64_t longest = *std::max_element(sl.len.begin(), sl.len.end());
+  rd.layout(2 * w - 1, two ? 2 : 1, longest);  // a recv slot per peer, then a gather slot per owner
   LowpRound r = rd.round(LowpMode::kAllReduce);
   r.recv_off = 0;
   r.gather_off = static_cast<uint64_t>(w - 1) * rd.cap;
