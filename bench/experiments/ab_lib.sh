@@ -88,6 +88,20 @@ ab_two_builds() {
   ab_machine
 }
 
+# ab_new_tests "BINARY ARGS..."...: each GPU test binary of the new side's build (after
+# ab_two_builds) with its arguments, bounded, into $TOP/tests.log; a summary printed.
+ab_new_tests() {
+  local t
+  : > "$TOP/tests.log"
+  for t in "$@"; do
+    set -- $t
+    echo "=== candidate $*" >> "$TOP/tests.log"
+    ab_on new timeout 300 "$AB_NEW_BUILD/bin/$1" "${@:2}" >> "$TOP/tests.log" 2>&1 ||
+      { rc=1; echo "=== candidate $1 FAILED" >> "$TOP/tests.log"; }
+  done
+  grep -E "^=== |^\[  (PASSED|FAILED) |^\[  FAILED  \] [A-Z]" "$TOP/tests.log"
+}
+
 # ab_compare DIR ARGS...: a comparison of its own in DIR (ab.md, ab.json, runs.tar.gz, machine.txt):
 # AB_ROUNDS (2) rounds of commx-bench ARGS on both sides, its mean changes printed. Each comparison
 # keeps its own runs, so ones at different rank counts are not pooled. Leaves OUT set to DIR.

@@ -23,17 +23,9 @@ cd "$(dirname "$0")/../.." || exit 1
 . bench/experiments/ab_lib.sh
 USAGE="usage: gpu_barrier_check.sh MAIN_BUILD CANDIDATE_BUILD [NOCALLWORD_BUILD]"
 ab_two_builds barrier_check "${1:?$USAGE}" "${2:?$USAGE}"
-CAND=$AB_NEW_BUILD
 NCW=""; [ -n "${3:-}" ] && NCW=$(cd "$3" && pwd)
 
-: > "$TOP/tests.log"
-for t in cuda_call_check_test cuda_backend_test "conformance_all_reduce_test --gtest_filter=*/cuda_*" lowp_cuda_test; do
-  set -- $t
-  echo "=== candidate $*" >> "$TOP/tests.log"
-  ab_on new timeout 300 "$CAND/bin/$1" "${@:2}" >> "$TOP/tests.log" 2>&1 ||
-    { rc=1; echo "=== candidate $1 FAILED" >> "$TOP/tests.log"; }
-done
-grep -E "^=== |^\[  (PASSED|FAILED) |^\[  FAILED  \] [A-Z]" "$TOP/tests.log"
+ab_new_tests cuda_call_check_test cuda_backend_test "conformance_all_reduce_test --gtest_filter=*/cuda_*" lowp_cuda_test
 
 SWEEP="--backend cuda,nccl --modes graph,eager --min 256K --max 8M --factor 2 --reps 5"
 ab_compare "$TOP/candidate_$NG" --ranks "$NG" --dtypes bf16,f32 --ops all_reduce $SWEEP

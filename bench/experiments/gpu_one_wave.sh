@@ -20,17 +20,9 @@ cd "$(dirname "$0")/../.." || exit 1
 . bench/experiments/ab_lib.sh
 USAGE="usage: gpu_one_wave.sh MAIN_BUILD CANDIDATE_BUILD [BASE_BUILD]"
 ab_two_builds one_wave "${1:?$USAGE}" "${2:?$USAGE}"
-CAND=$AB_NEW_BUILD
 OLD=""; [ -n "${3:-}" ] && OLD=$(cd "$3" && pwd)
 
-: > "$TOP/tests.log"
-for t in "conformance_all_reduce_test --gtest_filter=*/cuda_*" cuda_backend_test; do
-  set -- $t
-  echo "=== candidate $*" >> "$TOP/tests.log"
-  ab_on new timeout 300 "$CAND/bin/$1" "${@:2}" >> "$TOP/tests.log" 2>&1 ||
-    { rc=1; echo "=== candidate $1 FAILED" >> "$TOP/tests.log"; }
-done
-grep -E "^=== |^\[  (PASSED|FAILED) |^\[  FAILED  \] [A-Z]" "$TOP/tests.log"
+ab_new_tests "conformance_all_reduce_test --gtest_filter=*/cuda_*" cuda_backend_test
 
 SWEEP="--backend cuda,nccl --dtypes bf16,f32 --ops all_reduce --min 1M --max 32M --factor 2 --reps 5"
 ab_compare "$TOP/cand_$NG" --ranks "$NG" --modes graph,eager $SWEEP
