@@ -39,12 +39,14 @@ TEST(CudaLowpSlots, AllReduceTakesBothHalvesForOneRoundOnly) {
   // 2 ranks, the default 31 MiB halves, 3 slots (a receive slot and two gather slots), one term,
   // blocks of 256: bf16 64 MiB has a longest range of 16M elements.
   const uint64_t half = 31 * kMiB;
-  const int64_t one = lowp_slots(half, 3, 1, 256).chunk, both = lowp_slots(2 * half, 3, 1, 256).chunk;
+  const int64_t one = lowp_slots(half, 3, 1, 256).chunk,
+                both = lowp_slots(2 * half, 3, 1, 256).chunk;
   ASSERT_LT(one, int64_t(16) << 20);
   ASSERT_GE(both, int64_t(16) << 20);
   EXPECT_TRUE(lowp_all_reduce_both_halves(half, 3, 1, 256, int64_t(16) << 20));  // bf16 64 MiB
-  EXPECT_FALSE(lowp_all_reduce_both_halves(half, 3, 1, 256, int64_t(4) << 20));  // 16 MiB: one round
-  EXPECT_FALSE(lowp_all_reduce_both_halves(half, 3, 1, 256, int64_t(8) << 20));  // f32 64 MiB
+  EXPECT_FALSE(
+      lowp_all_reduce_both_halves(half, 3, 1, 256, int64_t(4) << 20));  // 16 MiB: one round
+  EXPECT_FALSE(lowp_all_reduce_both_halves(half, 3, 1, 256, int64_t(8) << 20));   // f32 64 MiB
   EXPECT_FALSE(lowp_all_reduce_both_halves(half, 3, 1, 256, int64_t(64) << 20));  // 256 MiB
   // The edges: one element past what one half holds, and what both hold exactly.
   EXPECT_FALSE(lowp_all_reduce_both_halves(half, 3, 1, 256, one));

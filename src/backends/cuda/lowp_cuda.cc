@@ -4,7 +4,8 @@
 // rank's data through them in the fused kernel (lowp_kernels.h): encode and write to the
 // destination slots, barrier, (reduce and re-encode or round,) barrier, decode. With slots in the
 // op counter's half (the default) one launch runs every round of the op, alternating halves; else
-// one launch per round (an all_reduce that both halves hold in one round takes them: Rounds::layout).
+// one launch per round (an all_reduce that both halves hold in one round takes them:
+// Rounds::layout).
 // Layer: backends (cuda).
 #include "cuda/lowp_cuda.h"
 
@@ -49,8 +50,7 @@ struct Rounds {
   uint64_t cap = 0;   // bytes per slot
   int64_t chunk = 0;  // elements per slot and round
   int64_t step = 0;   // elements per launch: every round (halves) or one
-
-  bool halves = true;   // this op's slots in one buffer half (see layout)
+  bool halves = true;  // this op's slots in one buffer half (see layout)
 
   // Cuts each rank's data area (the op counter's half: COMMX_CUDA_LOWP_HALVES=1, the default;
   // both halves, with barriers at both ends of an op: 0) into `slots` slots holding `terms`
