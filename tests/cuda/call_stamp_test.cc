@@ -119,6 +119,38 @@ TEST(CudaCallStamp, MismatchMessageNamesBothCalls) {
             "1, 16 x float): the ranks' calls do not match");
 }
 
+// A barrier that could not read the peer's call entry reports only the flag's check of its hash:
+// the call is still found among this rank's own calls by that check at that flag value.
+TEST(CudaCallStamp, MismatchKnownOnlyByItsFlagCheckIsFoundByIt) {
+  const OpFingerprint mine = all_reduce_sum(16, 4);
+  OpFingerprint theirs = mine;
+  theirs.type = static_cast<uint8_t>(OpType::kAllGather);
+  theirs.reduce = OpFingerprint::kNoReduce;
+  const unsigned long long value = 4 * 4 + 1;  // a flag of op 4
+  CallMismatch m = report(mine, theirs, false);
+  m.check_value = value;
+  m.their_hash = flag_check(device_call(theirs).hash, value);
+  RecentCalls recent;
+  const std::string unknown = call_mismatch_message(m, 0, 1, recent);
+  char check[16];
+  std::snprintf(check, sizeof(check), "%05llx", m.their_hash);
+  EXPECT_NE(unknown.find(std::string("called another collective (flag check ") + check +
+                         " at flag 17, none this rank issued lately)"),
+            std::string::npos)
+      << unknown;
+  for (int i = 1; i < 20; ++i) recent.note(all_reduce_sum(i, i, i));
+  OpFingerprint earlier = theirs;
+  earlier.seq = 2;
+  earlier.ordinal = 1;
+  recent.note(earlier);
+  for (int i = 20; i < 30; ++i) recent.note(all_reduce_sum(i, i, i));
+  EXPECT_EQ(call_mismatch_message(m, 0, 1, recent),
+            "rank 0 called all_reduce #4 (sum, 16 x float) but rank 1 called all_gather #4 (16 x "
+            "float): the ranks' calls do not match");
+  // The check alone is not a hash: looked up as one, it names nothing.
+  EXPECT_FALSE(recent.find(m.their_hash, mine.ordinal));
+}
+
 // A barrier flag carries its call's check in its low bits: later flag values stay larger whatever
 // the calls (so a peer ahead still passes "flag >= mine"), the value reads back, and two calls'
 // checks agree at one value by chance (about 2^-20) but not again at the next.

@@ -43,12 +43,14 @@ void RecentCalls::note(const OpFingerprint& f) {
   if (count_ < kSize) ++count_;
 }
 
-std::optional<OpFingerprint> RecentCalls::find(unsigned long long hash, uint32_t ordinal) const {
+std::optional<OpFingerprint> RecentCalls::find(unsigned long long hash, uint32_t ordinal,
+                                               unsigned long long check_value) const {
   std::lock_guard<std::mutex> g(mu_);
   for (size_t i = 1; i <= count_; ++i) {
     OpFingerprint f = ring_[(next_ + kSize - i) % kSize];
     f.ordinal = ordinal;
-    if (device_call(f).hash == hash) return f;
+    const unsigned long long h = device_call(f).hash;
+    if (check_value ? flag_check(h, check_value) == hash : h == hash) return f;
   }
   return std::nullopt;
 }
@@ -60,16 +62,20 @@ std::string call_mismatch_message(const CallMismatch& m, int my_rank, int peer,
   if (m.theirs_known)
     theirs = fingerprint_of_words(m.theirs);
   else
-    theirs = recent.find(m.their_hash, mine.ordinal);  // a mismatch at the same op counter
+    theirs = recent.find(m.their_hash, mine.ordinal, m.check_value);  // at the same op counter
   if (theirs) {
     // The peer's op number is its own; a call looked up here carries this rank's number of it.
     if (!m.theirs_known) theirs->seq = mine.seq;
     return mismatch_message(my_rank, mine, peer, *theirs);
   }
-  char hash[32];
-  std::snprintf(hash, sizeof(hash), "%016llx", m.their_hash);
+  char known[64];
+  if (m.check_value)
+    std::snprintf(known, sizeof(known), "flag check %05llx at flag %llu", m.their_hash,
+                  m.check_value);
+  else
+    std::snprintf(known, sizeof(known), "call hash %016llx", m.their_hash);
   return "rank " + std::to_string(my_rank) + " called " + describe_call(mine) + " but rank " +
-         std::to_string(peer) + " called another collective (call hash " + hash +
+         std::to_string(peer) + " called another collective (" + known +
          ", none this rank issued lately): the ranks' calls do not match";
 }
 

@@ -26,7 +26,10 @@ class RecentCalls {
   static constexpr size_t kSize = 64;
   void note(const OpFingerprint& f);
   // The newest noted call that, issued as the `ordinal`-th collective, hashes to `hash`.
-  std::optional<OpFingerprint> find(unsigned long long hash, uint32_t ordinal) const;
+  // With a `check_value`, `hash` is only flag_check(hash, check_value): the newest call with that
+  // check is taken (another of the kSize calls shares it with odds of about kSize / 2^20).
+  std::optional<OpFingerprint> find(unsigned long long hash, uint32_t ordinal,
+                                    unsigned long long check_value = 0) const;
 
  private:
   mutable std::mutex mu_;
@@ -42,6 +45,8 @@ struct CallMismatch {
   unsigned long long theirs[5];
   unsigned long long their_hash;
   bool theirs_known;  // the peer's words were read from its pad; else only its hash is
+  // Non-zero: their_hash is only flag_check(peer's hash, check_value), from a barrier flag.
+  unsigned long long check_value = 0;
 };
 
 // "rank 0 called all_reduce #4 (sum, 16 x float32) but rank 1 called broadcast #4 (root 1, 16 x

@@ -200,6 +200,7 @@ std::exception_ptr CudaBackend::device_error(const std::string& where) const {
     }
     m.their_hash = c->error_hashes[1];
     m.theirs_known = c->error_peer_call_known != 0;
+    m.check_value = c->error_check_value;
     return std::make_exception_ptr(
         Error(ErrorCode::kInvalidArgument,
               where + call_mismatch_message(m, ctx_.rank, peer, recent_calls_) +

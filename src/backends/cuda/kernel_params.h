@@ -95,9 +95,12 @@ struct HostCtl {
   // all_to_all_v_dynamic counts that failed the agreed check: one Work fails, the comm goes on.
   DynamicCountsReport counts;
   // kDevMismatch: this rank's call and the peer's (its words when error_peer_call_known, else
-  // only its hash, which the host looks up among the calls it issued itself).
+  // only its hash, which the host looks up among the calls it issued itself). A barrier that
+  // could not read the peer's entry knows only the flag's check: then error_check_value is the
+  // flag value and error_hashes[1] flag_check(peer's hash, that value).
   unsigned long long error_calls[2][5];
   unsigned long long error_hashes[2];
+  unsigned long long error_check_value;
   int error_peer_call_known;
 };
 

@@ -100,6 +100,7 @@ __device__ __forceinline__ void report_mismatch(const PeerSet& ps, int peer, uin
   }
   c->error_hashes[0] = ps.call.hash;
   c->error_hashes[1] = their_hash;
+  c->error_check_value = known ? 0 : at_value;
   c->error_peer_call_known = known ? 1 : 0;
   __threadfence_system();
   c->error_code = kDevMismatch;
