@@ -17,6 +17,8 @@
 #               all_reduce 512 KiB - 32 MiB at every GPU (up to 4) graph-captured
 #   buf256M.*   the new build with 256 MiB buffer halves (one round): the reference
 #   runs.tar.gz every run's JSON and log
+# FP8_STEPS picks the benchmark steps (default "fp8 phases ar reference"; fp8 is the all_reduce
+# rows, phases reduce_scatter and all_gather, ar the all_reduce at every GPU, reference buf256M).
 # Every step is bounded.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -51,7 +53,9 @@ done
 grep -E "^=== |^\[  (PASSED|FAILED) |^\[  FAILED  \] [A-Z]" "$OUT/tests.log"
 
 # bench TAG LIMIT ARGS...: ab_bench (base, then new; the comparison so far into $OUT), logged.
-bench() { echo "$1: commx-bench ${*:3}" >> "$OUT/machine.txt"; ab_bench "$@"; }
+STEPS=" ${FP8_STEPS:-fp8 phases ar reference} "
+step() { [[ $STEPS == *" $1 "* ]]; }
+bench() { step "$1" || return 0; echo "$1: commx-bench ${*:3}" >> "$OUT/machine.txt"; ab_bench "$@"; }
 bench fp8 120 --ranks 2 --backend nccl,cuda,cuda+fp8,cuda+fp8x2 --dtypes bf16,f32 --ops all_reduce \
   --modes eager --min 16M --max 256M --factor 4 --reps 3 --error 16M
 bench phases 90 --ranks 2 --backend nccl,cuda+fp8 --dtypes bf16,f32 --ops reduce_scatter,all_gather \
@@ -60,7 +64,7 @@ NG=$(nvidia-smi -L | wc -l); [ "$NG" -gt 4 ] && NG=4
 bench ar 90 --ranks "$NG" --backend cuda,nccl --dtypes bf16,f32 --ops all_reduce --modes graph \
   --min 512K --max 32M --factor 4 --reps 5
 [ -n "$BASE" ] && ab_report > /dev/null
-ab_reference 60 --ranks 2 --backend cuda+fp8 --dtypes bf16,f32 --ops all_reduce --modes eager \
+step reference && ab_reference 60 --ranks 2 --backend cuda+fp8 --dtypes bf16,f32 --ops all_reduce --modes eager \
   --min 16M --max 256M --factor 4 --reps 3 > /dev/null
 grep -E "mean change" "$OUT/ab.md" 2>/dev/null
 exit $rc
