@@ -137,9 +137,11 @@ __device__ __forceinline__ int64_t slice_elems(int64_t m, int world) {
 // whose peer block is not yet resident only waits. With one block per SM, an op of more than
 // SMs blocks (16 MiB at 4 ranks: 256) runs in two waves. kPieces: the piece loop (it spills more);
 // false: one piece (n <= chunk), the code of the kernel of one piece (the piece loop's registers
-// made ops of one piece 12% slower at 2 MiB on 4 ranks).
-template <typename T, int OP, bool kPieces>
-__global__ void __launch_bounds__(kThreads, 2)
+// made ops of one piece 12% slower at 2 MiB on 4 ranks). kMinBlocks 1: the one-piece kernel for
+// grids of one wave at one block per SM, with the registers to spill nothing (f32 spills under
+// the two-block cap).
+template <typename T, int OP, bool kPieces, int kMinBlocks = 2>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     two_shot_kernel(PeerSet ps, const T* in, T* out, int64_t n, int64_t chunk, int out_rank,
                     Reducer<T, OP> rd, bool aligned) {
   constexpr int P = kPack<T>;
@@ -212,6 +214,18 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 enum class Kind { kFlat, kFlatLL128, kTwoShot };
 
+// Multiprocessors of the current device, read once per device (launches must not query it).
+int device_sms() {
+  constexpr int kMaxDevices = 64;
+  static int sms[kMaxDevices] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return 0;
+  if (sms[dev] == 0 &&
+      cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    sms[dev] = 0;
+  return sms[dev];
+}
+
 // `chunk`: the two-shot's piece (elements); the other kernels ignore it.
 void launch(Kind kind, const PeerSet& ps, const void* in, void* out, int64_t n, int64_t chunk,
             int out_rank, const ReduceSpec& rs, int blocks, cudaStream_t s) {
@@ -231,8 +245,11 @@ void launch(Kind kind, const PeerSet& ps, const void* in, void* out, int64_t n, 
                       rs.aligned);
         break;
       case Kind::kTwoShot:
-        // Preloading (n == 0) loads both.
-        if (n <= chunk)
+        // Preloading (n == 0) loads all three.
+        if (n <= chunk && (n == 0 || blocks <= device_sms()))
+          launch_kernel(two_shot_kernel<T, OP, false, 1>, blocks, kThreads, s, ps, tin, tout, n,
+                        chunk, out_rank, rd, rs.aligned);
+        if (n <= chunk && (n == 0 || blocks > device_sms()))
           launch_kernel(two_shot_kernel<T, OP, false>, blocks, kThreads, s, ps, tin, tout, n,
                         chunk, out_rank, rd, rs.aligned);
         if (n > chunk || n == 0)
