@@ -214,18 +214,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
 enum class Kind { kFlat, kFlatLL128, kTwoShot };
 
-// Multiprocessors of the current device, read once per device (launches must not query it).
-int device_sms() {
-  constexpr int kMaxDevices = 64;
-  static int sms[kMaxDevices] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return 0;
-  if (sms[dev] == 0 &&
-      cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    sms[dev] = 0;
-  return sms[dev];
-}
-
 // `chunk`: the two-shot's piece (elements); the other kernels ignore it.
 void launch(Kind kind, const PeerSet& ps, const void* in, void* out, int64_t n, int64_t chunk,
             int out_rank, const ReduceSpec& rs, int blocks, cudaStream_t s) {
@@ -244,18 +232,24 @@ void launch(Kind kind, const PeerSet& ps, const void* in, void* out, int64_t n, 
         launch_kernel(flat_ll128_kernel<T, OP>, blocks, ll_threads(), s, ps, tin, tout, n, rd,
                       rs.aligned);
         break;
-      case Kind::kTwoShot:
-        // Preloading (n == 0) loads all three.
-        if (n <= chunk && (n == 0 || blocks <= device_sms()))
-          launch_kernel(two_shot_kernel<T, OP, false, 1>, blocks, kThreads, s, ps, tin, tout, n,
-                        chunk, out_rank, rd, rs.aligned);
-        if (n <= chunk && (n == 0 || blocks > device_sms()))
+      case Kind::kTwoShot: {
+        // One piece: the instance without the two-block cap where its whole grid is resident at
+        // its own occupancy (one block per SM), else the capped one. Preloading (n == 0) loads
+        // all three.
+        auto* uncapped = two_shot_kernel<T, OP, false, 1>;
+        static const int uncapped_fit = resident_blocks(uncapped, kThreads);
+        const bool preload = n == 0, one_wave = blocks <= uncapped_fit;
+        if (n <= chunk && (preload || one_wave))
+          launch_kernel(uncapped, blocks, kThreads, s, ps, tin, tout, n, chunk, out_rank, rd,
+                        rs.aligned);
+        if (n <= chunk && (preload || !one_wave))
           launch_kernel(two_shot_kernel<T, OP, false>, blocks, kThreads, s, ps, tin, tout, n,
                         chunk, out_rank, rd, rs.aligned);
-        if (n > chunk || n == 0)
+        if (n > chunk || preload)
           launch_kernel(two_shot_kernel<T, OP, true>, blocks, kThreads, s, ps, tin, tout, n, chunk,
                         out_rank, rd, rs.aligned);
         break;
+      }
     }
   });
 }

@@ -25,6 +25,19 @@ inline bool pdl_enabled() {
   return on;
 }
 
+// Blocks of `kernel`, at `threads` a block, that fit on the current device at once (1 when the
+// runtime cannot tell): a kernel with per-block barriers needs its whole grid resident (a block
+// waiting for its twin on a peer must not keep a later block of its own rank from starting).
+template <typename Kernel>
+int resident_blocks(Kernel kernel, int threads) {
+  int dev = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess)
+    return 1;
+  return std::max(1, per_sm * sms);
+}
+
 template <typename... KArgs, typename... Args>
 void launch_kernel(void (*kernel)(KArgs...), int blocks, int threads, cudaStream_t s,
                    Args&&... args) {

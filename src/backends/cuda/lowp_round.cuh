@@ -494,24 +494,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   finish_round(ps, r, last, acc);
 }
 
-// Blocks of `kernel` that fit on the device at once: the per-block barriers need every block of
-// the grid resident (a block waiting for its twin on a peer must not keep a later block of its
-// own rank from starting).
-template <typename Kernel>
-int resident_blocks(Kernel kernel) {
-  int dev = 0, sms = 0, per_sm = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess)
-    return 1;
-  return std::max(1, per_sm * sms);
-}
-
 template <typename T, bool kE5, int kW, int kMinBlocks, bool kOneRound>
 void launch_rounds(const PeerSet& ps, const LowpRound& r, const lowp::CodecConfig& cfg, int blocks,
                    cudaStream_t s) {
   auto* kernel = lowp_round_kernel<T, kE5, kW, kMinBlocks, kOneRound>;
-  static const int fit = resident_blocks(kernel);
+  static const int fit = resident_blocks(kernel, kThreads);
   launch_kernel(kernel, std::min(blocks, fit), kThreads, s, ps, r, cfg.block, cfg.stochastic);
 }
 
