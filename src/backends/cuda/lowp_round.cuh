@@ -250,33 +250,51 @@ __device__ __forceinline__ void reduce_encode_pairs(const g::ReduceSrc& rs, int6
   });
 }
 
-// P2 for all_reduce: reduce, then encode Q1 (and the residual Q2) into every rank's gather slot;
-// full pairs go to the peers only (see reduce_encode_pairs). The owner's result goes to `out`.
-template <typename T, bool kE5, bool kSR, int kW>
-__device__ __forceinline__ void reduce_encode_units(const PeerSet& ps, const LowpRound& r,
-                                                    uint64_t base, const g::ReduceSrc& rs,
-                                                    int64_t block, int64_t sr_off, T* out,
-                                                    g::StatAcc* st) {
+// Where P2 of an all_reduce writes this rank's reduced slice: every rank's gather slot (`all`),
+// or every rank but this one, the next first (`peers`: no rank's links take every write at
+// once); each with the second term's place (`*2`).
+template <int kN>
+struct GatherDsts {
+  g::EncDstsN<kN> all, all2, peers, peers2;
+};
+
+template <int kW>
+__device__ __forceinline__ GatherDsts<kW ? kW : kMaxRanks> gather_dsts(const PeerSet& ps,
+                                                                        const LowpRound& r,
+                                                                        uint64_t base,
+                                                                        int64_t code_off,
+                                                                        int64_t block) {
   constexpr int kN = kW ? kW : kMaxRanks;
   const int world = kW ? kW : ps.world;
-  const int64_t nb = blocks_of(rs.n, block);
   const uint64_t q1 = enc_bytes(r.chunk, block);
-  g::EncDstsN<kN> all{}, all2{}, peers{}, peers2{};
+  GatherDsts<kN> d{};
 #pragma unroll (kW ? kW : 1)
   for (int q = 0; q < kN; ++q) {
     if (q >= world) break;
-    all.p[q] = slot(ps, q, base + r.gather_off, r.cap, ps.rank);
-    all2.p[q] = all.p[q] + q1;
-    // peers: every rank but this one, the next first (no rank's links take every write at once).
+    d.all.p[q] = slot(ps, q, base + r.gather_off, r.cap, ps.rank);
+    d.all2.p[q] = d.all.p[q] + q1;
     if (q == 0) continue;
-    peers.p[q - 1] = slot(ps, (ps.rank + q) % world, base + r.gather_off, r.cap, ps.rank);
-    peers2.p[q - 1] = peers.p[q - 1] + q1;
+    d.peers.p[q - 1] = slot(ps, (ps.rank + q) % world, base + r.gather_off, r.cap, ps.rank);
+    d.peers2.p[q - 1] = d.peers.p[q - 1] + q1;
   }
-  all.count = all2.count = world;
-  peers.count = peers2.count = world - 1;
-  all.code_off = all2.code_off = peers.code_off = peers2.code_off = rs.code_off;
+  d.all.count = d.all2.count = world;
+  d.peers.count = d.peers2.count = world - 1;
+  d.all.code_off = d.all2.code_off = d.peers.code_off = d.peers2.code_off = code_off;
+  return d;
+}
+
+// P2 for all_reduce: reduce, then encode Q1 (and the residual Q2) into every rank's gather slot
+// (`gd`); full pairs go to the peers only (see reduce_encode_pairs). The owner's result goes to
+// `out`.
+template <typename T, bool kE5, bool kSR, int kW, typename Gather>
+__device__ __forceinline__ void reduce_encode_units(const LowpRound& r, const Gather& gd,
+                                                    const g::ReduceSrc& rs, int64_t block,
+                                                    int64_t sr_off, T* out, g::StatAcc* st) {
+  const auto& all = gd.all;
+  const auto& all2 = gd.all2;
+  const int64_t nb = blocks_of(rs.n, block);
   const int64_t nfp = full_pairs(rs.n, block);
-  reduce_encode_pairs<T, kE5, kSR, kW>(rs, nfp, peers, peers2, r, sr_off, out, st);
+  reduce_encode_pairs<T, kE5, kSR, kW>(rs, nfp, gd.peers, gd.peers2, r, sr_off, out, st);
   FOR_UNITS(u, (nb + 1) / 2) {
     if (owner_finishes(u, rs.n, block)) continue;
     for (int64_t j = 2 * u; j < nb && j < 2 * u + 2; ++j) {
@@ -420,10 +438,13 @@ __device__ __forceinline__ bool round_body(const PeerSet& ps, const LowpRound& r
                            sr, st);
     }
   }
-  if (!block_barrier(ps, flag_value(e, 1))) return false;
-
-  if (r.mode == LowpMode::kAllReduce || r.mode == LowpMode::kReduceScatter) {
-    g::ReduceSrc rs{};
+  // P2's sources and destinations are set up before the barrier, so that the first reads of the
+  // parameters they come from overlap the wait rather than follow it.
+  const bool reduces = r.mode == LowpMode::kAllReduce || r.mode == LowpMode::kReduceScatter;
+  g::ReduceSrc rs{};
+  GatherDsts<kN> gd{};
+  T* out = nullptr;
+  if (reduces) {
     rs.own = at(r.own);
 #pragma unroll (kW ? kW : 1)
     for (int p = 0; p < kN; ++p)
@@ -434,13 +455,18 @@ __device__ __forceinline__ bool round_body(const PeerSet& ps, const LowpRound& r
     rs.n = part(r.n_own);
     rs.code_off = code_off(lay_nb);
     rs.avg = r.avg;
-    T* out = reinterpret_cast<T*>(const_cast<char*>(at(r.out[me])));
+    out = reinterpret_cast<T*>(const_cast<char*>(at(r.out[me])));
+    if (r.mode == LowpMode::kAllReduce) gd = gather_dsts<kW>(ps, r, base, rs.code_off, block);
+  }
+  if (!block_barrier(ps, flag_value(e, 1))) return false;
+
+  if (reduces) {
     if (r.mode == LowpMode::kReduceScatter) {
       reduce_store_units<T, kE5, kW>(rs, block, out);
     } else if (sr) {
-      reduce_encode_units<T, kE5, true, kW>(ps, r, base, rs, block, r.sr_off2 + c0, out, st);
+      reduce_encode_units<T, kE5, true, kW>(r, gd, rs, block, r.sr_off2 + c0, out, st);
     } else {
-      reduce_encode_units<T, kE5, false, kW>(ps, r, base, rs, block, r.sr_off2 + c0, out, st);
+      reduce_encode_units<T, kE5, false, kW>(r, gd, rs, block, r.sr_off2 + c0, out, st);
     }
     if (!block_barrier(ps, flag_value(e, 2))) return false;
   }
