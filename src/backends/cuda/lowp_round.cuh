@@ -441,10 +441,11 @@ __device__ __forceinline__ bool round_body(const PeerSet& ps, const LowpRound& r
   // P2's sources and destinations are set up before the barrier, so that the first reads of the
   // parameters they come from overlap the wait rather than follow it.
   const bool reduces = r.mode == LowpMode::kAllReduce || r.mode == LowpMode::kReduceScatter;
-  g::ReduceSrc rs{};
-  GatherDsts<kN> gd{};
+  g::ReduceSrc rs;  // rs and gd are set (and zeroed) only where used, not in the other modes
+  GatherDsts<kN> gd;
   T* out = nullptr;
   if (reduces) {
+    rs = g::ReduceSrc{};
     rs.own = at(r.own);
 #pragma unroll (kW ? kW : 1)
     for (int p = 0; p < kN; ++p)
