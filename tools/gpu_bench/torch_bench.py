@@ -161,7 +161,10 @@ def worker(rank, args, port):
             pristine = inputs(rank, n, dtype, dev)
             ref = sum(inputs(r, n, torch.float32, dev) for r in range(world))
             buf = pristine.clone()
-            ops = args.ops if nbytes < (16 << 20) else max(args.ops // 10, 5)
+            # Ops per timed batch: args.ops up to 16 MiB, fewer (at least 5) above, so that a
+            # batch stays long enough for its start (the first call's host time and the ranks'
+            # skew after the barrier, while the GPU waits) to weigh little.
+            ops = args.ops if nbytes <= (16 << 20) else max(args.ops * (16 << 20) // nbytes, 5)
             for name in clients.names:
                 made = clients.make(name, buf)
                 if made is None:
