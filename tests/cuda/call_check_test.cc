@@ -1,9 +1,10 @@
 // The cuda backend's call checks on the GPU: two ranks that issue different collectives, roots,
 // reduce ops, dtypes or counts each get an InvalidArgument naming both calls, no data of the
 // peer's reaches their buffers, and the comm is failed afterwards (the next op throws). Covers
-// every native kernel (LL, LL128, flat and two-shot all_reduce, the barrier and LL exchanges, the
-// LL reduce-scatter, all_to_all_v_dynamic, the barrier), a kernel against one of another protocol
-// (LL polling against a flag barrier), and calls replayed from a CUDA graph.
+// every native kernel (LL, LL128, flat and two-shot all_reduce, the FP8 all_reduce, the barrier
+// and LL exchanges, the LL reduce-scatter, all_to_all_v_dynamic, the barrier), a kernel against
+// one of another protocol (LL polling against a flag barrier), and calls replayed from a CUDA
+// graph.
 // Layer: tests (label gpu; skips without a GPU).
 #include <gtest/gtest.h>
 
@@ -52,6 +53,13 @@ std::vector<Case> cases() {
   auto ar = [](int64_t n, ReduceOp op, const char* a, DataType t = kF32) {
     return [=](Comm& c, Buffers& b) { return all_reduce(c, b, n, op, a, t); };
   };
+  auto fp8_ar = [](int64_t n) {
+    return [=](Comm& c, Buffers& b) {
+      OpOptions o;
+      o.hints = {{"low_precision", "fp8e4m3"}, {"low_precision_min_bytes", "0"}};
+      return c.all_reduce(b.f32_in(n), ReduceOp::SUM, false, o);
+    };
+  };
   auto bcast = [](int root) {
     return [=](Comm& c, Buffers& b) { return c.broadcast(b.f32_in(1024), root); };
   };
@@ -66,6 +74,10 @@ std::vector<Case> cases() {
       {"flat all_reduce, 1000 against 1001 elements",
        {{ar(1000, ReduceOp::SUM, "flat"), "all_reduce", "(sum, 1000 x float)"},
         {ar(1001, ReduceOp::SUM, "flat"), "all_reduce", "(sum, 1001 x float)"}}},
+      // FP8 all_reduce: P2 reads each step of the peer's P1 after that step's flag.
+      {"FP8 all_reduce, 8192 against 8191 elements",
+       {{fp8_ar(8192), "all_reduce", "(sum, 8192 x float)"},
+        {fp8_ar(8191), "all_reduce", "(sum, 8191 x float)"}}},
       {"two-shot all_reduce, sum against min",
        {{ar(8192, ReduceOp::SUM, "tree"), "all_reduce", "(sum, 8192 x float)"},
         {ar(8192, ReduceOp::MIN, "tree"), "all_reduce", "(min, 8192 x float)"}}},
