@@ -74,7 +74,8 @@ std::vector<Case> cases() {
       {"flat all_reduce, 1000 against 1001 elements",
        {{ar(1000, ReduceOp::SUM, "flat"), "all_reduce", "(sum, 1000 x float)"},
         {ar(1001, ReduceOp::SUM, "flat"), "all_reduce", "(sum, 1001 x float)"}}},
-      // FP8 all_reduce: P2 reads each step of the peer's P1 after that step's flag.
+      // FP8 all_reduce: the round kernel's barrier after P1 checks the call before P2 reads the
+      // peer's codes.
       {"FP8 all_reduce, 8192 against 8191 elements",
        {{fp8_ar(8192), "all_reduce", "(sum, 8192 x float)"},
         {fp8_ar(8191), "all_reduce", "(sum, 8191 x float)"}}},
