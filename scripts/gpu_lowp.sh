@@ -19,7 +19,8 @@
 #                       rank 100 us late) and torch.cuda.graph, 16-256 MiB
 #   logs.tar.gz         build and benchmark logs
 # Env: LOWP_TESTS=0 / LOWP_BENCH=0 skip a part (LOWP_SETTINGS=0: lowp_generic and
-# lowp_occupancy); LOWP_MIN/LOWP_MAX bound the sizes (16M, 1G); LOWP_REPS (5); LOWP_BASE=DIR also
+# lowp_occupancy); LOWP_MIN/LOWP_MAX bound the sizes (16M, 1G; LOWP_TORCH_MIN/MAX those of
+# torch_fp8: 16M, 256M); LOWP_REPS (5); LOWP_BASE=DIR also
 # benchmarks the FP8 all_reduce of the commx tree at DIR (built there in build-gpu) as the "before"
 # of a comparison (lowp_base.json); LOWP_BUILD=DIR runs a build made elsewhere for this CUDA
 # instead of building (DIR/bin: commx-bench and the two tests; DIR/lib: libcommx, the cuda and nccl
@@ -107,8 +108,8 @@ if [ "${LOWP_TORCH:-0}" = 1 ]; then
   # The Python extension over this build (no tests), then torch_bench with the FP8 clients.
   BUILD_DIR=$BUILD GPU_PY_TESTS=0 OUT=$LOGS bash scripts/gpu_python.sh > "$LOGS/python_build.log" 2>&1
   PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" timeout 300 python3 tools/gpu_bench/torch_bench.py \
-    --ranks "$NR" --clients nccl,cuda,cuda+fp8,cuda+fp8x2 --dtypes bf16,f32 --min 16M --max 256M \
-    --factor 4 --skews 100 --skew-max 256M --ops 20 --reps 3 \
+    --ranks "$NR" --clients nccl,cuda,cuda+fp8,cuda+fp8x2 --dtypes bf16,f32 \
+    --min "${LOWP_TORCH_MIN:-16M}" --max "${LOWP_TORCH_MAX:-256M}" --factor 4 --skews 100 --skew-max 256M --ops 20 --reps 3 \
     --json "$OUT/torch_fp8.json" --md "$OUT/torch_fp8.md" > "$LOGS/torch_fp8.log" 2>&1 || rc=1
   echo "torch_fp8: rc $rc"; tail -4 "$LOGS/torch_fp8.log"
 fi
