@@ -173,6 +173,10 @@ const std::vector<SettingSpec>& table() {
        "all_reduce that both halves hold in one round, where one half takes two or more, takes "
        "both), or over both halves with a barrier at each end of an op (0)",
        "cuda.md"},
+      {"COMMX_CUDA_LOWP_LINES", T::kBool, "1",
+       "cuda backend: FP8 all_reduce's gather (P2 -> P3) as LL128 line streams, decoded as lines "
+       "land with no barrier between the phases (1), or through the slots and a barrier (0)",
+       "cuda.md"},
       {"COMMX_CUDA_LOWP_KERNEL", T::kChoice, "auto",
        "cuda backend: FP8 kernel specialised for 2 and 4 ranks (auto) or the one for any world "
        "size (generic, for comparisons)",

@@ -73,11 +73,16 @@ struct Rounds {
     static const bool on = env_bool("COMMX_CUDA_LOWP_HALVES", true);
     return on;
   }
+  static bool lines_setting() {
+    static const bool on = env_bool("COMMX_CUDA_LOWP_LINES", true);
+    return on;
+  }
   uint64_t sr(int phase) const { return lowp::sr_stream_of(seq, phase, ps.rank); }
   LowpRound round(LowpMode mode) const {
     LowpRound r{};
     r.mode = mode;
     r.halves = halves;
+    r.lines = lines_setting() && ps.half_bytes % kLL128Line == 0 && cap % kLL128Line == 0;
     r.cap = cap;
     r.seed = plan.codec.seed;
     r.stats = stats;

@@ -19,6 +19,7 @@
 #include "commx/env.h"
 #include "cuda/launch.cuh"
 #include "cuda/lowp_kernels.h"
+#include "cuda/lowp_lines.cuh"
 #include "cuda/sync_device.cuh"
 #include "lowp/cuda/fp8_device.cuh"
 
@@ -218,19 +219,40 @@ __device__ __forceinline__ bool owner_finishes(int64_t u, int64_t n, int64_t blo
   return u < full_pairs(n, block);
 }
 
+// Where a warp's line stream starts in a gather slot (lines mode), and whether every warp's
+// fits in a slot: streams are laid out for the round's chunk.
+struct LineLayout {
+  uint64_t off, stride;
+  bool fits;
+};
+
+__device__ __forceinline__ LineLayout line_layout(const LowpRound& r) {
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  const int64_t units = (r.chunk / 512 + warps - 1) / warps;
+  const uint64_t stride =
+      static_cast<uint64_t>(stream_lines(units, (r.two_term ? 2 : 1) * kTermBytes)) * kLL128Line;
+  const uint64_t gw = static_cast<uint64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  return LineLayout{gw * stride, stride, stride * static_cast<uint64_t>(warps) <= r.cap};
+}
+
 // P2 of all_reduce over the owner's full pairs: reduce, encode Q1 (and the residual Q2) into the
 // peers' gather slots, and write the owner's own result from the codes in registers (what P3
-// would decode from its own gather slot: the same bits, one pass less).
+// would decode from its own gather slot: the same bits, one pass less). With `ls`, the codes go
+// to the peers as the warp's line stream at `line_off` of their gather slots (d1's).
 template <typename T, bool kE5, bool kSR, int kW, typename Dsts>
 __device__ __forceinline__ void reduce_encode_pairs(const g::ReduceSrc& rs, int64_t npairs,
                                                     const Dsts& d1, const Dsts& d2,
                                                     const LowpRound& r, int64_t sr_off, T* out,
-                                                    g::StatAcc* st) {
+                                                    g::StatAcc* st, LineStream* ls,
+                                                    uint64_t line_off) {
   for_each_reduced_pair<T, kE5, kW>(rs, npairs, [&](int64_t u, float v[16]) {
     const uint64_t idx = static_cast<uint64_t>(sr_off + u * 512);
     const g::PairCode c1 = g::scale_pair<kE5>(v);
     const uint4 w = g::encode16<kE5, kSR, g::kGroupOf<T>>(v, c1, r.seed, r.sr2, idx, st);
-    g::store_pair<g::kGroupOf<T>>(d1, u, c1, w);
+    if (ls)
+      stage_term(*ls, c1.words(), w);
+    else
+      g::store_pair<g::kGroupOf<T>>(d1, u, c1, w);
     float o[16];
     g::decode16<kE5>(w, c1.words(), o);
     if (r.two_term) {
@@ -240,14 +262,19 @@ __device__ __forceinline__ void reduce_encode_pairs(const g::ReduceSrc& rs, int6
         v[j] = (lowp::f2u(o[j]) & g::kInfBits) != g::kInfBits ? __fsub_rn(v[j], o[j]) : 0.0f;
       const g::PairCode c2 = g::scale_pair<kE5>(v);
       const uint4 w2 = g::encode16<kE5, kSR, g::kGroupOf<T>>(v, c2, r.seed, r.sr2b, idx, st);
-      g::store_pair<g::kGroupOf<T>>(d2, u, c2, w2);
+      if (ls)
+        stage_term(*ls, c2.words(), w2);
+      else
+        g::store_pair<g::kGroupOf<T>>(d2, u, c2, w2);
       float o2[16];
       g::decode16<kE5>(w2, c2.words(), o2);
 #pragma unroll
       for (int j = 0; j < 16; ++j) o[j] = __fadd_rn(o[j], o2[j]);
     }
+    if (ls) send_lines(*ls, d1, line_off, false);
     store_values16<T>(out + u * 512, o);
   });
+  if (ls) send_lines(*ls, d1, line_off, true);
 }
 
 // Where P2 of an all_reduce writes this rank's reduced slice: every rank's gather slot (`all`),
@@ -289,12 +316,14 @@ __device__ __forceinline__ GatherDsts<kW ? kW : kMaxRanks> gather_dsts(const Pee
 template <typename T, bool kE5, bool kSR, int kW, typename Gather>
 __device__ __forceinline__ void reduce_encode_units(const LowpRound& r, const Gather& gd,
                                                     const g::ReduceSrc& rs, int64_t block,
-                                                    int64_t sr_off, T* out, g::StatAcc* st) {
+                                                    int64_t sr_off, T* out, g::StatAcc* st,
+                                                    LineStream* ls, uint64_t line_off) {
   const auto& all = gd.all;
   const auto& all2 = gd.all2;
   const int64_t nb = blocks_of(rs.n, block);
   const int64_t nfp = full_pairs(rs.n, block);
-  reduce_encode_pairs<T, kE5, kSR, kW>(rs, nfp, gd.peers, gd.peers2, r, sr_off, out, st);
+  reduce_encode_pairs<T, kE5, kSR, kW>(rs, nfp, gd.peers, gd.peers2, r, sr_off, out, st, ls,
+                                       line_off);
   FOR_UNITS(u, (nb + 1) / 2) {
     if (owner_finishes(u, rs.n, block)) continue;
     for (int64_t j = 2 * u; j < nb && j < 2 * u + 2; ++j) {
@@ -388,6 +417,37 @@ __device__ __forceinline__ void decode_units(const uint8_t* enc, int64_t n, int6
   }
 }
 
+// P3 in lines mode: decodes this warp's units of owner `from`'s n elements (full pairs only) from
+// its line stream at `src` into `out`; false after a timeout, abort or mismatch.
+template <typename T, bool kE5>
+__device__ __forceinline__ bool decode_lines(const PeerSet& ps, const uint8_t* src, int64_t n,
+                                             T* out, bool two_term, int from, uint64_t flag) {
+  const int64_t npairs = n / 512, warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (first >= npairs) return true;
+  const int unit = (two_term ? 2 : 1) * kTermBytes;
+  const int64_t total = stream_lines((npairs - first + warps - 1) / warps, unit);
+  LineStream s = line_stream(flag);
+  int64_t at = 0;
+  for (int64_t u = first; u < npairs; u += warps, at += unit) {
+    if (!recv_lines(s, ps, src, total, at + unit, from)) return false;
+    uint2 sb;
+    uint4 w;
+    take_term(s, at, sb, w);
+    float v[16];
+    g::decode16<kE5>(w, sb, v);
+    if (two_term) {
+      take_term(s, at + kTermBytes, sb, w);
+      float v2[16];
+      g::decode16<kE5>(w, sb, v2);
+#pragma unroll
+      for (int k = 0; k < 16; ++k) v[k] = __fadd_rn(v[k], v2[k]);
+    }
+    store_values16<T>(out + u * 512, v);
+  }
+  return true;
+}
+
 // The kernel's end: the warp's codec counters, then the op counter.
 __device__ __forceinline__ void finish_round(const PeerSet& ps, const LowpRound& r,
                                              unsigned long long epoch, const g::StatAcc& st) {
@@ -459,23 +519,48 @@ __device__ __forceinline__ bool round_body(const PeerSet& ps, const LowpRound& r
     out = reinterpret_cast<T*>(const_cast<char*>(at(r.out[me])));
     if (r.mode == LowpMode::kAllReduce) gd = gather_dsts<kW>(ps, r, base, rs.code_off, block);
   }
+  // Lines mode (lowp_lines.cuh): all_reduce's gather as line streams, where every owner's range
+  // is whole pairs of full blocks and the streams fit; the same verdict on every rank. Only with
+  // slots in halves: there the next round's P1 writes the other half, so without barrier 2 a
+  // block cannot overwrite receive slots a peer still reduces from.
+  bool lines = r.lines && r.halves && r.mode == LowpMode::kAllReduce && block == 256;
+#pragma unroll (kW ? kW : 1)
+  for (int q = 0; q < kN; ++q)
+    if (q < world) lines = lines && part(r.n_out[q]) % 512 == 0;
+  const LineLayout ll = line_layout(r);
+  lines = lines && ll.fits;
+  const uint64_t lflag = ll128_flag(ps, e);
   if (!block_barrier(ps, flag_value(e, 1))) return false;
 
   if (reduces) {
     if (r.mode == LowpMode::kReduceScatter) {
       reduce_store_units<T, kE5, kW>(rs, block, out);
-    } else if (sr) {
-      reduce_encode_units<T, kE5, true, kW>(r, gd, rs, block, r.sr_off2 + c0, out, st);
     } else {
-      reduce_encode_units<T, kE5, false, kW>(r, gd, rs, block, r.sr_off2 + c0, out, st);
+      LineStream s = line_stream(lflag);
+      LineStream* ls = lines ? &s : nullptr;
+      if (sr)
+        reduce_encode_units<T, kE5, true, kW>(r, gd, rs, block, r.sr_off2 + c0, out, st, ls,
+                                              ll.off);
+      else
+        reduce_encode_units<T, kE5, false, kW>(r, gd, rs, block, r.sr_off2 + c0, out, st, ls,
+                                               ll.off);
     }
-    if (!block_barrier(ps, flag_value(e, 2))) return false;
+    if (!lines && !block_barrier(ps, flag_value(e, 2))) return false;
   }
 
   if (r.mode != LowpMode::kReduceScatter) {
     const bool all_reduce = r.mode == LowpMode::kAllReduce;
     const uint64_t area = base + (all_reduce ? r.gather_off : r.recv_off);
-    for (int k = 0; k < world; ++k) {
+    if (lines) {  // the peers' streams (the owner finished its own range in P2)
+      for (int k = 1; k < world; ++k) {
+        const int q = (me + k) % world;
+        if (!decode_lines<T, kE5>(ps, slot(ps, me, area, r.cap, q) + ll.off, part(r.n_out[q]),
+                                  reinterpret_cast<T*>(const_cast<char*>(at(r.out[q]))),
+                                  r.two_term, q, lflag))
+          return false;
+      }
+    }
+    for (int k = 0; k < (lines ? 0 : world); ++k) {
       const int q = (me + k) % world;
       if (q == me && r.mode == LowpMode::kAllToAll) continue;  // copied by the host side
       const int from = all_reduce ? q : recv_slot(r.mode, q, me, world);  // gather slots by owner
