@@ -220,15 +220,15 @@ __device__ __forceinline__ bool owner_finishes(int64_t u, int64_t n, int64_t blo
 }
 
 // Where a warp's line stream starts in a gather slot (lines mode), and whether every warp's
-// fits in a slot: streams are laid out for the round's chunk.
+// fits in a slot: streams are laid out for the round's longest range, of `most` elements.
 struct LineLayout {
   uint64_t off, stride;
   bool fits;
 };
 
-__device__ __forceinline__ LineLayout line_layout(const LowpRound& r) {
+__device__ __forceinline__ LineLayout line_layout(const LowpRound& r, int64_t most) {
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
-  const int64_t units = (r.chunk / 512 + warps - 1) / warps;
+  const int64_t units = (most / 512 + warps - 1) / warps;
   const uint64_t stride =
       static_cast<uint64_t>(stream_lines(units, (r.two_term ? 2 : 1) * kTermBytes)) * kLL128Line;
   const uint64_t gw = static_cast<uint64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
@@ -524,10 +524,14 @@ __device__ __forceinline__ bool round_body(const PeerSet& ps, const LowpRound& r
   // slots in halves: there the next round's P1 writes the other half, so without barrier 2 a
   // block cannot overwrite receive slots a peer still reduces from.
   bool lines = r.lines && r.halves && r.mode == LowpMode::kAllReduce && block == 256;
+  int64_t most = 0;
 #pragma unroll (kW ? kW : 1)
-  for (int q = 0; q < kN; ++q)
-    if (q < world) lines = lines && part(r.n_out[q]) % 512 == 0;
-  const LineLayout ll = line_layout(r);
+  for (int q = 0; q < kN; ++q) {
+    if (q >= world) break;
+    lines = lines && part(r.n_out[q]) % 512 == 0;
+    most = max(most, part(r.n_out[q]));
+  }
+  const LineLayout ll = line_layout(r, most);
   lines = lines && ll.fits;
   const uint64_t lflag = ll128_flag(ps, e);
   if (!block_barrier(ps, flag_value(e, 1))) return false;
