@@ -242,6 +242,12 @@ TEST(CudaLowp, RoundsOfALargeOpInOneLaunch) {
                false, true);
     check_case(*c, ctx, {Coll::kAllToAll, DataType::kFloat16, ReduceKind::kSum, 1200003, 4}, cfg,
                false, true);
+    // 3 rounds of 343808 values per owner (an odd number of pairs), then 100 pairs: the last
+    // round alone would qualify for line streams, which take ops of one round only.
+    check_case(*c, ctx,
+               {Coll::kAllReduce, DataType::kBFloat16, ReduceKind::kSum, 2 * (3 * 343808 + 51200),
+                9},
+               cfg, false);
     for (int i = 0; i < 4; ++i)
       check_case(*c, ctx,
                  {Coll::kAllReduce, DataType::kFloat32, ReduceKind::kAvg, 700001 + 64 * i,

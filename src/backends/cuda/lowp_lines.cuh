@@ -15,9 +15,12 @@
 namespace commx::cuda {
 namespace {
 
-constexpr int kLineRing = 2048;  // bytes of a warp's staging ring (a power of two)
 constexpr int kTermBytes = 520;  // one term of a pair of 256-value codec blocks
+// Bytes of a warp's rings (powers of two): what it sends or receives last (up to two terms), and
+// what it receives in P1 (one term) while it sends P2's lines. Together 48 KiB a block.
+constexpr int kLineRing = 2048, kInRing = 1024;
 static_assert(kLineRing >= 2 * kTermBytes + 4 * kLL128Payload, "a unit and 4 lines fit");
+static_assert(kInRing >= kTermBytes + 4 * kLL128Payload, "a unit and 4 lines fit");
 
 // Lines of a stream holding `units` units of `unit_bytes` payload bytes each.
 __device__ __forceinline__ int64_t stream_lines(int64_t units, int unit_bytes) {
@@ -27,15 +30,16 @@ __device__ __forceinline__ int64_t stream_lines(int64_t units, int unit_bytes) {
 // One warp's stream: its staging ring (shared memory) and counters, warp-uniform.
 struct LineStream {
   uint8_t* ring;
+  int mask;        // ring bytes - 1
   int64_t staged;  // payload bytes staged (sender) or received (receiver)
   int64_t lines;   // lines sent or received
   uint64_t flag;
 
   __device__ __forceinline__ uint64_t get(int64_t off) const {
-    return *reinterpret_cast<const uint64_t*>(ring + (off & (kLineRing - 1)));
+    return *reinterpret_cast<const uint64_t*>(ring + (off & mask));
   }
   __device__ __forceinline__ void put(int64_t off, uint64_t v) {
-    *reinterpret_cast<uint64_t*>(ring + (off & (kLineRing - 1))) = v;
+    *reinterpret_cast<uint64_t*>(ring + (off & mask)) = v;
   }
 };
 
@@ -43,11 +47,24 @@ __device__ __forceinline__ uint64_t join(uint32_t lo, uint32_t hi) {
   return static_cast<uint64_t>(hi) << 32 | lo;
 }
 
-// The ring of this warp: one per warp of the block, in the kernel's shared memory.
+// This warp's streams, each on a ring of the kernel's shared memory: the one that sends and
+// receives the gather (and sends P1), and the one that receives P1 during P2.
 __device__ __forceinline__ LineStream line_stream(uint64_t flag) {
   __shared__ __align__(16) uint8_t rings[kThreads / 32][kLineRing];
-  return LineStream{rings[threadIdx.x >> 5], 0, 0, flag};
+  return LineStream{rings[threadIdx.x >> 5], kLineRing - 1, 0, 0, flag};
 }
+__device__ __forceinline__ LineStream line_stream_in(uint64_t flag) {
+  __shared__ __align__(16) uint8_t rings[kThreads / 32][kInRing];
+  return LineStream{rings[threadIdx.x >> 5], kInRing - 1, 0, 0, flag};
+}
+
+// A stream being received: its lines at `src` (`total` of them), from `peer`.
+struct InLines {
+  LineStream s;
+  const uint8_t* src;
+  int64_t total;
+  int peer;
+};
 
 // Sender: appends one term of a unit (whole warp).
 __device__ __forceinline__ void stage_term(LineStream& s, uint2 sb, const uint4& w) {
