@@ -545,7 +545,12 @@ __device__ __forceinline__ bool round_body(const PeerSet& ps, const LowpRound& r
   }
   const LineLayout ll = line_layout(r, most);
   lines = lines && ll.fits;
-  const bool lines1 = lines && r.lines_p1 && world == 2;
+  // Without barriers, each op must still wait for its peer (a later op's writes rely on the
+  // peer's earlier op having ended): every owner then has at least one pair.
+  bool lines1 = lines && r.lines_p1 && world == 2;
+#pragma unroll (kW ? kW : 1)
+  for (int q = 0; q < kN; ++q)
+    if (q < world) lines1 = lines1 && part(r.n_out[q]) >= 512;
   const uint64_t lflag = ll128_flag(ps, e);
 
   // P1: the next rank first (no rank's links take every write at once).
