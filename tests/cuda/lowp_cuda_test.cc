@@ -303,10 +303,11 @@ TEST(CudaLowp, ThreeAndFourRanksShareGpus) {
   }
 }
 
-// all_reduces whose every slice is whole pairs of 256-value blocks take the gather as LL128 line
-// streams (lowp_lines.cuh): one and two terms, each element type, 2 and 4 ranks, one pair per
-// owner, a few per warp, and more pairs than warps (warps with one unit more than others), and
-// captured in a graph; bit-identical to the host path.
+// all_reduces of one round whose every slice is whole pairs of 256-value blocks take the gather
+// (and at 2 ranks P1) as LL128 line streams (lowp_lines.cuh): each element type, 2 and 4 ranks,
+// one pair per owner, a few per warp, and more pairs than warps (warps with one unit more than
+// others), and captured in a graph; the same ops with two terms, which keep the slots; all
+// bit-identical to the host path.
 TEST(CudaLowp, GatherAsLineStreams) {
   REQUIRE_GPUS(1);
   for (int world : {2, 4}) {

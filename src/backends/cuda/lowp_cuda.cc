@@ -121,6 +121,9 @@ void all_reduce(Rounds& rd, const Tensor& in, const Tensor& out, bool avg) {
   r.gather_off = static_cast<uint64_t>(w - 1) * rd.cap;
   r.avg = avg;
   r.two_term = two;
+  // Line streams only for the one-term gather: with two terms they were level to 3% slower
+  // (bench/results/h200x2_2026-11-28/0235_fp8_lines).
+  r.lines = r.lines && !two;
   r.sr1 = rd.sr(0);
   r.sr2 = rd.sr(1);
   r.sr2b = rd.sr(4);
