@@ -173,6 +173,11 @@ const std::vector<SettingSpec>& table() {
        "all_reduce that both halves hold in one round, where one half takes two or more, takes "
        "both), or over both halves with a barrier at each end of an op (0)",
        "cuda.md"},
+      {"COMMX_CUDA_LOWP_LINES", T::kInt, "2",
+       "cuda backend: FP8 all_reduce of one round as LL128 line streams, each unit used as its "
+       "lines land: the gather (1), the gather and at 2 ranks the first push too, with no "
+       "barrier (2), or neither, through the slots and barriers (0)",
+       "cuda.md", 0, 2},
       {"COMMX_CUDA_LOWP_KERNEL", T::kChoice, "auto",
        "cuda backend: FP8 kernel specialised for 2 and 4 ranks (auto) or the one for any world "
        "size (generic, for comparisons)",

@@ -242,6 +242,12 @@ TEST(CudaLowp, RoundsOfALargeOpInOneLaunch) {
                false, true);
     check_case(*c, ctx, {Coll::kAllToAll, DataType::kFloat16, ReduceKind::kSum, 1200003, 4}, cfg,
                false, true);
+    // 3 rounds of 343808 values per owner (an odd number of pairs), then 100 pairs: the last
+    // round alone would qualify for line streams, which take ops of one round only.
+    check_case(*c, ctx,
+               {Coll::kAllReduce, DataType::kBFloat16, ReduceKind::kSum, 2 * (3 * 343808 + 51200),
+                9},
+               cfg, false);
     for (int i = 0; i < 4; ++i)
       check_case(*c, ctx,
                  {Coll::kAllReduce, DataType::kFloat32, ReduceKind::kAvg, 700001 + 64 * i,
@@ -297,35 +303,65 @@ TEST(CudaLowp, ThreeAndFourRanksShareGpus) {
   }
 }
 
+// all_reduces of one round whose every slice is whole pairs of 256-value blocks take the gather
+// (and at 2 ranks P1) as LL128 line streams (lowp_lines.cuh): each element type, 2 and 4 ranks,
+// one pair per owner, a few per warp, and more pairs than warps (warps with one unit more than
+// others), and captured in a graph; the same ops with two terms, which keep the slots; all
+// bit-identical to the host path.
+TEST(CudaLowp, GatherAsLineStreams) {
+  REQUIRE_GPUS(1);
+  for (int world : {2, 4}) {
+    std::string err = run_ranks(world, two_gpus(), [](RankCtx& ctx) {
+      const int64_t pairs = 512 * static_cast<int64_t>(ctx.world);  // one pair per owner
+      CodecConfig cfg{lowp::Fp8Format::kE4M3, 256};
+      uint64_t seed = 1;
+      for (bool two : {false, true}) {
+        auto c = make_comm(ctx, "cuda", std::string("lowp_lines") + (two ? "2" : "1"),
+                           lowp_hints(cfg, two));
+        for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16})
+          for (int64_t k : {1, 37, 2113})
+            check_case(*c, ctx, {Coll::kAllReduce, t, ReduceKind::kSum, k * pairs, seed++}, cfg,
+                       two);
+        check_case(*c, ctx,
+                   {Coll::kAllReduce, DataType::kBFloat16, ReduceKind::kAvg, 2113 * pairs, seed++},
+                   cfg, two, true);
+      }
+    });
+    EXPECT_EQ(err, "") << "world " << world;
+  }
+}
+
 TEST(CudaLowp, StochasticRoundingIsBitIdenticalAcrossRanks) {
   REQUIRE_GPUS(1);
   std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
     CodecConfig cfg{lowp::Fp8Format::kE4M3, 256, true, 1234};
     auto c = make_comm(ctx, "cuda", "lowp_sr", lowp_hints(cfg, false));
-    const int64_t n = 200003;
-    auto v = gen(Dist::kNormal, n, 99 + ctx.rank);
-    Buf in = make_buf(DataType::kBFloat16, v);
-    DevBuf d(n * 2);
-    CU(cudaMemcpy(d.p, in.bytes.data(), n * 2, cudaMemcpyHostToDevice));
-    c->all_reduce(Tensor(d.p, n, DataType::kBFloat16, Device::cuda(ctx.device)), ReduceOp::SUM)
-        .wait_blocking();
-    Buf got(DataType::kBFloat16, n);
-    CU(cudaMemcpy(got.bytes.data(), d.p, n * 2, cudaMemcpyDeviceToHost));
-    ctx.store->set("sr/" + std::to_string(ctx.rank),
-                   Bytes(got.bytes.begin(), got.bytes.begin() + n * 2));
-    for (int r = 0; r < ctx.world; ++r) {
-      Bytes other = ctx.store->get("sr/" + std::to_string(r));
-      RANK_CHECK(std::memcmp(other.data(), got.bytes.data(), n * 2) == 0,
-                 "stochastic rounding: rank " + std::to_string(r) + " got other bits");
+    for (int64_t n : {200003, 2 * 512 * 197}) {  // the second: the gather as line streams
+      auto v = gen(Dist::kNormal, n, 99 + ctx.rank);
+      Buf in = make_buf(DataType::kBFloat16, v);
+      DevBuf d(n * 2);
+      CU(cudaMemcpy(d.p, in.bytes.data(), n * 2, cudaMemcpyHostToDevice));
+      c->all_reduce(Tensor(d.p, n, DataType::kBFloat16, Device::cuda(ctx.device)), ReduceOp::SUM)
+          .wait_blocking();
+      Buf got(DataType::kBFloat16, n);
+      CU(cudaMemcpy(got.bytes.data(), d.p, n * 2, cudaMemcpyDeviceToHost));
+      const std::string key = "sr/" + std::to_string(n) + "/";
+      ctx.store->set(key + std::to_string(ctx.rank),
+                     Bytes(got.bytes.begin(), got.bytes.begin() + n * 2));
+      for (int r = 0; r < ctx.world; ++r) {
+        Bytes other = ctx.store->get(key + std::to_string(r));
+        RANK_CHECK(std::memcmp(other.data(), got.bytes.data(), n * 2) == 0,
+                   "stochastic rounding: rank " + std::to_string(r) + " got other bits");
+      }
+      std::vector<double> ref(n, 0.0);
+      for (int r = 0; r < ctx.world; ++r) {
+        Buf b = make_buf(DataType::kBFloat16, gen(Dist::kNormal, n, 99 + r));
+        for (int64_t i = 0; i < n; ++i) ref[i] += b.get(i);
+      }
+      double e = rel_l2(got, ref);
+      // Stochastic rounding is unbiased but noisier than round-to-nearest (about 1.3x the error).
+      RANK_CHECK(e < 6e-2, "stochastic rounding error " + std::to_string(e));
     }
-    std::vector<double> ref(n, 0.0);
-    for (int r = 0; r < ctx.world; ++r) {
-      Buf b = make_buf(DataType::kBFloat16, gen(Dist::kNormal, n, 99 + r));
-      for (int64_t i = 0; i < n; ++i) ref[i] += b.get(i);
-    }
-    double e = rel_l2(got, ref);
-    // Stochastic rounding is unbiased but noisier than round-to-nearest (about 1.3x the error).
-    RANK_CHECK(e < 6e-2, "stochastic rounding error " + std::to_string(e));
   });
   EXPECT_EQ(err, "");
 }

@@ -73,11 +73,18 @@ struct Rounds {
     static const bool on = env_bool("COMMX_CUDA_LOWP_HALVES", true);
     return on;
   }
+  // 0: no line streams, 1: all_reduce's gather, 2: its P1 too (2 ranks).
+  static int lines_setting() {
+    static const int v = static_cast<int>(env_int("COMMX_CUDA_LOWP_LINES", 2));
+    return v;
+  }
   uint64_t sr(int phase) const { return lowp::sr_stream_of(seq, phase, ps.rank); }
   LowpRound round(LowpMode mode) const {
     LowpRound r{};
     r.mode = mode;
     r.halves = halves;
+    r.lines = lines_setting() >= 1 && ps.half_bytes % kLL128Line == 0 && cap % kLL128Line == 0;
+    r.lines_p1 = lines_setting() >= 2;
     r.cap = cap;
     r.seed = plan.codec.seed;
     r.stats = stats;
@@ -114,6 +121,9 @@ void all_reduce(Rounds& rd, const Tensor& in, const Tensor& out, bool avg) {
   r.gather_off = static_cast<uint64_t>(w - 1) * rd.cap;
   r.avg = avg;
   r.two_term = two;
+  // Line streams only for the one-term gather: with two terms they were level to 3% slower
+  // (bench/results/h200x2_2026-11-28/0235_fp8_lines).
+  r.lines = r.lines && !two;
   r.sr1 = rd.sr(0);
   r.sr2 = rd.sr(1);
   r.sr2b = rd.sr(4);

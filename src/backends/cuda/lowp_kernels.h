@@ -46,6 +46,9 @@ struct LowpRound {
   // Slots in the op counter's buffer half (no leading/trailing barriers needed); else both halves
   // and one round per launch.
   bool halves;
+  // all_reduce's gather as LL128 line streams where the round allows (lowp_lines.cuh); at 2
+  // ranks with lines_p1, P1's codes too.
+  bool lines, lines_p1;
   // Stochastic rounding: seed, streams of P1 and P2 (and P2's residual), offsets of element 0 of
   // the first round.
   uint64_t seed, sr1, sr2, sr2b;

@@ -19,6 +19,7 @@
 #include "commx/env.h"
 #include "cuda/launch.cuh"
 #include "cuda/lowp_kernels.h"
+#include "cuda/lowp_lines.cuh"
 #include "cuda/sync_device.cuh"
 #include "lowp/cuda/fp8_device.cuh"
 
@@ -63,26 +64,48 @@ __device__ __forceinline__ int recv_slot(LowpMode mode, int sender, int receiver
   for (int64_t j = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); j < (nb); \
        j += static_cast<int64_t>(gridDim.x) * kWarps)
 
-// P1 over the pairs 0..npairs-1 of full blocks of `src` (16-byte aligned; the units FOR_UNITS
-// gives this warp): the next unit's values are loaded before this one is encoded, so a warp keeps
-// its loads in flight while it computes.
+// This lane's 16 values of pair u of `src`: one load per group where 16-byte aligned (`vec`).
+template <typename T>
+__device__ __forceinline__ void fetch_values16(const T* src, int64_t u, bool vec,
+                                               g::Raw16<T>& raw) {
+  const T* p = src + u * 512;
+  if (vec) {
+    g::fetch16<T>(p, raw);
+    return;
+  }
+  T* h = reinterpret_cast<T*>(raw.q);
+#pragma unroll
+  for (int j = 0; j < 16; ++j) h[j] = p[g::pair_value_offset<g::kGroupOf<T>>(j)];
+}
+
+// P1 over the pairs 0..npairs-1 of full blocks of `src` (the units FOR_UNITS gives this warp):
+// the next unit's values are loaded before this one is encoded, so a warp keeps its loads in
+// flight while it computes. With `ls`, the codes go as the warp's line stream at `line_off` of
+// d's slots (lowp_lines.cuh).
 template <typename T, bool kE5, bool kSR, typename Dsts>
-__device__ __forceinline__ void encode_pairs(const T* src, int64_t npairs, const Dsts& d,
-                                             const LowpRound& r, int64_t sr_off, g::StatAcc* st) {
+__device__ __forceinline__ void encode_pairs(const T* src, int64_t npairs, bool vec,
+                                             const Dsts& d, const LowpRound& r, int64_t sr_off,
+                                             g::StatAcc* st, LineStream* ls = nullptr,
+                                             uint64_t line_off = 0) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * kWarps;
   int64_t u = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (u >= npairs) return;
   g::Raw16<T> next;
-  g::fetch16<T>(src + u * 512, next);
+  fetch_values16<T>(src, u, vec, next);
   for (;;) {
     float v[16];
     g::unpack16<T>(next, v);
     const int64_t un = u + step;
-    if (un < npairs) g::fetch16<T>(src + un * 512, next);
+    if (un < npairs) fetch_values16<T>(src, un, vec, next);
     const g::PairCode pc = g::scale_pair<kE5>(v);
     const uint64_t idx = static_cast<uint64_t>(sr_off + u * 512);
     const uint4 w = g::encode16<kE5, kSR, g::kGroupOf<T>>(v, pc, r.seed, r.sr1, idx, st);
-    g::store_pair<g::kGroupOf<T>>(d, u, pc, w);
+    if (ls) {
+      stage_term(*ls, pc.words(), w);
+      send_lines(*ls, d, line_off, un >= npairs);
+    } else {
+      g::store_pair<g::kGroupOf<T>>(d, u, pc, w);
+    }
     if (un >= npairs) return;
     u = un;
   }
@@ -99,9 +122,9 @@ __device__ __forceinline__ void encode_units(const char* src, int64_t n, int64_t
   const T* x0 = reinterpret_cast<const T*>(src);
   const int64_t nfp = aligned16(x0) ? full_pairs(n, block) : 0;
   if (sr)
-    encode_pairs<T, kE5, true>(x0, nfp, d, r, sr_off, st);
+    encode_pairs<T, kE5, true>(x0, nfp, true, d, r, sr_off, st);
   else
-    encode_pairs<T, kE5, false>(x0, nfp, d, r, sr_off, st);
+    encode_pairs<T, kE5, false>(x0, nfp, true, d, r, sr_off, st);
   FOR_UNITS(u, (nb + 1) / 2) {
     if (u < nfp) continue;
     for (int64_t j = 2 * u; j < nb && j < 2 * u + 2; ++j) {
@@ -132,16 +155,10 @@ struct PairRaw {
 // per group where 16-byte aligned.
 template <typename T, int kW>
 __device__ __forceinline__ void fetch_pair(const g::ReduceSrc& rs, bool own_vec, int64_t u,
-                                           PairRaw<T, kW>& raw) {
+                                           PairRaw<T, kW>& raw, bool codes = true) {
   constexpr int kN = kW ? kW : kMaxRanks;
-  const T* own = static_cast<const T*>(rs.own) + u * 512;
-  if (own_vec) {
-    g::fetch16<T>(own, raw.own);
-  } else {
-    T* h = reinterpret_cast<T*>(raw.own.q);
-#pragma unroll
-    for (int j = 0; j < 16; ++j) h[j] = own[g::pair_value_offset<g::kGroupOf<T>>(j)];
-  }
+  fetch_values16<T>(static_cast<const T*>(rs.own), u, own_vec, raw.own);
+  if (!codes) return;
 #pragma unroll (kW ? kW : 1)
   for (int p = 0; p < kN; ++p) {
     if (p >= (kW ? kW : rs.world)) break;
@@ -189,25 +206,44 @@ __device__ __forceinline__ void store_values16(T* p, const float v[16]) {
   for (int j = 0; j < 16; ++j) g::store_f<T>(p, g::pair_value_offset<g::kGroupOf<T>>(j), v[j]);
 }
 
+// Unit t of this warp from the peer's P1 stream `in` (2 ranks) into raw: false after a timeout,
+// abort or mismatch.
+template <typename T, int kW>
+__device__ __forceinline__ bool take_peer_pair(const PeerSet& ps, InLines& in, int64_t t,
+                                               int rank, PairRaw<T, kW>& raw) {
+  constexpr int kN = kW ? kW : kMaxRanks;
+  if (!recv_lines(in.s, ps, in.src, in.total, (t + 1) * kTermBytes, in.peer)) return false;
+  uint2 sb;
+  uint4 w;
+  take_term(in.s, t * kTermBytes, sb, w);
+#pragma unroll (kW ? kW : 1)
+  for (int p = 0; p < kN; ++p)  // static indices: the arrays stay in registers
+    if (p == in.peer) raw.c[p] = w, raw.sb[p] = sb;
+  (void)rank;
+  return true;
+}
+
 // P2's loop over the owner's full pairs 0..npairs-1 (the units FOR_UNITS gives this warp): each
 // pair's sum in rank order goes to body(u, v); the next pair's sources are loaded before the body
-// runs, so a warp keeps its loads in flight while it computes.
+// runs, so a warp keeps its loads in flight while it computes. With `in` (2 ranks), the peer's
+// codes come from its P1 line stream as they land. False after a timeout, abort or mismatch.
 template <typename T, bool kE5, int kW, typename Body>
-__device__ __forceinline__ void for_each_reduced_pair(const g::ReduceSrc& rs, int64_t npairs,
-                                                      Body&& body) {
+__device__ __forceinline__ bool for_each_reduced_pair(const PeerSet& ps, const g::ReduceSrc& rs,
+                                                      int64_t npairs, InLines* in, Body&& body) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * kWarps;
   int64_t u = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  if (u >= npairs) return;
+  if (u >= npairs) return true;
   const bool own_vec = aligned16(rs.own);
   PairRaw<T, kW> raw;
-  fetch_pair<T, kW>(rs, own_vec, u, raw);
-  for (;;) {
+  fetch_pair<T, kW>(rs, own_vec, u, raw, !in);
+  for (int64_t t = 0;; ++t) {
+    if (in && !take_peer_pair<T, kW>(ps, *in, t, rs.rank, raw)) return false;
     float v[16];
     sum_pair<T, kE5, kW>(rs, raw, v);
     const int64_t un = u + step;
-    if (un < npairs) fetch_pair<T, kW>(rs, own_vec, un, raw);
+    if (un < npairs) fetch_pair<T, kW>(rs, own_vec, un, raw, !in);
     body(u, v);
-    if (un >= npairs) return;
+    if (un >= npairs) return true;
     u = un;
   }
 }
@@ -218,19 +254,48 @@ __device__ __forceinline__ bool owner_finishes(int64_t u, int64_t n, int64_t blo
   return u < full_pairs(n, block);
 }
 
+// Units of this warp among npairs (FOR_UNITS).
+__device__ __forceinline__ int64_t warp_units(int64_t npairs) {
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  return first < npairs ? (npairs - first + warps - 1) / warps : 0;
+}
+
+// Where a warp's line stream starts in a gather slot (lines mode), and whether every warp's
+// fits in a slot: streams are laid out for the round's longest range, of `most` elements.
+struct LineLayout {
+  uint64_t off, stride;
+  bool fits;
+};
+
+__device__ __forceinline__ LineLayout line_layout(const LowpRound& r, int64_t most) {
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  const int64_t units = (most / 512 + warps - 1) / warps;
+  const uint64_t stride =
+      static_cast<uint64_t>(stream_lines(units, (r.two_term ? 2 : 1) * kTermBytes)) * kLL128Line;
+  const uint64_t gw = static_cast<uint64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  return LineLayout{gw * stride, stride, stride * static_cast<uint64_t>(warps) <= r.cap};
+}
+
 // P2 of all_reduce over the owner's full pairs: reduce, encode Q1 (and the residual Q2) into the
 // peers' gather slots, and write the owner's own result from the codes in registers (what P3
-// would decode from its own gather slot: the same bits, one pass less).
+// would decode from its own gather slot: the same bits, one pass less). With `ls`, the codes go
+// to the peers as the warp's line stream at `line_off` of their gather slots (d1's).
 template <typename T, bool kE5, bool kSR, int kW, typename Dsts>
-__device__ __forceinline__ void reduce_encode_pairs(const g::ReduceSrc& rs, int64_t npairs,
-                                                    const Dsts& d1, const Dsts& d2,
-                                                    const LowpRound& r, int64_t sr_off, T* out,
-                                                    g::StatAcc* st) {
-  for_each_reduced_pair<T, kE5, kW>(rs, npairs, [&](int64_t u, float v[16]) {
+__device__ __forceinline__ bool reduce_encode_pairs(const PeerSet& ps, const g::ReduceSrc& rs,
+                                                    int64_t npairs, const Dsts& d1,
+                                                    const Dsts& d2, const LowpRound& r,
+                                                    int64_t sr_off, T* out, g::StatAcc* st,
+                                                    LineStream* ls, uint64_t line_off,
+                                                    InLines* in) {
+  const bool ok = for_each_reduced_pair<T, kE5, kW>(ps, rs, npairs, in, [&](int64_t u, float v[16]) {
     const uint64_t idx = static_cast<uint64_t>(sr_off + u * 512);
     const g::PairCode c1 = g::scale_pair<kE5>(v);
     const uint4 w = g::encode16<kE5, kSR, g::kGroupOf<T>>(v, c1, r.seed, r.sr2, idx, st);
-    g::store_pair<g::kGroupOf<T>>(d1, u, c1, w);
+    if (ls)
+      stage_term(*ls, c1.words(), w);
+    else
+      g::store_pair<g::kGroupOf<T>>(d1, u, c1, w);
     float o[16];
     g::decode16<kE5>(w, c1.words(), o);
     if (r.two_term) {
@@ -240,14 +305,20 @@ __device__ __forceinline__ void reduce_encode_pairs(const g::ReduceSrc& rs, int6
         v[j] = (lowp::f2u(o[j]) & g::kInfBits) != g::kInfBits ? __fsub_rn(v[j], o[j]) : 0.0f;
       const g::PairCode c2 = g::scale_pair<kE5>(v);
       const uint4 w2 = g::encode16<kE5, kSR, g::kGroupOf<T>>(v, c2, r.seed, r.sr2b, idx, st);
-      g::store_pair<g::kGroupOf<T>>(d2, u, c2, w2);
+      if (ls)
+        stage_term(*ls, c2.words(), w2);
+      else
+        g::store_pair<g::kGroupOf<T>>(d2, u, c2, w2);
       float o2[16];
       g::decode16<kE5>(w2, c2.words(), o2);
 #pragma unroll
       for (int j = 0; j < 16; ++j) o[j] = __fadd_rn(o[j], o2[j]);
     }
+    if (ls) send_lines(*ls, d1, line_off, false);
     store_values16<T>(out + u * 512, o);
   });
+  if (ls) send_lines(*ls, d1, line_off, true);
+  return ok;
 }
 
 // Where P2 of an all_reduce writes this rank's reduced slice: every rank's gather slot (`all`),
@@ -287,14 +358,18 @@ __device__ __forceinline__ GatherDsts<kW ? kW : kMaxRanks> gather_dsts(const Pee
 // (`gd`); full pairs go to the peers only (see reduce_encode_pairs). The owner's result goes to
 // `out`.
 template <typename T, bool kE5, bool kSR, int kW, typename Gather>
-__device__ __forceinline__ void reduce_encode_units(const LowpRound& r, const Gather& gd,
-                                                    const g::ReduceSrc& rs, int64_t block,
-                                                    int64_t sr_off, T* out, g::StatAcc* st) {
+__device__ __forceinline__ bool reduce_encode_units(const PeerSet& ps, const LowpRound& r,
+                                                    const Gather& gd, const g::ReduceSrc& rs,
+                                                    int64_t block, int64_t sr_off, T* out,
+                                                    g::StatAcc* st, LineStream* ls,
+                                                    uint64_t line_off, InLines* in) {
   const auto& all = gd.all;
   const auto& all2 = gd.all2;
   const int64_t nb = blocks_of(rs.n, block);
   const int64_t nfp = full_pairs(rs.n, block);
-  reduce_encode_pairs<T, kE5, kSR, kW>(rs, nfp, gd.peers, gd.peers2, r, sr_off, out, st);
+  if (!reduce_encode_pairs<T, kE5, kSR, kW>(ps, rs, nfp, gd.peers, gd.peers2, r, sr_off, out, st,
+                                            ls, line_off, in))
+    return false;
   FOR_UNITS(u, (nb + 1) / 2) {
     if (owner_finishes(u, rs.n, block)) continue;
     for (int64_t j = 2 * u; j < nb && j < 2 * u + 2; ++j) {
@@ -308,16 +383,19 @@ __device__ __forceinline__ void reduce_encode_units(const LowpRound& r, const Ga
       }
     }
   }
+  return true;
 }
 
 // P2 for reduce_scatter: reduce and round into out.
 template <typename T, bool kE5, int kW>
-__device__ __forceinline__ void reduce_store_units(const g::ReduceSrc& rs, int64_t block, T* out) {
+__device__ __forceinline__ void reduce_store_units(const PeerSet& ps, const g::ReduceSrc& rs,
+                                                   int64_t block, T* out) {
   const int64_t nb = blocks_of(rs.n, block);
   const int lane = threadIdx.x & 31;
   const int64_t nfp = full_pairs(rs.n, block);
-  for_each_reduced_pair<T, kE5, kW>(
-      rs, nfp, [&](int64_t u, const float v[16]) { store_values16<T>(out + u * 512, v); });
+  for_each_reduced_pair<T, kE5, kW>(ps, rs, nfp, nullptr, [&](int64_t u, const float v[16]) {
+    store_values16<T>(out + u * 512, v);
+  });
   FOR_UNITS(u, (nb + 1) / 2) {
     if (u < nfp) continue;
     for (int64_t j = 2 * u; j < nb && j < 2 * u + 2; ++j) {
@@ -388,6 +466,37 @@ __device__ __forceinline__ void decode_units(const uint8_t* enc, int64_t n, int6
   }
 }
 
+// P3 in lines mode: decodes this warp's units of owner `from`'s n elements (full pairs only) from
+// its line stream at `src` into `out`; false after a timeout, abort or mismatch.
+template <typename T, bool kE5>
+__device__ __forceinline__ bool decode_lines(const PeerSet& ps, const uint8_t* src, int64_t n,
+                                             T* out, bool two_term, int from, uint64_t flag) {
+  const int64_t npairs = n / 512, warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (first >= npairs) return true;
+  const int unit = (two_term ? 2 : 1) * kTermBytes;
+  const int64_t total = stream_lines(warp_units(npairs), unit);
+  LineStream s = line_stream(flag);
+  int64_t at = 0;
+  for (int64_t u = first; u < npairs; u += warps, at += unit) {
+    if (!recv_lines(s, ps, src, total, at + unit, from)) return false;
+    uint2 sb;
+    uint4 w;
+    take_term(s, at, sb, w);
+    float v[16];
+    g::decode16<kE5>(w, sb, v);
+    if (two_term) {
+      take_term(s, at + kTermBytes, sb, w);
+      float v2[16];
+      g::decode16<kE5>(w, sb, v2);
+#pragma unroll
+      for (int k = 0; k < 16; ++k) v[k] = __fadd_rn(v[k], v2[k]);
+    }
+    store_values16<T>(out + u * 512, v);
+  }
+  return true;
+}
+
 // The kernel's end: the warp's codec counters, then the op counter.
 __device__ __forceinline__ void finish_round(const PeerSet& ps, const LowpRound& r,
                                              unsigned long long epoch, const g::StatAcc& st) {
@@ -419,6 +528,31 @@ __device__ __forceinline__ bool round_body(const PeerSet& ps, const LowpRound& r
   // arrive once its rank's whole previous kernel completed), so their buffers are free.
   if (!r.halves && r.leading && !block_barrier(ps, flag_value(e, 0))) return false;
 
+  // Lines mode (lowp_lines.cuh): all_reduce's gather as line streams, where the op is one round
+  // in one buffer half, every owner's range is whole pairs of full blocks and the streams fit; at
+  // 2 ranks with r.lines_p1 P1's codes too, and the kernel has no barrier. The same verdict on
+  // every rank. One round only: a block's streams cover bytes that other blocks' units take in
+  // the slot layout, and blocks of one rank may be a round apart. One half: a round's P1 (the
+  // next op's) then writes receive slots no peer still reduces from without barrier 2.
+  bool lines = r.lines && r.halves && r.rounds == 1 && r.mode == LowpMode::kAllReduce &&
+               block == 256;
+  int64_t most = 0;
+#pragma unroll (kW ? kW : 1)
+  for (int q = 0; q < kN; ++q) {
+    if (q >= world) break;
+    lines = lines && part(r.n_out[q]) % 512 == 0;
+    most = max(most, part(r.n_out[q]));
+  }
+  const LineLayout ll = line_layout(r, most);
+  lines = lines && ll.fits;
+  // Without barriers, each op must still wait for its peer (a later op's writes rely on the
+  // peer's earlier op having ended): every owner then has at least one pair.
+  bool lines1 = lines && r.lines_p1 && world == 2;
+#pragma unroll (kW ? kW : 1)
+  for (int q = 0; q < kN; ++q)
+    if (q < world) lines1 = lines1 && part(r.n_out[q]) >= 512;
+  const uint64_t lflag = ll128_flag(ps, e);
+
   // P1: the next rank first (no rank's links take every write at once).
   if (r.mode == LowpMode::kAllGather) {
     g::EncDstsN<kN> d{};
@@ -434,6 +568,16 @@ __device__ __forceinline__ bool round_body(const PeerSet& ps, const LowpRound& r
       g::EncDstsN<1> d{};
       d.p[0] = slot(ps, q, base + r.recv_off, r.cap, recv_slot(r.mode, me, q, world));
       d.count = 1;
+      if (lines1) {
+        const T* x = reinterpret_cast<const T*>(at(r.in[q]));
+        const int64_t np = part(r.n_in[q]) / 512;
+        LineStream s = line_stream(lflag);
+        if (sr)
+          encode_pairs<T, kE5, true>(x, np, aligned16(x), d, r, r.sr_off1 + c0, st, &s, ll.off);
+        else
+          encode_pairs<T, kE5, false>(x, np, aligned16(x), d, r, r.sr_off1 + c0, st, &s, ll.off);
+        continue;
+      }
       encode_units<T, kE5>(at(r.in[q]), part(r.n_in[q]), block, lay_nb, d, r, r.sr_off1 + c0,
                            sr, st);
     }
@@ -459,23 +603,45 @@ __device__ __forceinline__ bool round_body(const PeerSet& ps, const LowpRound& r
     out = reinterpret_cast<T*>(const_cast<char*>(at(r.out[me])));
     if (r.mode == LowpMode::kAllReduce) gd = gather_dsts<kW>(ps, r, base, rs.code_off, block);
   }
-  if (!block_barrier(ps, flag_value(e, 1))) return false;
+  if (!lines1 && !block_barrier(ps, flag_value(e, 1))) return false;
 
   if (reduces) {
     if (r.mode == LowpMode::kReduceScatter) {
-      reduce_store_units<T, kE5, kW>(rs, block, out);
-    } else if (sr) {
-      reduce_encode_units<T, kE5, true, kW>(r, gd, rs, block, r.sr_off2 + c0, out, st);
+      reduce_store_units<T, kE5, kW>(ps, rs, block, out);
     } else {
-      reduce_encode_units<T, kE5, false, kW>(r, gd, rs, block, r.sr_off2 + c0, out, st);
+      LineStream s = line_stream(lflag);
+      LineStream* ls = lines ? &s : nullptr;
+      InLines in{line_stream_in(lflag), nullptr, 0, 1 - me};  // lines1: 2 ranks
+      if (lines1) {
+        in.src = slot(ps, me, base + r.recv_off, r.cap, recv_slot(r.mode, in.peer, me, world)) +
+                 ll.off;
+        in.total = stream_lines(warp_units(rs.n / 512), kTermBytes);
+      }
+      bool ok;
+      if (sr)
+        ok = reduce_encode_units<T, kE5, true, kW>(ps, r, gd, rs, block, r.sr_off2 + c0, out, st,
+                                                   ls, ll.off, lines1 ? &in : nullptr);
+      else
+        ok = reduce_encode_units<T, kE5, false, kW>(ps, r, gd, rs, block, r.sr_off2 + c0, out, st,
+                                                    ls, ll.off, lines1 ? &in : nullptr);
+      if (!ok) return false;
     }
-    if (!block_barrier(ps, flag_value(e, 2))) return false;
+    if (!lines && !block_barrier(ps, flag_value(e, 2))) return false;
   }
 
   if (r.mode != LowpMode::kReduceScatter) {
     const bool all_reduce = r.mode == LowpMode::kAllReduce;
     const uint64_t area = base + (all_reduce ? r.gather_off : r.recv_off);
-    for (int k = 0; k < world; ++k) {
+    if (lines) {  // the peers' streams (the owner finished its own range in P2)
+      for (int k = 1; k < world; ++k) {
+        const int q = (me + k) % world;
+        if (!decode_lines<T, kE5>(ps, slot(ps, me, area, r.cap, q) + ll.off, part(r.n_out[q]),
+                                  reinterpret_cast<T*>(const_cast<char*>(at(r.out[q]))),
+                                  r.two_term, q, lflag))
+          return false;
+      }
+    }
+    for (int k = 0; k < (lines ? 0 : world); ++k) {
       const int q = (me + k) % world;
       if (q == me && r.mode == LowpMode::kAllToAll) continue;  // copied by the host side
       const int from = all_reduce ? q : recv_slot(r.mode, q, me, world);  // gather slots by owner

@@ -53,7 +53,7 @@ __device__ __forceinline__ unsigned long long* call_entry(unsigned long long* pa
 // (its hash does not match). Out of line, so given plain values: an out-of-line helper that takes
 // the kernel's PeerSet or a PollWait by address gave every kernel a 312-376 byte stack frame and
 // kept each wait's state in local memory (+0.6-1.0 us an op below 4 KiB, graph-captured).
-__device__ __noinline__ inline bool read_peer_call(const unsigned long long* peer_pad,
+__device__ __forceinline__ bool read_peer_call(const unsigned long long* peer_pad,
                                                    uint32_t epoch32,
                                                    unsigned long long (&words)[5],
                                                    unsigned long long& hash) {
@@ -66,7 +66,7 @@ __device__ __noinline__ inline bool read_peer_call(const unsigned long long* pee
 }
 
 // The hash of the call in `peer_pad`'s entry of op `epoch32` when it is not `mine`, else 0.
-__device__ __noinline__ inline unsigned long long other_call_hash(const unsigned long long* peer_pad,
+__device__ __forceinline__ unsigned long long other_call_hash(const unsigned long long* peer_pad,
                                                                   uint32_t epoch32,
                                                                   unsigned long long mine) {
   unsigned long long words[5], hash;
