@@ -1,10 +1,10 @@
-// The FP8 all_reduce's gather in LL128 lines (lowp_round.cuh, P2 -> P3): each warp sends the
-// codes of its units as one stream of 128-byte lines that carry 120 bytes of payload and the
-// op's flag (protocol_ll128.cuh), so its twin warp on a peer decodes each unit as soon as its
-// lines have landed, with no barrier and no fence between the phases. Staged through shared
-// memory: a unit's payload (a term: 8 bytes of scale words, then 16 bytes of codes per lane,
-// lane order; two terms with the residual) does not divide into lines. The stream of warp gw of
-// the grid starts at gw * stride in the gather slot. Layer: backends (cuda).
+// LL128 line streams of the FP8 all_reduce (lowp_round.cuh): the gather (P2 -> P3) and, at 2
+// ranks, the first push (P1 -> P2). Each warp sends the codes of its units as one stream of
+// 128-byte lines that carry 120 bytes of payload and the op's flag (protocol_ll128.cuh), so its
+// twin warp on a peer uses each unit as soon as its lines have landed, with no barrier and no
+// fence between the phases. Staged through shared memory: a unit's payload (a term: 8 bytes of
+// scale words, then 16 bytes of codes per lane, lane order) does not divide into lines. The
+// stream of warp gw of the grid starts at gw * stride in its slot. Layer: backends (cuda).
 #pragma once
 
 #include <cstdint>
