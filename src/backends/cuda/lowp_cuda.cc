@@ -110,6 +110,19 @@ struct Rounds {
   }
 };
 
+// Blocks of threads the FP8 kernel runs at once, which cap its grid (launch_rounds): one or two
+// per SM, as COMMX_CUDA_LOWP_BLOCKS_PER_SM says.
+int resident_lowp_blocks() {
+  static const int n = [] {
+    int dev = 0, sms = 1;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 1;
+    return sms * static_cast<int>(env_int("COMMX_CUDA_LOWP_BLOCKS_PER_SM", 1));
+  }();
+  return n;
+}
+
 void all_reduce(Rounds& rd, const Tensor& in, const Tensor& out, bool avg) {
   const int w = rd.ps.world, me = rd.ps.rank;
   const bool two = rd.plan.two_term_gather;
@@ -121,9 +134,15 @@ void all_reduce(Rounds& rd, const Tensor& in, const Tensor& out, bool avg) {
   r.gather_off = static_cast<uint64_t>(w - 1) * rd.cap;
   r.avg = avg;
   r.two_term = two;
-  // Line streams only for the one-term gather: with two terms they were level to 3% slower
-  // (bench/results/h200x2_2026-11-28/0235_fp8_lines).
-  r.lines = r.lines && !two;
+  // Line streams only for the one-term gather (with two terms they were level to 3% slower) and
+  // up to kLineUnits units a warp: their bytes (about 7% more) then cost less than the barriers
+  // they save (f32 at 2 ranks: 16 MiB, 2 units, 4-9% faster; 64 MiB, 8 units, 4% slower;
+  // bench/results/h200x2_2026-11-28/0235_fp8_lines).
+  constexpr int64_t kLineUnits = 4;
+  const int64_t warps =
+      static_cast<int64_t>(std::min(rd.grid(std::min(rd.chunk, longest)), resident_lowp_blocks())) *
+      (kThreads / 32);
+  r.lines = r.lines && !two && (longest / 512 + warps - 1) / warps <= kLineUnits;
   r.sr1 = rd.sr(0);
   r.sr2 = rd.sr(1);
   r.sr2b = rd.sr(4);
