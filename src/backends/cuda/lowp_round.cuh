@@ -210,7 +210,7 @@ __device__ __forceinline__ void store_values16(T* p, const float v[16]) {
 // abort or mismatch.
 template <typename T, int kW>
 __device__ __forceinline__ bool take_peer_pair(const PeerSet& ps, InLines& in, int64_t t,
-                                               int rank, PairRaw<T, kW>& raw) {
+                                               PairRaw<T, kW>& raw) {
   constexpr int kN = kW ? kW : kMaxRanks;
   if (!recv_lines(in.s, ps, in.src, in.total, (t + 1) * kTermBytes, in.peer)) return false;
   uint2 sb;
@@ -219,7 +219,6 @@ __device__ __forceinline__ bool take_peer_pair(const PeerSet& ps, InLines& in, i
 #pragma unroll (kW ? kW : 1)
   for (int p = 0; p < kN; ++p)  // static indices: the arrays stay in registers
     if (p == in.peer) raw.c[p] = w, raw.sb[p] = sb;
-  (void)rank;
   return true;
 }
 
@@ -237,7 +236,7 @@ __device__ __forceinline__ bool for_each_reduced_pair(const PeerSet& ps, const g
   PairRaw<T, kW> raw;
   fetch_pair<T, kW>(rs, own_vec, u, raw, !in);
   for (int64_t t = 0;; ++t) {
-    if (in && !take_peer_pair<T, kW>(ps, *in, t, rs.rank, raw)) return false;
+    if (in && !take_peer_pair<T, kW>(ps, *in, t, raw)) return false;
     float v[16];
     sum_pair<T, kE5, kW>(rs, raw, v);
     const int64_t un = u + step;
@@ -288,7 +287,7 @@ __device__ __forceinline__ bool reduce_encode_pairs(const PeerSet& ps, const g::
                                                     int64_t sr_off, T* out, g::StatAcc* st,
                                                     LineStream* ls, uint64_t line_off,
                                                     InLines* in) {
-  const bool ok = for_each_reduced_pair<T, kE5, kW>(ps, rs, npairs, in, [&](int64_t u, float v[16]) {
+  auto reduce_encode = [&](int64_t u, float v[16]) {
     const uint64_t idx = static_cast<uint64_t>(sr_off + u * 512);
     const g::PairCode c1 = g::scale_pair<kE5>(v);
     const uint4 w = g::encode16<kE5, kSR, g::kGroupOf<T>>(v, c1, r.seed, r.sr2, idx, st);
@@ -316,7 +315,8 @@ __device__ __forceinline__ bool reduce_encode_pairs(const PeerSet& ps, const g::
     }
     if (ls) send_lines(*ls, d1, line_off, false);
     store_values16<T>(out + u * 512, o);
-  });
+  };
+  const bool ok = for_each_reduced_pair<T, kE5, kW>(ps, rs, npairs, in, reduce_encode);
   if (ls) send_lines(*ls, d1, line_off, true);
   return ok;
 }
