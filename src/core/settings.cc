@@ -212,7 +212,8 @@ const std::vector<SettingSpec>& table() {
        0, kHuge},
       {"COMMX_LOW_PRECISION_GATHER", T::kChoice, "fp8",
        "all_gather payload: one FP8 term or two (fp8x2)", "low_precision.md", 0, 0, "fp8|fp8x2"},
-      {"COMMX_LOW_PRECISION_STATS", T::kBool, "0", "print FP8 saturation statistics",
+      {"COMMX_LOW_PRECISION_STATS", T::kBool, "0",
+       "count and print every FP8 codec event (saturation is always counted)",
        "low_precision.md"},
       // ---- other backends and Python ----
       {"COMMX_GLOO_HOSTNAME", T::kString, "the host name",

@@ -78,6 +78,12 @@ struct Rounds {
     static const int v = static_cast<int>(env_int("COMMX_CUDA_LOWP_LINES", 2));
     return v;
   }
+  // Saturation is always counted; elements, underflows and NaN/Inf only when asked for (they
+  // cost the kernels 0-4%).
+  static bool full_stats() {
+    static const bool on = env_bool("COMMX_LOW_PRECISION_STATS", false);
+    return on;
+  }
   uint64_t sr(int phase) const { return lowp::sr_stream_of(seq, phase, ps.rank); }
   LowpRound round(LowpMode mode) const {
     LowpRound r{};
@@ -88,6 +94,7 @@ struct Rounds {
     r.cap = cap;
     r.seed = plan.codec.seed;
     r.stats = stats;
+    r.full_stats = full_stats();
     return r;
   }
   // Grid: every codec block of the largest chunk gets a warp, up to max_blocks blocks of threads.
@@ -282,7 +289,7 @@ void LowpCuda::close() {
   if (!d_stats_) return;
   // Saturation cannot happen to finite data with per-block scales; never let it pass silently.
   lowp::CodecStats st = stats();
-  if (st.saturated > 0 || (st.elements > 0 && env_bool("COMMX_LOW_PRECISION_STATS", false)))
+  if (Rounds::full_stats() && st.elements > 0)
     std::fprintf(stderr,
                  "commx lowp (cuda): %llu elements encoded, %llu saturated, %llu underflowed to "
                  "0, %llu NaN/Inf in %llu blocks\n",
@@ -291,6 +298,11 @@ void LowpCuda::close() {
                  static_cast<unsigned long long>(st.underflow),
                  static_cast<unsigned long long>(st.nonfinite_values),
                  static_cast<unsigned long long>(st.nonfinite_blocks));
+  else if (st.saturated > 0)
+    std::fprintf(stderr,
+                 "commx lowp (cuda): %llu values saturated (COMMX_LOW_PRECISION_STATS=1 counts "
+                 "elements, underflows and NaN/Inf too)\n",
+                 static_cast<unsigned long long>(st.saturated));
   cudaFree(d_stats_);
   d_stats_ = nullptr;
 }

@@ -54,6 +54,7 @@ struct LowpRound {
   uint64_t seed, sr1, sr2, sr2b;
   int64_t sr_off1, sr_off2;
   unsigned long long* stats;  // codec counters (device), nullable
+  bool full_stats;            // every counter (COMMX_LOW_PRECISION_STATS); else saturation only
 };
 
 // Enqueues r.rounds rounds. `blocks` must be the same on every rank.

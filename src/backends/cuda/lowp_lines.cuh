@@ -107,7 +107,7 @@ __device__ __forceinline__ bool recv_lines(LineStream& s, const PeerSet& ps, con
   const int lane = threadIdx.x & 31, g = lane >> 3, j = lane & 7;
   while (s.lines * kLL128Payload < need) {
     const int64_t k = min(int64_t(4), total - s.lines);
-    if (k <= 0) return false;  // not reached: `need` lies within the stream
+    if (k <= 0) __trap();  // not reached: `need` lies within the stream
     const int64_t line = s.lines + g, at = line * kLL128Payload + 16 * j;
     uint64_t w0, w1;
     if (!ld_ll128_wait(ps, reinterpret_cast<const char*>(src) + line * kLL128Line + 16 * j, g < k,

@@ -676,6 +676,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int64_t rounds = kOneRound ? 1 : r.rounds;
   const unsigned long long last = epoch + rounds - 1;
   g::StatAcc acc;
+  acc.full = r.full_stats;
   g::StatAcc* st = r.stats ? &acc : nullptr;
   if constexpr (kOneRound) {
     if (!round_body<T, kE5, kW>(ps, r, block, sr, epoch, 0, st)) return finish_op(ps, last);
