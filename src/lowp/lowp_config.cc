@@ -119,6 +119,11 @@ const char* lowp_collective_name(LowpCollective c) {
   return "?";
 }
 
+bool lowp_stats_requested() {
+  static const bool on = env_bool("COMMX_LOW_PRECISION_STATS", false);
+  return on;
+}
+
 LowpSettings resolve_lowp_settings(const Hints& hints) {
   LowpSettings s;
   auto hint = [&](const char* k) -> std::optional<std::string> {

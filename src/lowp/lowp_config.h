@@ -44,6 +44,10 @@ struct LowpPlan {
 // Throws InvalidArgument naming the hint or variable whose value is bad.
 LowpSettings resolve_lowp_settings(const Hints& comm_hints);
 
+// COMMX_LOW_PRECISION_STATS: every codec counter is kept and printed (elements, underflows,
+// NaN/Inf); without it only saturation, which is always reported.
+bool lowp_stats_requested();
+
 // The low-precision collective an op maps to, if any (v-variants have none: their sizes differ
 // per rank, so ranks could decide differently).
 std::optional<LowpCollective> lowp_collective_of(OpType t);

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "commx/error.h"
-#include "core/env.h"
 #include "lowp/lowp_collectives.h"
 
 namespace commx::lowp {
@@ -32,8 +31,7 @@ void run_op(const OpDesc& op, const LowpContext& c) {
 // COMMX_LOW_PRECISION_STATS=1 prints every low-precision op's codec counters on stderr; a
 // saturated value (impossible with per-block scaling for finite data) is always reported.
 void report(const OpDesc& op, const CodecStats& s, int rank, const std::string& ctx) {
-  static const bool all = env_bool("COMMX_LOW_PRECISION_STATS", false);
-  if (!all && s.saturated == 0) return;
+  if (!lowp_stats_requested() && s.saturated == 0) return;
   std::fprintf(stderr,
                "commx lowp: %srank %d %s #%llu: %llu elements encoded, %llu saturated, "
                "%llu underflowed to 0, %llu NaN/Inf in %llu blocks\n",

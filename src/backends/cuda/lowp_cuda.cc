@@ -78,12 +78,6 @@ struct Rounds {
     static const int v = static_cast<int>(env_int("COMMX_CUDA_LOWP_LINES", 2));
     return v;
   }
-  // Saturation is always counted; elements, underflows and NaN/Inf only when asked for (they
-  // cost the kernels 0-4%).
-  static bool full_stats() {
-    static const bool on = env_bool("COMMX_LOW_PRECISION_STATS", false);
-    return on;
-  }
   uint64_t sr(int phase) const { return lowp::sr_stream_of(seq, phase, ps.rank); }
   LowpRound round(LowpMode mode) const {
     LowpRound r{};
@@ -94,7 +88,9 @@ struct Rounds {
     r.cap = cap;
     r.seed = plan.codec.seed;
     r.stats = stats;
-    r.full_stats = full_stats();
+    // Saturation is always counted; elements, underflows and NaN/Inf only when asked for (they
+    // cost the kernels 0-4%).
+    r.full_stats = lowp::lowp_stats_requested();
     return r;
   }
   // Grid: every codec block of the largest chunk gets a warp, up to max_blocks blocks of threads.
@@ -289,7 +285,7 @@ void LowpCuda::close() {
   if (!d_stats_) return;
   // Saturation cannot happen to finite data with per-block scales; never let it pass silently.
   lowp::CodecStats st = stats();
-  if (Rounds::full_stats() && st.elements > 0)
+  if (lowp::lowp_stats_requested() && st.elements > 0)
     std::fprintf(stderr,
                  "commx lowp (cuda): %llu elements encoded, %llu saturated, %llu underflowed to "
                  "0, %llu NaN/Inf in %llu blocks\n",
