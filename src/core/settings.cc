@@ -178,10 +178,15 @@ const std::vector<SettingSpec>& table() {
        "lines land: the gather (1), the gather and at 2 ranks the first push too, with no "
        "barrier (2), or neither, through the slots and barriers (0)",
        "cuda.md", 0, 2},
+      {"COMMX_CUDA_LOWP_LINE_UNITS", T::kInt, "4",
+       "cuda backend: most units (pairs of 256-value codec blocks) a warp sends as line streams "
+       "in an FP8 all_reduce; larger ops go through the slots and barriers",
+       "cuda.md", 1, 64},
       {"COMMX_CUDA_LOWP_KERNEL", T::kChoice, "auto",
-       "cuda backend: FP8 kernel specialised for 2 and 4 ranks (auto) or the one for any world "
-       "size (generic, for comparisons)",
-       "cuda.md", 0, 0, "auto|generic"},
+       "cuda backend: FP8 kernels: the two-rank all_reduce kernel where it fits, else the round "
+       "kernel specialised for 2 and 4 ranks (auto); the round kernels only (sized); the round "
+       "kernel for any world size (generic). sized and generic are for comparisons",
+       "cuda.md", 0, 0, "auto|sized|generic"},
       {"COMMX_NCCL_LIBRARY", T::kPath, "libnccl.so.2", "NCCL library the nccl backend loads",
        "cuda.md"},
       {"COMMX_NCCL_DYNAMIC_STAGING_BYTES", T::kBytes, "16M",

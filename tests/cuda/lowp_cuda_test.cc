@@ -171,7 +171,9 @@ void check_case(Comm& c, RankCtx& ctx, const Case& k, const CodecConfig& cfg, bo
       if (k.kind == ReduceKind::kAvg)
         for (double& v : ref) v /= w;
       double err = rel_l2(got, ref);
-      RANK_CHECK(err < 4e-2, what + ": relative L2 error " + std::to_string(err));
+      // docs/low_precision.md: under 3.6e-2 in E4M3, 6.3e-2 to 7.1e-2 in E5M2 (normal data).
+      const double bound = cfg.format == lowp::Fp8Format::kE5M2 ? 8e-2 : 4e-2;
+      RANK_CHECK(err < bound, what + ": relative L2 error " + std::to_string(err));
     }
   }
   if (exec) cudaGraphExecDestroy(exec);
@@ -304,10 +306,10 @@ TEST(CudaLowp, ThreeAndFourRanksShareGpus) {
 }
 
 // all_reduces of one round whose every slice is whole pairs of 256-value blocks take the gather
-// (and at 2 ranks P1) as LL128 line streams (lowp_lines.cuh): each element type, 2 and 4 ranks,
-// one pair per owner, a few per warp, and more pairs than warps (warps with one unit more than
-// others), and captured in a graph; the same ops with two terms, which keep the slots; all
-// bit-identical to the host path.
+// (and at 2 ranks P1) as LL128 line streams (lowp_lines.cuh; at 2 ranks the two-rank kernel,
+// lowp_two_rank.cuh): each element type, 2 and 4 ranks, one pair per owner, a few per warp, and
+// more pairs than warps (warps with one unit more than others), and captured in a graph; E5M2;
+// the same ops with two terms, which keep the slots; all bit-identical to the host path.
 TEST(CudaLowp, GatherAsLineStreams) {
   REQUIRE_GPUS(1);
   for (int world : {2, 4}) {
@@ -326,6 +328,11 @@ TEST(CudaLowp, GatherAsLineStreams) {
                    {Coll::kAllReduce, DataType::kBFloat16, ReduceKind::kAvg, 2113 * pairs, seed++},
                    cfg, two, true);
       }
+      const CodecConfig e5{lowp::Fp8Format::kE5M2, 256};
+      auto c5 = make_comm(ctx, "cuda", "lowp_lines_e5m2", lowp_hints(e5, false));
+      check_case(*c5, ctx,
+                 {Coll::kAllReduce, DataType::kFloat16, ReduceKind::kAvg, 37 * pairs, seed++}, e5,
+                 false);
     });
     EXPECT_EQ(err, "") << "world " << world;
   }

@@ -138,10 +138,10 @@ void all_reduce(Rounds& rd, const Tensor& in, const Tensor& out, bool avg) {
   r.avg = avg;
   r.two_term = two;
   // Line streams only for the one-term gather (with two terms they were level to 3% slower) and
-  // up to kLineUnits units a warp: their bytes (about 7% more) then cost less than the barriers
+  // up to kLineUnits units a warp (COMMX_CUDA_LOWP_LINE_UNITS): their bytes (about 7% more) then cost less than the barriers
   // they save (f32 at 2 ranks: 16 MiB, 2 units, 4-9% faster; 64 MiB, 8 units, 4% slower;
   // bench/results/h200x2_2026-11-28/0235_fp8_lines).
-  constexpr int64_t kLineUnits = 4;
+  static const int64_t kLineUnits = env_int("COMMX_CUDA_LOWP_LINE_UNITS", 4);
   const int64_t warps =
       static_cast<int64_t>(std::min(rd.grid(std::min(rd.chunk, longest)), resident_lowp_blocks())) *
       (kThreads / 32);

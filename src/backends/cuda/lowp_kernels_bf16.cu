@@ -1,6 +1,6 @@
 // The fused FP8 round kernel for __nv_bfloat16 data, E4M3 (lowp_round.cuh; E5M2 in
 // lowp_kernels_bf16_e5m2.cu). Layer: backends (cuda).
-#include "cuda/lowp_round.cuh"
+#include "cuda/lowp_launch.cuh"
 
 namespace commx::cuda {
 

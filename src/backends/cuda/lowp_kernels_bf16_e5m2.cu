@@ -1,6 +1,6 @@
 // The fused FP8 round kernel for __nv_bfloat16 data, E5M2 (lowp_round.cuh): a translation unit of
 // its own so that the kernel builds compile in parallel. Layer: backends (cuda).
-#include "cuda/lowp_round.cuh"
+#include "cuda/lowp_launch.cuh"
 
 namespace commx::cuda {
 

@@ -23,7 +23,7 @@ static_assert(kLineRing >= 2 * kTermBytes + 4 * kLL128Payload, "a unit and 4 lin
 static_assert(kInRing >= kTermBytes + 4 * kLL128Payload, "a unit and 4 lines fit");
 
 // Lines of a stream holding `units` units of `unit_bytes` payload bytes each.
-__device__ __forceinline__ int64_t stream_lines(int64_t units, int unit_bytes) {
+__host__ __device__ inline int64_t stream_lines(int64_t units, int unit_bytes) {
   return (units * unit_bytes + kLL128Payload - 1) / kLL128Payload;
 }
 

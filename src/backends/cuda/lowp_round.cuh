@@ -279,8 +279,9 @@ __device__ __forceinline__ LineLayout line_layout(const LowpRound& r, int64_t mo
 // P2 of all_reduce over the owner's full pairs: reduce, encode Q1 (and the residual Q2) into the
 // peers' gather slots, and write the owner's own result from the codes in registers (what P3
 // would decode from its own gather slot: the same bits, one pass less). With `ls`, the codes go
-// to the peers as the warp's line stream at `line_off` of their gather slots (d1's).
-template <typename T, bool kE5, bool kSR, int kW, typename Dsts>
+// to the peers as the warp's line stream at `line_off` of their gather slots (d1's). kMayTwo false:
+// the op has the one-term gather (r.two_term is not read).
+template <typename T, bool kE5, bool kSR, int kW, bool kMayTwo = true, typename Dsts>
 __device__ __forceinline__ bool reduce_encode_pairs(const PeerSet& ps, const g::ReduceSrc& rs,
                                                     int64_t npairs, const Dsts& d1,
                                                     const Dsts& d2, const LowpRound& r,
@@ -297,7 +298,7 @@ __device__ __forceinline__ bool reduce_encode_pairs(const PeerSet& ps, const g::
       g::store_pair<g::kGroupOf<T>>(d1, u, c1, w);
     float o[16];
     g::decode16<kE5>(w, c1.words(), o);
-    if (r.two_term) {
+    if (kMayTwo && r.two_term) {
       // The residual v - D(Q1) (0 where D(Q1) is not finite), encoded as the second term.
 #pragma unroll
       for (int j = 0; j < 16; ++j)
@@ -686,54 +687,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         return finish_op(ps, last);
   }
   finish_round(ps, r, last, acc);
-}
-
-template <typename T, bool kE5, int kW, int kMinBlocks, bool kOneRound>
-void launch_rounds(const PeerSet& ps, const LowpRound& r, const lowp::CodecConfig& cfg, int blocks,
-                   cudaStream_t s) {
-  auto* kernel = lowp_round_kernel<T, kE5, kW, kMinBlocks, kOneRound>;
-  static const int fit = resident_blocks(kernel, kThreads);
-  launch_kernel(kernel, std::min(blocks, fit), kThreads, s, ps, r, cfg.block, cfg.stochastic);
-}
-
-// An op of one round takes its own kernel (the default occupancy only: the other is for
-// comparisons).
-template <typename T, bool kE5, int kW, int kMinBlocks>
-void launch_one(const PeerSet& ps, const LowpRound& r, const lowp::CodecConfig& cfg, int blocks,
-                cudaStream_t s) {
-  if constexpr (kMinBlocks == 1) {
-    if (r.rounds == 1 || t_kernel_preload)  // preloading: both kernels
-      launch_rounds<T, kE5, kW, kMinBlocks, true>(ps, r, cfg, blocks, s);
-    if (r.rounds == 1) return;
-  }
-  launch_rounds<T, kE5, kW, kMinBlocks, false>(ps, r, cfg, blocks, s);
-}
-
-// The kernel for the comm's world size: 2 and 4 ranks have their own (COMMX_CUDA_LOWP_KERNEL=
-// generic runs the one for any size, for comparisons). COMMX_CUDA_LOWP_BLOCKS_PER_SM=2 picks the
-// build with 64 registers per thread and two blocks of threads per SM (default 1: up to 128
-// registers, one block).
-template <typename T, bool kE5>
-cudaError_t launch_typed(const PeerSet& ps, const LowpRound& r, const lowp::CodecConfig& cfg,
-                         int blocks, cudaStream_t s) {
-  static const bool one = env_int("COMMX_CUDA_LOWP_BLOCKS_PER_SM", 1) == 1;
-  static const bool generic = env_str("COMMX_CUDA_LOWP_KERNEL").value_or("auto") == "generic";
-  if (!generic && ps.world == 2) {
-    if (one)
-      launch_one<T, kE5, 2, 1>(ps, r, cfg, blocks, s);
-    else
-      launch_one<T, kE5, 2, 2>(ps, r, cfg, blocks, s);
-  } else if (!generic && ps.world == 4) {
-    if (one)
-      launch_one<T, kE5, 4, 1>(ps, r, cfg, blocks, s);
-    else
-      launch_one<T, kE5, 4, 2>(ps, r, cfg, blocks, s);
-  } else if (one) {
-    launch_one<T, kE5, 0, 1>(ps, r, cfg, blocks, s);
-  } else {
-    launch_one<T, kE5, 0, 2>(ps, r, cfg, blocks, s);
-  }
-  return cudaGetLastError();
 }
 
 }  // namespace
