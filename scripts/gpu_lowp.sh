@@ -9,6 +9,8 @@
 #   lowp_coll.*         reduce_scatter, all_gather, all_to_all of bf16: NCCL, commx, commx FP8
 #   lowp_generic.json   commx FP8 with COMMX_CUDA_LOWP_KERNEL=generic (the kernel for any world
 #                       size) beside the specialised one, same binary and run
+#   lowp_sized.json     commx FP8 with COMMX_CUDA_LOWP_KERNEL=sized (the round kernel where the
+#                       two-rank all_reduce kernel would run), same binary and run
 #   lowp_occupancy.json commx FP8 with the other COMMX_CUDA_LOWP_BLOCKS_PER_SM (1 block of threads
 #                       per SM with up to 128 registers, or 2 with 64), same binary and run
 #   fp8_training.*      loss curves of a 2-layer MLP trained with bf16 / FP8 / fp8x2 gradient
@@ -18,7 +20,7 @@
 #                       hint beside torch's NCCL and commx in the dtype, eager (also with the last
 #                       rank 100 us late) and torch.cuda.graph, 16-256 MiB
 #   logs.tar.gz         build and benchmark logs
-# Env: LOWP_TESTS=0 / LOWP_BENCH=0 skip a part (LOWP_SETTINGS=0: lowp_generic and
+# Env: LOWP_TESTS=0 / LOWP_BENCH=0 skip a part (LOWP_SETTINGS=0: lowp_generic, lowp_sized and
 # lowp_occupancy); LOWP_MIN/LOWP_MAX bound the sizes (16M, 1G; LOWP_TORCH_MIN/MAX those of
 # torch_fp8: 16M, 256M); LOWP_REPS (5); LOWP_BASE=DIR also
 # benchmarks the FP8 all_reduce of the commx tree at DIR (built there in build-gpu) as the "before"
@@ -85,6 +87,9 @@ if [ "${LOWP_BENCH:-1}" = 1 ] && [ "${LOWP_SETTINGS:-1}" = 1 ]; then
   COMMX_CUDA_LOWP_KERNEL=generic bench lowp_generic "$BUILD" commx-bench --backend cuda+fp8,cuda+fp8x2 \
     --dtypes bf16 --ops all_reduce --modes eager --min "$MIN" --max "$MAX" --factor 4 --reps "$REPS" \
     --json "$OUT/lowp_generic.json" --md /dev/null
+  COMMX_CUDA_LOWP_KERNEL=sized bench lowp_sized "$BUILD" commx-bench --backend cuda+fp8 \
+    --dtypes bf16,f32 --ops all_reduce --modes eager --min "$MIN" --max "$MAX" --factor 4 --reps "$REPS" \
+    --json "$OUT/lowp_sized.json" --md /dev/null
   other_bpsm=1
   [ "${COMMX_CUDA_LOWP_BLOCKS_PER_SM:-1}" = 1 ] && other_bpsm=2
   COMMX_CUDA_LOWP_BLOCKS_PER_SM=$other_bpsm bench lowp_occupancy "$BUILD" commx-bench --backend cuda+fp8,cuda+fp8x2 \

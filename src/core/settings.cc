@@ -178,9 +178,10 @@ const std::vector<SettingSpec>& table() {
        "lines land: the gather (1), the gather and at 2 ranks the first push too, with no "
        "barrier (2), or neither, through the slots and barriers (0)",
        "cuda.md", 0, 2},
-      {"COMMX_CUDA_LOWP_LINE_UNITS", T::kInt, "4",
+      {"COMMX_CUDA_LOWP_LINE_UNITS", T::kInt, "unset",
        "cuda backend: most units (pairs of 256-value codec blocks) a warp sends as line streams "
-       "in an FP8 all_reduce; larger ops go through the slots and barriers",
+       "in an FP8 all_reduce (unset: 8 at 2 ranks, 4 at more); larger ops go through the slots "
+       "and barriers",
        "cuda.md", 1, 64},
       {"COMMX_CUDA_LOWP_KERNEL", T::kChoice, "auto",
        "cuda backend: FP8 kernels: the two-rank all_reduce kernel where it fits, else the round "

@@ -338,6 +338,34 @@ TEST(CudaLowp, GatherAsLineStreams) {
   }
 }
 
+// The two-rank kernel takes an op of more units a warp than a round holds in several rounds of
+// one launch (lowp_two_rank.cuh). With two units a warp a round (COMMX_CUDA_LOWP_LINE_UNITS=2)
+// and 16 warps a block on up to 132 SMs, slices of 5000 and 13000 pairs are 2 and 4 rounds (on
+// fewer SMs, more), 3001 pairs one; each element type, AVG captured in a graph, the normal paths
+// after them; all bit-identical to the host path.
+TEST(CudaLowp, TwoRankKernelRounds) {
+  REQUIRE_GPUS(1);
+  std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {
+    setenv("COMMX_CUDA_LOWP_LINE_UNITS", "2", 1);
+    CodecConfig cfg{lowp::Fp8Format::kE4M3, 256};
+    auto c = make_comm(ctx, "cuda", "lowp_two_rank_rounds", lowp_hints(cfg, false));
+    uint64_t seed = 1;
+    for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16})
+      for (int64_t pairs : {5000, 13000})
+        check_case(*c, ctx, {Coll::kAllReduce, t, ReduceKind::kSum, 2 * 512 * pairs, seed++}, cfg,
+                   false);
+    check_case(*c, ctx,
+               {Coll::kAllReduce, DataType::kBFloat16, ReduceKind::kAvg, 2 * 512 * 13000, seed++},
+               cfg, false, true);
+    check_max_of_ranks(*c, ctx, 4097, {}, "all_reduce MAX after two-rank rounds");
+    check_case(*c, ctx,
+               {Coll::kAllReduce, DataType::kFloat32, ReduceKind::kSum, 2 * 512 * 3001, seed++},
+               cfg, false);
+    unsetenv("COMMX_CUDA_LOWP_LINE_UNITS");
+  });
+  EXPECT_EQ(err, "");
+}
+
 TEST(CudaLowp, StochasticRoundingIsBitIdenticalAcrossRanks) {
   REQUIRE_GPUS(1);
   std::string err = run_ranks(2, two_gpus(), [](RankCtx& ctx) {

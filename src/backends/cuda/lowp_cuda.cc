@@ -138,14 +138,19 @@ void all_reduce(Rounds& rd, const Tensor& in, const Tensor& out, bool avg) {
   r.avg = avg;
   r.two_term = two;
   // Line streams only for the one-term gather (with two terms they were level to 3% slower) and
-  // up to kLineUnits units a warp (COMMX_CUDA_LOWP_LINE_UNITS): their bytes (about 7% more) then cost less than the barriers
-  // they save (f32 at 2 ranks: 16 MiB, 2 units, 4-9% faster; 64 MiB, 8 units, 4% slower;
-  // bench/results/h200x2_2026-11-28/0235_fp8_lines).
-  static const int64_t kLineUnits = env_int("COMMX_CUDA_LOWP_LINE_UNITS", 4);
+  // up to line_units units a warp (COMMX_CUDA_LOWP_LINE_UNITS): their bytes (about 7% more) then
+  // cost less than the barriers they save. In the round kernel at 4 units (f32 at 2 ranks:
+  // 16 MiB, 2 units, 4-9% faster; 64 MiB, 8 units, 4% slower;
+  // bench/results/h200x2_2026-11-28/0235_fp8_lines); in the two-rank kernel at 8 a round (bf16
+  // 32 MiB and f32 64 MiB, 8 units, 20-23% faster than the round kernel without lines:
+  // bench/results/h200x2_2026-11-28/0800_fp8_two_rank_kernel).
+  static const int64_t units_setting = env_int("COMMX_CUDA_LOWP_LINE_UNITS", 0);
+  const int64_t line_units = units_setting > 0 ? units_setting : (w == 2 ? 8 : 4);
   const int64_t warps =
       static_cast<int64_t>(std::min(rd.grid(std::min(rd.chunk, longest)), resident_lowp_blocks())) *
       (kThreads / 32);
-  r.lines = r.lines && !two && (longest / 512 + warps - 1) / warps <= kLineUnits;
+  r.line_units = r.lines && r.lines_p1 && !two ? line_units : 0;
+  r.lines = r.lines && !two && (longest / 512 + warps - 1) / warps <= line_units;
   r.sr1 = rd.sr(0);
   r.sr2 = rd.sr(1);
   r.sr2b = rd.sr(4);

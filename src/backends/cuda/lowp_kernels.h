@@ -49,6 +49,9 @@ struct LowpRound {
   // all_reduce's gather as LL128 line streams where the round allows (lowp_lines.cuh); at 2
   // ranks with lines_p1, P1's codes too.
   bool lines, lines_p1;
+  // The two-rank kernel (lowp_two_rank.cuh): the most units a warp streams in one of its rounds
+  // (0: not taken). It lays out its own rounds (chunk, rounds) in the op counter's halves.
+  int64_t line_units;
   // Stochastic rounding: seed, streams of P1 and P2 (and P2's residual), offsets of element 0 of
   // the first round.
   uint64_t seed, sr1, sr2, sr2b;

@@ -1,5 +1,6 @@
 // Launchers of the FP8 kernels (lowp_round.cuh, lowp_two_rank.cuh) for one element type and
-// format, included by that type's translation unit (lowp_kernels_<type>.cu). Layer: backends (cuda).
+// format, included by that type's translation unit (lowp_kernels_<type>.cu).
+// Layer: backends (cuda).
 #pragma once
 
 #include <string>
