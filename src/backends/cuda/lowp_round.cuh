@@ -279,9 +279,8 @@ __device__ __forceinline__ LineLayout line_layout(const LowpRound& r, int64_t mo
 // P2 of all_reduce over the owner's full pairs: reduce, encode Q1 (and the residual Q2) into the
 // peers' gather slots, and write the owner's own result from the codes in registers (what P3
 // would decode from its own gather slot: the same bits, one pass less). With `ls`, the codes go
-// to the peers as the warp's line stream at `line_off` of their gather slots (d1's). kMayTwo false:
-// the op has the one-term gather (r.two_term is not read).
-template <typename T, bool kE5, bool kSR, int kW, bool kMayTwo = true, typename Dsts>
+// to the peers as the warp's line stream at `line_off` of their gather slots (d1's).
+template <typename T, bool kE5, bool kSR, int kW, typename Dsts>
 __device__ __forceinline__ bool reduce_encode_pairs(const PeerSet& ps, const g::ReduceSrc& rs,
                                                     int64_t npairs, const Dsts& d1,
                                                     const Dsts& d2, const LowpRound& r,
@@ -298,7 +297,7 @@ __device__ __forceinline__ bool reduce_encode_pairs(const PeerSet& ps, const g::
       g::store_pair<g::kGroupOf<T>>(d1, u, c1, w);
     float o[16];
     g::decode16<kE5>(w, c1.words(), o);
-    if (kMayTwo && r.two_term) {
+    if (r.two_term) {
       // The residual v - D(Q1) (0 where D(Q1) is not finite), encoded as the second term.
 #pragma unroll
       for (int j = 0; j < 16; ++j)
